@@ -1,0 +1,37 @@
+# The two commands of the README:
+#   make run   installs what is missing, builds, generates text with the built-in tiny model
+#   make test  installs what is missing, builds, runs the whole test suite
+BUILD ?= build
+JOBS ?= $(shell nproc)
+PROMPT ?= The capital of France is
+
+.PHONY: run test setup build build-cuda test-cpp test-python clean
+
+setup:
+	@scripts/setup
+
+build: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/deepinfer generate --prompt "$(PROMPT)" --max-tokens 32
+
+# Compiles the CUDA backend (it cannot run without a GPU; scripts/gpu-check runs it).
+build-cuda: setup
+	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then \
+	  PATH=$$PATH:/usr/local/cuda/bin cmake -S . -B $(BUILD)-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON >/dev/null && \
+	  cmake --build $(BUILD)-cuda -j $(JOBS); \
+	else echo "build-cuda: nvcc not found, skipping"; fi
+
+test-cpp: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE cuda
+
+test-python: build
+	@PYTHONPATH=$(CURDIR)/python:$$PYTHONPATH DEEPINFER_BUILD=$(CURDIR)/$(BUILD) \
+	  python3 -m pytest -q tests/python; rc=$$?; [ $$rc -eq 0 -o $$rc -eq 5 ]
+
+test: test-cpp build-cuda test-python
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-cuda
