@@ -60,7 +60,7 @@ class ErrorBuilder {
 
 // Makes `if (...) ; else CHECK_BUILDER << x` a void expression statement.
 struct Voidify {
-  void operator&(ErrorBuilder&) {}
+  void operator&(const ErrorBuilder&) {}
 };
 
 }  // namespace detail

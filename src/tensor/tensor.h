@@ -33,7 +33,7 @@ class Tensor {
   static Tensor wrap(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner,
                      Device device = Device::kCPU);
 
-  bool defined() const { return data_ != nullptr || numel() == 0 && !shape_.empty(); }
+  bool defined() const { return data_ != nullptr || (numel() == 0 && !shape_.empty()); }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   const Shape& shape() const { return shape_; }

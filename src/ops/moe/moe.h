@@ -1,0 +1,40 @@
+// Mixture of experts (MODEL_SPEC §A.8): sqrtsoftplus router with selection-only bias or
+// hash routing, clamped SwiGLU experts, shared expert. fp32 throughout.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/linear/linear.h"
+
+namespace deepinfer {
+
+struct RouterParams {
+  int64_t n_experts = 0;
+  int64_t top_k = 0;
+  float routed_scale = 1.0f;
+};
+
+// For N tokens: router logits = gate_w [E, D] . x, scores = sqrt(softplus(logits)).
+// Selection: top_k of (scores + bias) (bias may be null), or tid2eid[token] [V, top_k]
+// when tid2eid is non-null. Weights = scores[sel] / sum(scores[sel]) * routed_scale.
+// Outputs expert ids [N, top_k] and weights [N, top_k].
+void route_ref(const float* x, int64_t n_rows, int64_t dim, const float* gate_w,
+               const float* bias, const int32_t* tid2eid, const int32_t* token_ids,
+               const RouterParams& p, int32_t* expert_ids, float* weights,
+               GemmMode mode = GemmMode::kBlas);
+
+struct ExpertWeights {
+  const float* w1 = nullptr;  // [I, D] gate
+  const float* w3 = nullptr;  // [I, D] up
+  const float* w2 = nullptr;  // [D, I] down
+};
+
+// y[n] += weight[n] * W2 (silu(min(W1 x, limit)) * clamp(W3 x, -limit, limit)) for the
+// rows `rows` of x (the routing weight multiplies the activation before W2).
+// limit <= 0 disables the clamp.
+void expert_ffn_accumulate_ref(const float* x, int64_t dim, const std::vector<int64_t>& rows,
+                               const std::vector<float>& row_weights, const ExpertWeights& w,
+                               int64_t inter, float limit, float* y, GemmMode mode = GemmMode::kBlas);
+
+}  // namespace deepinfer
