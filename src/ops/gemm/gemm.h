@@ -1,0 +1,74 @@
+// gemm: y[M, N] = x[M, K] · w[N, K]^T   (x row-major, w row-major like a PyTorch Linear
+// weight, y row-major). Two formats:
+//
+//  * BF16 x BF16 -> BF16 or F32, fp32 accumulation.
+//  * FP8 e4m3 block-scaled (MODEL_SPEC §B.4, DeepSeek's recipe): x quantised per 1x128 block
+//    along K (ops/quant/act_quant.h), w per 128x128 block, fp32 scales:
+//      y[m, n] = Σ_kb (Σ_{k ∈ kb} xq[m, k] · wq[n, k]) · sx[m, kb] · sw[n / 128, kb]
+//    fp32 accumulation, BF16 or F32 output. K must be a multiple of 16 (cuBLASLt's FP8
+//    alignment); M and N are free; a last partial K block is allowed.
+//
+// Scale layouts (n_kb = ceil(K / 128), n_nb = ceil(N / 128)):
+//  * CPU reference: sx [M, n_kb] row-major; sw [n_nb, n_kb] row-major (the checkpoint grid).
+//  * CUDA (what cuBLASLt's VEC128_32F / BLK128x128_32F modes read):
+//      sx [n_kb, M]      : the scales of one K block for all rows are contiguous
+//                          (act_quant_cuda with ScaleLayout::kBlockMajor writes this);
+//      sw [n_nb, ld]     : ld = fp8_weight_scale_ld(K) = round_up(n_kb, 4), padding unused
+//                          (expand_weight_scales_* build it at load).
+//
+// CUDA entries run on ctx.stream() (cuBLASLt with ctx's workspace), never allocate or
+// synchronise, and are CUDA-graph capturable. Plans (descriptors + chosen algorithm) are
+// cached per host thread and shape. Shapes are validated at the Tensor entries; the raw
+// entries ICHECK only what cuBLASLt needs. Empty problems (M, N or K == 0) return early
+// (K == 0 writes zeros).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "tensor/tensor.h"
+
+#ifdef DEEPINFER_CUDA
+#include "cuda/device_context.h"
+#endif
+
+namespace deepinfer {
+
+constexpr int64_t kFp8GemmBlock = 128;
+
+inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Leading dimension (in floats) of the CUDA weight-scale grid.
+inline int64_t fp8_weight_scale_ld(int64_t k) { return (ceil_div64(k, kFp8GemmBlock) + 3) / 4 * 4; }
+
+// ---- CPU references (fp32 accumulation of exact products; bf16/e4m3 inputs as raw bits) ----
+
+void gemm_bf16_ref(const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k,
+                   float* y);
+void gemm_fp8_block_ref(const uint8_t* xq, const float* sx, const uint8_t* wq, const float* sw,
+                        int64_t m, int64_t n, int64_t k, float* y);
+
+// Weight scales for the CUDA layout [n_nb, fp8_weight_scale_ld(K)] (padding set to 1.0f).
+// From the checkpoint's UE8M0 grid [n_nb, n_kb] (exact: powers of two) or an fp32 grid.
+std::vector<float> expand_weight_scales_ue8m0(const uint8_t* s, int64_t n, int64_t k);
+std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k);
+
+#ifdef DEEPINFER_CUDA
+
+// Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
+void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
+                    int64_t k, void* y, DType y_dtype);
+void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* sx_block_major,
+                         const void* wq, const float* sw_padded, int64_t m, int64_t n, int64_t k,
+                         void* y, DType y_dtype);
+
+// Tensor entries (device tensors): x [M, K] BF16, w [N, K] BF16 -> new [M, N] y_dtype.
+Tensor gemm_bf16(cuda::DeviceContext& ctx, const Tensor& x, const Tensor& w,
+                 DType y_dtype = DType::BF16);
+// xq [M, K] F8_E4M3, sx [n_kb, M] F32, wq [N, K] F8_E4M3, sw [n_nb, ld] F32.
+Tensor gemm_fp8_block(cuda::DeviceContext& ctx, const Tensor& xq, const Tensor& sx,
+                      const Tensor& wq, const Tensor& sw, DType y_dtype = DType::BF16);
+
+#endif  // DEEPINFER_CUDA
+
+}  // namespace deepinfer
