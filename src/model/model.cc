@@ -1,0 +1,154 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/parallel.h"
+#include "model/model_batch.h"
+#include "ops/mhc/mhc.h"
+#include "ops/rms_norm/rms_norm.h"
+
+namespace deepinfer {
+
+const char* numerics_name(Numerics numerics) {
+  return numerics == Numerics::kOfficial ? "official" : "reference";
+}
+
+Numerics parse_numerics(const std::string& name) {
+  if (name == "official") return Numerics::kOfficial;
+  if (name == "reference") return Numerics::kReference;
+  THROW(kInvalidInput) << "unknown numerics '" << name << "' (expected official or reference)";
+}
+
+void CompressorState::init(int64_t ratio_in, int64_t width_in) {
+  ratio = ratio_in;
+  width = width_in;
+  overlap = ratio == 4;
+  const int64_t c = overlap ? 2 : 1;
+  cur_a.assign(ratio * c * width, 0.0f);
+  cur_z.assign(ratio * c * width, 0.0f);
+  if (overlap) {
+    prev_a.assign(ratio * width, 0.0f);
+    prev_z.assign(ratio * width, 0.0f);
+  }
+  has_prev = false;
+  entries.clear();
+  n_entries = 0;
+}
+
+namespace {
+
+RopeParams rope_params(const ModelConfig& cfg, bool compressed) {
+  RopeParams p;
+  p.rope_dim = cfg.rope_dim;
+  p.theta = compressed ? cfg.compress_rope_theta : cfg.rope_theta;
+  if (compressed && cfg.yarn.enabled) {
+    p.yarn = true;
+    p.yarn_factor = cfg.yarn.factor;
+    p.yarn_original_max_position = cfg.yarn.original_max_position;
+    p.yarn_beta_fast = cfg.yarn.beta_fast;
+    p.yarn_beta_slow = cfg.yarn.beta_slow;
+  }
+  return p;
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      options_(options),
+      gemm_mode_(options.batch_invariant ? GemmMode::kFixedOrder : GemmMode::kBlas),
+      rope_main_(rope_params(config_, false)),
+      rope_compress_(rope_params(config_, true)) {}
+
+std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSource& source,
+                                          const ModelOptions& options) {
+  return std::make_unique<Model>(config, load_model_weights(config, source), options);
+}
+
+std::unique_ptr<SequenceState> Model::new_state() const {
+  auto state = std::make_unique<SequenceState>();
+  state->layers.resize(config_.num_layers);
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    LayerState& ls = state->layers[l];
+    ls.ring.assign(config_.sliding_window * config_.head_dim, 0.0f);
+    const int64_t ratio = config_.compress_ratio(l);
+    if (ratio > 0) ls.compressor.init(ratio, config_.head_dim);
+    if (ratio == 4) ls.index_compressor.init(ratio, config_.index_head_dim);
+  }
+  return state;
+}
+
+Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
+  const ModelConfig& cfg = config_;
+  // Validate everything before any state changes: a bad chunk fails alone.
+  int64_t n_rows = 0, n_out = 0;
+  for (const SequenceChunk& c : chunks) {
+    CHECK(c.state != nullptr) << "forward: chunk without a sequence state";
+    CHECK(!c.tokens.empty()) << "forward: empty chunk";
+    CHECK(static_cast<int64_t>(c.state->layers.size()) == cfg.num_layers)
+        << "forward: sequence state belongs to another model";
+    for (int32_t t : c.tokens) {
+      CHECK(t >= 0 && t < cfg.vocab_size) << "token id " << t << " is outside the vocabulary [0, "
+                                          << cfg.vocab_size << ")";
+    }
+    const int64_t end = c.state->n_tokens + static_cast<int64_t>(c.tokens.size());
+    CHECK(cfg.max_position_embeddings <= 0 || end <= cfg.max_position_embeddings)
+        << "sequence of " << end << " tokens exceeds the context limit of "
+        << cfg.max_position_embeddings;
+    n_rows += static_cast<int64_t>(c.tokens.size());
+    n_out += c.all_logits ? static_cast<int64_t>(c.tokens.size()) : 1;
+  }
+  if (n_rows == 0) return Tensor::empty(DType::F32, {0, cfg.vocab_size});
+
+  Batch batch = Batch::build(chunks);
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, N = n_rows;
+  std::vector<float> X(N * hc * D), X2(N * hc * D), u(N * D), x(N * D), y(N * D);
+  std::vector<float> pre(N * hc), post(N * hc), comb(N * hc * hc);
+  const float* embed = weights_.embed.f32();
+  for (int64_t r = 0; r < N; ++r) {
+    const float* e = embed + static_cast<int64_t>(batch.tokens[r]) * D;
+    for (int64_t j = 0; j < hc; ++j) std::memcpy(&X[(r * hc + j) * D], e, D * sizeof(float));
+  }
+  HcMixParams hp{hc, D, cfg.hc_sinkhorn_iters, static_cast<float>(cfg.hc_eps),
+                 static_cast<float>(cfg.rms_norm_eps)};
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[l];
+    hc_mix_ref(X.data(), N, lw.hc_attn.fn.f32(), lw.hc_attn.base.f32(), lw.hc_attn.scale.f32(), hp,
+               pre.data(), post.data(), comb.data(), gemm_mode_);
+    hc_collapse_ref(X.data(), pre.data(), N, hc, D, u.data());
+    rms_norm_ref(u.data(), lw.attn_norm.f32(), N, D, D, eps, x.data());
+    attention_block(l, batch, x.data(), y.data());
+    hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
+    X.swap(X2);
+
+    hc_mix_ref(X.data(), N, lw.hc_ffn.fn.f32(), lw.hc_ffn.base.f32(), lw.hc_ffn.scale.f32(), hp,
+               pre.data(), post.data(), comb.data(), gemm_mode_);
+    hc_collapse_ref(X.data(), pre.data(), N, hc, D, u.data());
+    rms_norm_ref(u.data(), lw.ffn_norm.f32(), N, D, D, eps, x.data());
+    moe_block(l, batch, x.data(), y.data());
+    hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
+    X.swap(X2);
+  }
+  for (const Batch::Segment& seg : batch.segments) seg.state->n_tokens += seg.end - seg.begin;
+
+  // Final head only for the rows whose logits are wanted.
+  std::vector<int64_t> out_rows;
+  for (const Batch::Segment& seg : batch.segments) {
+    for (int64_t r = seg.all_logits ? seg.begin : seg.end - 1; r < seg.end; ++r) out_rows.push_back(r);
+  }
+  std::vector<float> Xo(n_out * hc * D), h(n_out * D);
+  for (int64_t i = 0; i < n_out; ++i) {
+    std::memcpy(&Xo[i * hc * D], &X[out_rows[i] * hc * D], hc * D * sizeof(float));
+  }
+  hc_head_ref(Xo.data(), n_out, weights_.hc_head.fn.f32(), weights_.hc_head.base.f32(),
+              weights_.hc_head.scale.f32(), hp, h.data(), gemm_mode_);
+  rms_norm_ref(h.data(), weights_.norm.f32(), n_out, D, D, eps, h.data());
+  Tensor logits = Tensor::empty(DType::F32, {n_out, cfg.vocab_size});
+  linear_ref(h.data(), n_out, D, weights_.head.f32(), cfg.vocab_size, logits.f32(), gemm_mode_);
+  return logits;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,79 @@
+// Model: the DeepSeek-V4 backbone forward on the CPU backend (MODEL_SPEC §A), written
+// once against the ops. It processes a batch of sequence chunks: each chunk is a run of
+// tokens of one sequence continuing from that sequence's state (a prefill chunk of any
+// size, or one decode token). Dense work (projections, norms, MoE) runs over all rows of
+// the batch together; attention and the compressors run per sequence.
+//
+// Thread-safety: a Model is immutable after construction; forward() may be called from
+// one thread at a time per SequenceState.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/sequence_state.h"
+#include "model/weights.h"
+#include "ops/linear/linear.h"
+#include "ops/rope/rope.h"
+#include "tensor/tensor.h"
+
+namespace deepinfer {
+
+// `official`: the quantise->dequantise roundings the model was trained with (FP8 window
+// and compressed KV, Hadamard + FP4 indexer q/k; MODEL_SPEC §A.10) on top of fp32 math.
+// `reference`: plain fp32, no roundings: what transformers computes.
+enum class Numerics { kOfficial, kReference };
+
+const char* numerics_name(Numerics numerics);
+Numerics parse_numerics(const std::string& name);
+
+struct ModelOptions {
+  Numerics numerics = Numerics::kOfficial;
+  // Fixed reduction order in every GEMM so a row's logits do not depend on the batch.
+  bool batch_invariant = false;
+};
+
+struct SequenceChunk {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every token of the chunk, else only the last
+};
+
+class Model {
+ public:
+  Model(ModelConfig config, ModelWeights weights, ModelOptions options);
+
+  // Loads config.json + weights from a checkpoint directory.
+  static std::unique_ptr<Model> load(const std::string& dir, const ModelOptions& options);
+  // Builds a model from any weight source (random weights, tests).
+  static std::unique_ptr<Model> from_source(const ModelConfig& config, WeightSource& source,
+                                            const ModelOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+
+  std::unique_ptr<SequenceState> new_state() const;
+
+  // Runs the chunks, advancing each state. Returns fp32 logits [n_rows, V]: for each chunk
+  // in order, all its rows (all_logits) or its last row. Validates token ids and the
+  // context limit before touching any state.
+  Tensor forward(std::span<const SequenceChunk> chunks) const;
+
+ private:
+  struct Batch;
+  void attention_block(int64_t layer, Batch& batch, const float* x, float* out) const;
+  void moe_block(int64_t layer, const Batch& batch, const float* x, float* out) const;
+  void compressor_step(const CompressorWeights& w, CompressorState& st, const float* a,
+                       const float* z, int64_t pos, bool indexer) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  ModelOptions options_;
+  GemmMode gemm_mode_;
+  RopeTable rope_main_, rope_compress_;
+};
+
+}  // namespace deepinfer

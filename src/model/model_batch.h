@@ -1,0 +1,41 @@
+// Model::Batch: the rows of one forward call (all chunks concatenated) with their
+// positions and the segment (sequence) each row belongs to. Internal to the model.
+#pragma once
+
+#include <vector>
+
+#include "model/model.h"
+
+namespace deepinfer {
+
+struct Model::Batch {
+  struct Segment {
+    SequenceState* state;
+    int64_t begin, end;  // rows [begin, end) of the batch
+    int64_t start_pos;   // position of row `begin`
+    bool all_logits;
+  };
+  std::vector<int32_t> tokens;     // [N]
+  std::vector<int64_t> positions;  // [N]
+  std::vector<int32_t> segment_of_row;
+  std::vector<Segment> segments;
+
+  int64_t n_rows() const { return static_cast<int64_t>(tokens.size()); }
+
+  static Batch build(std::span<const SequenceChunk> chunks) {
+    Batch b;
+    for (const SequenceChunk& c : chunks) {
+      const int64_t begin = b.n_rows();
+      const int64_t start = c.state->n_tokens;
+      for (size_t i = 0; i < c.tokens.size(); ++i) {
+        b.tokens.push_back(c.tokens[i]);
+        b.positions.push_back(start + static_cast<int64_t>(i));
+        b.segment_of_row.push_back(static_cast<int32_t>(b.segments.size()));
+      }
+      b.segments.push_back({c.state, begin, b.n_rows(), start, c.all_logits});
+    }
+    return b;
+  }
+};
+
+}  // namespace deepinfer

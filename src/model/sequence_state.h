@@ -1,0 +1,40 @@
+// Incremental state of one sequence (MODEL_SPEC §A.3, §A.5): per layer the sliding-window
+// ring of K=V vectors, the compressor's partial window and overlap halves, and the
+// compressed entries (main and indexer). Host memory, fp32. A fresh state is at position
+// 0; every forward chunk advances `n_tokens`.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer {
+
+// Gated-pooling compressor of one layer (main: width d, indexer: width d_I).
+struct CompressorState {
+  int64_t ratio = 0;   // m
+  int64_t width = 0;   // d_c
+  bool overlap = false;  // ratio 4: two series, entry w pools window w-1 (A) and w (B)
+  // Current (incomplete) window: slot t mod m holds (a_t, z_t), each c*d_c wide (z has ape).
+  std::vector<float> cur_a, cur_z;
+  // Overlap only: A halves (first d_c channels) of the previous complete window.
+  std::vector<float> prev_a, prev_z;
+  bool has_prev = false;
+  // Emitted entries [n_entries, d_c] after norm, RoPE at m*w and QAT rounding.
+  std::vector<float> entries;
+  int64_t n_entries = 0;
+
+  void init(int64_t ratio, int64_t width);
+};
+
+struct LayerState {
+  std::vector<float> ring;  // [W, d]; slot p mod W holds position p
+  CompressorState compressor;
+  CompressorState index_compressor;
+};
+
+struct SequenceState {
+  int64_t n_tokens = 0;  // positions already processed
+  std::vector<LayerState> layers;
+};
+
+}  // namespace deepinfer

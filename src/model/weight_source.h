@@ -1,0 +1,36 @@
+// WeightSource: where the model gets its parameters, by native checkpoint name
+// (MODEL_SPEC §B.5). Implementations: a loaded checkpoint (io::WeightStore, dequantised to
+// fp32) and deterministic random weights (the built-in tiny model, --dummy-weights).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "tensor/tensor.h"
+
+namespace deepinfer {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Returns the tensor `name` with exactly `shape` (F32, or I32 for tid2eid); throws an
+  // Error naming the tensor when it is missing or has another shape.
+  virtual Tensor take(const std::string& name, const Shape& shape) = 0;
+  // Names present in the source that nobody took (excluding drafter `mtp.*` tensors,
+  // which are kept for speculative decoding).
+  virtual std::vector<std::string> untaken() const = 0;
+};
+
+// Opens a checkpoint directory (config.json + safetensors, native or HF names).
+std::unique_ptr<WeightSource> open_checkpoint_weights(const std::string& dir,
+                                                      const ModelConfig& config);
+
+// Deterministic random weights: each tensor is drawn from a generator seeded by
+// (seed, name), so the same name always gets the same values whatever the load order.
+// Scales follow the parameter's role (1/sqrt(fan_in) for projections, ~1 for norms).
+std::unique_ptr<WeightSource> random_weights(const ModelConfig& config, uint64_t seed);
+
+}  // namespace deepinfer

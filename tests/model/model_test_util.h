@@ -1,0 +1,73 @@
+// Helpers for model tests: a small V4 config covering every layer type, and running a
+// token sequence through a model in given chunk sizes.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "model/model.h"
+
+namespace deepinfer::testing {
+
+inline ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 300;
+  c.hidden_size = 64;
+  c.num_layers = 4;
+  c.num_heads = 2;
+  c.head_dim = 96;
+  c.rope_dim = 32;
+  c.q_lora_rank = 32;
+  c.o_groups = 2;
+  c.o_lora_rank = 16;
+  c.sliding_window = 8;
+  c.index_n_heads = 2;
+  c.index_head_dim = 64;
+  c.index_topk = 4;
+  c.n_routed_experts = 6;
+  c.n_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.routed_scaling_factor = 1.5;
+  c.swiglu_limit = 10.0;
+  c.compress_ratios = {0, 4, 128, 4};
+  c.hash_layers = {true, false, false, false};
+  c.yarn = {true, 16.0, 256, 32.0, 1.0};
+  c.max_position_embeddings = 4096;
+  c.eos_token_ids = {1};
+  return c;
+}
+
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = dist(gen);
+  return t;
+}
+
+// Runs `tokens` through a fresh state in chunks of `chunk` (the last one may be shorter)
+// and returns the logits of every position, [n, V] row-major.
+inline std::vector<float> run_chunked(const Model& model, const std::vector<int32_t>& tokens,
+                                      int64_t chunk) {
+  auto state = model.new_state();
+  const int64_t V = model.config().vocab_size;
+  std::vector<float> out;
+  for (size_t begin = 0; begin < tokens.size(); begin += chunk) {
+    const size_t end = std::min(tokens.size(), begin + chunk);
+    SequenceChunk c{state.get(), std::span<const int32_t>(tokens.data() + begin, end - begin), true};
+    Tensor logits = model.forward(std::span<const SequenceChunk>(&c, 1));
+    out.insert(out.end(), logits.f32(), logits.f32() + logits.numel());
+  }
+  (void)V;
+  return out;
+}
+
+inline float max_abs(const std::vector<float>& v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+}  // namespace deepinfer::testing
