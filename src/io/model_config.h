@@ -20,6 +20,7 @@ struct YarnConfig {
   int64_t original_max_position = 0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
+  bool operator==(const YarnConfig&) const = default;
 };
 
 struct QuantConfig {
@@ -27,6 +28,7 @@ struct QuantConfig {
   int64_t weight_block_n = 128;   // weight_block_size[0]
   int64_t weight_block_k = 128;   // weight_block_size[1]
   std::string expert_dtype;       // "" / "fp8" / "fp4"
+  bool operator==(const QuantConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -82,6 +84,7 @@ struct ModelConfig {
   int64_t d_nope() const { return head_dim - rope_dim; }
   bool is_hash_layer(int64_t layer) const { return hash_layers[layer]; }
   int64_t compress_ratio(int64_t layer) const { return compress_ratios[layer]; }
+  bool operator==(const ModelConfig&) const = default;
 };
 
 }  // namespace deepinfer

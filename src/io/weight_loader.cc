@@ -1,0 +1,310 @@
+#include "io/weight_loader.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "io/dequant.h"
+#include "io/weight_names.h"
+
+namespace deepinfer {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string stem(const std::string& name, const std::string& suffix) {
+  return name.substr(0, name.size() - suffix.size());
+}
+
+bool is_float(DType d) {
+  return d == DType::F64 || d == DType::F32 || d == DType::F16 || d == DType::BF16;
+}
+
+// One line on stderr, redrawn at most every 100 ms.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, size_t total_bytes, size_t total_items)
+      : enabled_(enabled), total_bytes_(total_bytes), total_items_(total_items) {}
+  void advance(size_t bytes) {
+    done_bytes_ += bytes;
+    ++done_items_;
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done_items_ < total_items_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    draw();
+  }
+  void finish() {
+    if (enabled_) std::fputc('\n', stderr);
+  }
+
+ private:
+  void draw() const {
+    constexpr int kWidth = 30;
+    const double frac = total_bytes_ ? static_cast<double>(done_bytes_) / total_bytes_
+                                     : static_cast<double>(done_items_) / std::max<size_t>(1, total_items_);
+    const int filled = static_cast<int>(frac * kWidth);
+    char bar[kWidth + 1];
+    for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
+    bar[kWidth] = '\0';
+    std::fprintf(stderr, "\rloading weights [%s] %3d%%  %zu/%zu tensors  %.2f/%.2f GB", bar,
+                 static_cast<int>(frac * 100), done_items_, total_items_, done_bytes_ / 1e9,
+                 total_bytes_ / 1e9);
+    std::fflush(stderr);
+  }
+
+  bool enabled_;
+  size_t total_bytes_, total_items_;
+  size_t done_bytes_ = 0, done_items_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+enum class JobKind { kPlain, kFp8, kFp4, kHfExperts };
+
+struct Job {
+  JobKind kind = JobKind::kPlain;
+  std::string native;  // output name (kHfExperts: unused)
+  std::string origin;  // checkpoint name of the weight
+  Tensor weight;
+  Tensor scale;
+  std::string scale_origin;
+  size_t bytes = 0;
+};
+
+Tensor convert_plain(const std::string& native, const std::string& origin, const Tensor& t) {
+  if (ends_with(native, ".tid2eid")) {
+    CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64)
+        << "tensor '" << origin << "' has dtype " << dtype_name(t.dtype()) << ", expected I32 or I64";
+    Tensor out = Tensor::empty(DType::I32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t v = 0;
+      if (t.dtype() == DType::I64) {
+        std::memcpy(&v, static_cast<const uint8_t*>(t.raw()) + 8 * i, 8);
+      } else {
+        int32_t v32 = 0;
+        std::memcpy(&v32, static_cast<const uint8_t*>(t.raw()) + 4 * i, 4);
+        v = v32;
+      }
+      CHECK(v >= 0 && v <= INT32_MAX) << "tensor '" << origin << "' holds expert id " << v;
+      out.data<int32_t>()[i] = static_cast<int32_t>(v);
+    }
+    return out;
+  }
+  if (is_float(t.dtype())) return convert_to_f32(t, origin);
+  CHECK(t.dtype() != DType::F8_E4M3)
+      << "FP8 tensor '" << origin << "' has no scale tensor (expected '"
+      << (ends_with(native, ".weight") ? stem(native, ".weight") + ".scale" : native + ".scale")
+      << "' or its HF name '*.weight_scale_inv')";
+  return t.clone();
+}
+
+}  // namespace
+
+WeightStore WeightStore::load(const std::string& path, const ModelConfig& config,
+                              const LoadOptions& options) {
+  return load(Checkpoint::open(path), config, options);
+}
+
+WeightStore WeightStore::load(const Checkpoint& checkpoint, const ModelConfig& config,
+                              const LoadOptions& options) {
+  std::map<std::string, Tensor> views;
+  for (const std::string& name : checkpoint.names()) views.emplace(name, checkpoint.tensor(name));
+  return from_tensors(views, config, checkpoint.path(), options);
+}
+
+WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tensors,
+                                      const ModelConfig& config, const std::string& source,
+                                      const LoadOptions& options) {
+  WeightStore store;
+  store.source_ = source;
+  std::vector<std::string> all_names;
+  for (const auto& entry : tensors) all_names.push_back(entry.first);
+  store.hf_names_ = uses_hf_names(all_names);
+
+  // 1. Native names (fused HF experts become their own jobs).
+  std::vector<Job> jobs;
+  std::map<std::string, std::pair<std::string, Tensor>> by_native;  // native -> (origin, view)
+  for (const auto& [name, tensor] : tensors) {
+    int64_t layer = 0;
+    bool gate_up = false;
+    if (store.hf_names_ && is_hf_fused_experts(name, &layer, &gate_up)) {
+      Job job;
+      job.kind = JobKind::kHfExperts;
+      job.origin = name;
+      job.weight = tensor;
+      job.bytes = tensor.nbytes();
+      jobs.push_back(std::move(job));
+      continue;
+    }
+    const std::string native = store.hf_names_ ? hf_to_native(name) : name;
+    auto [it, inserted] = by_native.emplace(native, std::make_pair(name, tensor));
+    CHECK(inserted) << "checkpoint '" << source << "': tensors '" << it->second.first << "' and '"
+                    << name << "' both map to '" << native << "'";
+  }
+
+  // 2. Pair quantised weights with their scales.
+  std::map<std::string, bool> consumed;
+  for (const auto& [native, entry] : by_native) {
+    if (!ends_with(native, ".scale")) continue;
+    const std::string weight_name = stem(native, ".scale") + ".weight";
+    auto w = by_native.find(weight_name);
+    if (w == by_native.end()) continue;
+    const DType wd = w->second.second.dtype();
+    CHECK(wd == DType::F8_E4M3 || wd == DType::I8 || wd == DType::U8)
+        << "tensor '" << entry.first << "' is a scale, but '" << w->second.first
+        << "' is not quantised (" << dtype_name(wd) << ")";
+    consumed[native] = true;
+  }
+  for (const auto& [native, entry] : by_native) {
+    if (consumed.count(native)) continue;
+    Job job;
+    job.native = native;
+    job.origin = entry.first;
+    job.weight = entry.second;
+    job.bytes = entry.second.nbytes();
+    const DType wd = job.weight.dtype();
+    if (ends_with(native, ".weight") && (wd == DType::F8_E4M3 || wd == DType::I8 || wd == DType::U8)) {
+      auto s = by_native.find(stem(native, ".weight") + ".scale");
+      if (s != by_native.end()) {
+        job.scale = s->second.second;
+        job.scale_origin = s->second.first;
+        job.bytes += job.scale.nbytes();
+        if (wd == DType::F8_E4M3) {
+          job.kind = JobKind::kFp8;
+        } else {
+          CHECK(is_fp4_pair(job.weight, job.scale))
+              << "tensor '" << job.origin << "' (" << job.weight.str() << ") with scale '"
+              << job.scale_origin << "' (" << job.scale.str()
+              << ") is not packed FP4: expected a weight [N, K/2] and an F8_E8M0 scale [N, K/32]";
+          job.kind = JobKind::kFp4;
+        }
+      }
+    }
+    jobs.push_back(std::move(job));
+  }
+
+  // 3. Convert.
+  size_t total_bytes = 0;
+  for (const Job& job : jobs) total_bytes += job.bytes;
+  const bool show = options.progress == LoadOptions::Progress::kOn ||
+                    (options.progress == LoadOptions::Progress::kAuto && ::isatty(STDERR_FILENO));
+  ProgressBar bar(show, total_bytes, jobs.size());
+  auto put = [&](const std::string& native, Tensor tensor, const std::string& origin) {
+    auto [it, inserted] =
+        store.entries_.emplace(native, Entry{std::move(tensor), origin == native ? "" : origin});
+    CHECK(inserted) << "checkpoint '" << source << "': tensors '"
+                    << (it->second.origin.empty() ? native : it->second.origin) << "' and '"
+                    << origin << "' both map to '" << native << "'";
+  };
+  for (const Job& job : jobs) {
+    switch (job.kind) {
+      case JobKind::kPlain:
+        put(job.native, convert_plain(job.native, job.origin, job.weight), job.origin);
+        break;
+      case JobKind::kFp8:
+        put(job.native,
+            dequant_fp8_block(job.weight, job.scale, config.quant.weight_block_n,
+                              config.quant.weight_block_k, job.origin),
+            job.origin);
+        break;
+      case JobKind::kFp4:
+        put(job.native, dequant_fp4(job.weight, job.scale, job.origin), job.origin);
+        break;
+      case JobKind::kHfExperts: {
+        CHECK(is_float(job.weight.dtype()))
+            << "tensor '" << job.origin << "' has dtype " << dtype_name(job.weight.dtype())
+            << "; quantised fused HF experts are not supported";
+        const Tensor fused = convert_to_f32(job.weight, job.origin);
+        for (auto& [native, view] : split_hf_experts(job.origin, fused)) put(native, view, job.origin);
+        break;
+      }
+    }
+    bar.advance(job.bytes);
+  }
+  bar.finish();
+  return store;
+}
+
+WeightStore::Entry& WeightStore::lookup(const std::string& name, const Shape& expected, DType dtype) {
+  auto it = entries_.find(name);
+  CHECK_KIND(kNotFound, it != entries_.end())
+      << "missing tensor '" << name << "' in checkpoint '" << source_ << "'";
+  Entry& e = it->second;
+  const std::string origin = e.origin.empty() ? "" : " (checkpoint tensor '" + e.origin + "')";
+  CHECK(e.tensor.shape() == expected) << "tensor '" << name << "'" << origin << " has shape "
+                                      << shape_str(e.tensor.shape()) << ", expected "
+                                      << shape_str(expected);
+  CHECK(e.tensor.dtype() == dtype) << "tensor '" << name << "'" << origin << " has dtype "
+                                   << dtype_name(e.tensor.dtype()) << ", expected "
+                                   << dtype_name(dtype);
+  return e;
+}
+
+Tensor WeightStore::take(const std::string& name, const Shape& expected, DType dtype) {
+  Entry& e = lookup(name, expected, dtype);
+  e.taken = true;
+  return e.tensor;
+}
+
+Tensor WeightStore::take_optional(const std::string& name, const Shape& expected, DType dtype) {
+  if (!has(name)) return Tensor();
+  return take(name, expected, dtype);
+}
+
+const Tensor& WeightStore::peek(const std::string& name) const {
+  auto it = entries_.find(name);
+  CHECK_KIND(kNotFound, it != entries_.end())
+      << "missing tensor '" << name << "' in checkpoint '" << source_ << "'";
+  return it->second.tensor;
+}
+
+std::vector<std::string> WeightStore::names() const {
+  std::vector<std::string> out;
+  for (const auto& entry : entries_) out.push_back(entry.first);
+  return out;
+}
+
+std::vector<std::string> WeightStore::untaken(const std::string& prefix) const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) {
+    if (!e.taken && starts_with(name, prefix)) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> WeightStore::untaken_excluding(const std::string& excluded_prefix) const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) {
+    if (!e.taken && !(excluded_prefix.size() && starts_with(name, excluded_prefix))) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+void WeightStore::check_all_taken(const std::string& excluded_prefix) const {
+  const std::vector<std::string> left = untaken_excluding(excluded_prefix);
+  if (left.empty()) return;
+  std::string list;
+  constexpr size_t kShown = 5;
+  for (size_t i = 0; i < left.size() && i < kShown; ++i) {
+    const Entry& e = entries_.at(left[i]);
+    list += (i ? ", '" : "'") + left[i] + "'" +
+            (e.origin.empty() ? "" : " (checkpoint tensor '" + e.origin + "')");
+  }
+  if (left.size() > kShown) list += " and " + std::to_string(left.size() - kShown) + " more";
+  THROW(kInvalidInput) << "unexpected tensor" << (left.size() > 1 ? "s " : " ") << list
+                       << " in checkpoint '" << source_ << "'";
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,95 @@
+// WeightStore: every tensor of a checkpoint under its NATIVE name (weight_names.h),
+// as an owned host tensor ready for the CPU backend:
+//  * F64 / F32 / F16 / BF16                   -> F32
+//  * block-FP8 `X.weight` (F8_E4M3 [N, K]) + `X.scale` (F8_E8M0) or HF
+//    `X.weight_scale_inv` (F32 / E8M0 / BF16), blocks from quantization_config
+//    (default 128x128)                        -> F32 [N, K]
+//  * FP4 `X.weight` (I8/U8 [N, K/2]) + `X.scale` (F8_E8M0 [N, K/32]) -> F32 [N, K]
+//  * `*.tid2eid` (I32 or I64)                 -> I32
+//  * other integer / bool tensors             -> kept as they are (copied)
+// Scale tensors that belong to a quantised weight are consumed and not exposed.
+// HF checkpoints (any name starting with `model.` or `lm_head.`) are renamed to native
+// names, and fused HF experts are split into `layers.N.ffn.experts.E.{w1,w2,w3}.weight`.
+// `mtp.*` tensors are loaded like the others and stay available for the drafters.
+//
+// The model takes what it needs with take(); afterwards untaken_excluding("mtp.") (or
+// check_all_taken()) lists what it did not recognise, so a stray tensor is an error:
+//   auto store = WeightStore::load(dir, config);
+//   Tensor wq_a = store.take("layers.0.attn.wq_a.weight", {cfg.q_lora_rank, cfg.hidden_size});
+//   ...
+//   store.check_all_taken();  // throws "unexpected tensor 'layers.0.foo'"
+//
+// Thread-safety: none (load, take and query from one thread).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "tensor/tensor.h"
+
+namespace deepinfer {
+
+struct LoadOptions {
+  enum class Progress { kAuto, kOn, kOff };
+  // kAuto: a progress bar on stderr only when stderr is a terminal.
+  Progress progress = Progress::kAuto;
+};
+
+class WeightStore {
+ public:
+  WeightStore() = default;
+
+  // Opens the checkpoint (directory or single file; see Checkpoint::open) and loads it.
+  static WeightStore load(const std::string& path, const ModelConfig& config,
+                          const LoadOptions& options = {});
+  static WeightStore load(const Checkpoint& checkpoint, const ModelConfig& config,
+                          const LoadOptions& options = {});
+  // Same conversion pipeline on in-memory tensors (native or HF names, any supported
+  // dtype), e.g. a generated model; `source` names them in error messages.
+  static WeightStore from_tensors(const std::map<std::string, Tensor>& tensors,
+                                  const ModelConfig& config, const std::string& source = "memory",
+                                  const LoadOptions& options = {});
+
+  bool has(const std::string& name) const { return entries_.count(name) != 0; }
+  // The tensor `name`, marked as taken. Throws kNotFound "missing tensor 'NAME'" if absent,
+  // kInvalidInput "tensor 'NAME' has shape [..], expected [..]" or "... dtype I32,
+  // expected F32" on a mismatch.
+  Tensor take(const std::string& name, const Shape& expected, DType dtype = DType::F32);
+  // Like take(), but returns an undefined Tensor if `name` is absent (a present tensor of
+  // the wrong shape or dtype still throws).
+  Tensor take_optional(const std::string& name, const Shape& expected, DType dtype = DType::F32);
+  // Read access without marking as taken; throws kNotFound if absent.
+  const Tensor& peek(const std::string& name) const;
+
+  // All native names, sorted.
+  std::vector<std::string> names() const;
+  size_t size() const { return entries_.size(); }
+  // Names not taken yet that start with `prefix` ("" = all), sorted.
+  std::vector<std::string> untaken(const std::string& prefix = "") const;
+  // Names not taken yet that do NOT start with `excluded_prefix`, sorted.
+  std::vector<std::string> untaken_excluding(const std::string& excluded_prefix) const;
+  // Throws kInvalidInput "unexpected tensor 'NAME'" (the first few, and a count) if any
+  // tensor outside `excluded_prefix` was not taken.
+  void check_all_taken(const std::string& excluded_prefix = "mtp.") const;
+
+  // Where the tensors came from (checkpoint path), for messages.
+  const std::string& source() const { return source_; }
+  bool loaded_hf_names() const { return hf_names_; }
+
+ private:
+  struct Entry {
+    Tensor tensor;
+    std::string origin;  // checkpoint name, if different from the native name
+    bool taken = false;
+  };
+  Entry& lookup(const std::string& name, const Shape& expected, DType dtype);
+
+  std::map<std::string, Entry> entries_;
+  std::string source_;
+  bool hf_names_ = false;
+};
+
+}  // namespace deepinfer
