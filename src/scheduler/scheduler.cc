@@ -1,0 +1,227 @@
+// The scheduler's idea is stated once, at the top of scheduler.h: every request's
+// num_computed_tokens catches up with its token count; a step hands out chunks of the
+// difference within a token budget, preempting the latest request when state runs out.
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace deepinfer {
+
+Scheduler::Scheduler(SchedulerConfig config, CacheLayout layout, const PoolPlan& plan)
+    : config_(config), cache_(std::move(layout), plan) {
+  CHECK(config_.max_num_batched_tokens > 0)
+      << "Scheduler: max_num_batched_tokens must be positive, got " << config_.max_num_batched_tokens;
+  CHECK(config_.max_num_seqs > 0) << "Scheduler: max_num_seqs must be positive, got "
+                                  << config_.max_num_seqs;
+  CHECK(config_.max_model_len >= 0) << "Scheduler: negative max_model_len";
+}
+
+Scheduler::Key Scheduler::key(const Request& r) const {
+  return {config_.priority ? r.priority : 0, r.arrival, r.id};
+}
+
+int64_t Scheduler::remaining(const Request& r) const {
+  if (!r.wants_more_outputs()) return 0;
+  return r.num_tokens_with_placeholders() - r.num_computed_tokens;
+}
+
+void Scheduler::add_request(RequestSpec spec) {
+  CHECK(requests_.count(spec.id) == 0) << "Scheduler: request id " << spec.id << " is already live";
+  CHECK(!spec.prompt_token_ids.empty()) << "Scheduler: request " << spec.id << " has an empty prompt";
+  CHECK(spec.max_tokens >= 1) << "Scheduler: request " << spec.id << " has max_tokens "
+                              << spec.max_tokens;
+  CHECK(spec.min_tokens >= 0 && spec.min_tokens <= spec.max_tokens)
+      << "Scheduler: request " << spec.id << " has min_tokens " << spec.min_tokens
+      << " outside [0, max_tokens=" << spec.max_tokens << "]";
+  const int64_t total = int64_t(spec.prompt_token_ids.size()) + spec.max_tokens;
+  CHECK(config_.max_model_len == 0 || total <= config_.max_model_len)
+      << "Scheduler: request " << spec.id << " needs " << total << " tokens (prompt "
+      << spec.prompt_token_ids.size() << " + max_tokens " << spec.max_tokens
+      << "), more than max_model_len " << config_.max_model_len;
+  CHECK_KIND(kResourceExhausted, cache_.fits_alone(total))
+      << "Scheduler: request " << spec.id << " of " << total
+      << " tokens cannot fit the state cache even alone";
+
+  auto r = std::make_unique<Request>();
+  r->id = spec.id;
+  r->priority = spec.priority;
+  r->arrival = next_arrival_++;
+  r->num_prompt_tokens = int64_t(spec.prompt_token_ids.size());
+  r->token_ids = std::move(spec.prompt_token_ids);
+  r->token_ids.reserve(size_t(total));
+  r->max_tokens = spec.max_tokens;
+  r->min_tokens = spec.min_tokens;
+  r->stop_token_ids = std::move(spec.stop_token_ids);
+  waiting_.insert(key(*r));
+  requests_.emplace(r->id, std::move(r));
+}
+
+void Scheduler::add_chunk(Request& r, int64_t n_tokens, SchedulerOutput& out, int64_t& budget) {
+  cache_.allocate(r.id, r.num_computed_tokens, n_tokens);
+  ScheduledChunk chunk;
+  chunk.request_id = r.id;
+  chunk.start_position = r.num_computed_tokens;
+  chunk.n_tokens = n_tokens;
+  chunk.samples = r.num_computed_tokens + n_tokens == r.num_tokens_with_placeholders();
+  r.num_computed_tokens += n_tokens;
+  if (chunk.samples) ++r.num_output_placeholders;
+  budget -= n_tokens;
+  out.n_scheduled_tokens += n_tokens;
+  out.scheduled.push_back(chunk);
+}
+
+void Scheduler::preempt(Request& r, SchedulerOutput& out, int64_t& budget) {
+  ICHECK(r.status == RequestStatus::kRunning) << "Scheduler: preempting request " << r.id
+                                              << " in state " << request_status_name(r.status);
+  // A chunk given to it earlier in this schedule() is withdrawn.
+  auto it = std::find_if(out.scheduled.begin(), out.scheduled.end(),
+                         [&](const ScheduledChunk& c) { return c.request_id == r.id; });
+  if (it != out.scheduled.end()) {
+    budget += it->n_tokens;
+    out.n_scheduled_tokens -= it->n_tokens;
+    if (it->samples) --r.num_output_placeholders;
+    out.scheduled.erase(it);
+  }
+  cache_.free_request(r.id);
+  r.status = RequestStatus::kPreempted;
+  r.num_computed_tokens = 0;
+  ++r.num_preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), &r));
+  waiting_.insert(key(r));
+  out.preempted_ids.push_back(r.id);
+}
+
+bool Scheduler::preempt_one_after(const Request& r, SchedulerOutput& out, int64_t& budget) {
+  Request* victim = nullptr;
+  for (Request* other : running_) {
+    if (other != &r && key(*other) > key(r) && (victim == nullptr || key(*other) > key(*victim))) {
+      victim = other;
+    }
+  }
+  if (victim == nullptr) return false;
+  preempt(*victim, out, budget);
+  return true;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  out.step = next_step_++;
+  out.finished_ids = std::move(finished_since_schedule_);
+  finished_since_schedule_.clear();
+  int64_t budget = config_.max_num_batched_tokens;
+
+  for (Request* r : running_) cache_.release_slid_out(r->id, r->num_computed_tokens);
+  std::sort(running_.begin(), running_.end(),
+            [&](const Request* a, const Request* b) { return key(*a) < key(*b); });
+
+  // (1) Running requests: decodes first, then prefill chunks, each pass in policy order.
+  std::vector<Request*> order;
+  for (Request* r : running_) if (remaining(*r) == 1) order.push_back(r);
+  for (Request* r : running_) if (remaining(*r) > 1) order.push_back(r);
+  for (Request* r : order) {
+    if (budget == 0) break;
+    if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier request
+    int64_t n = std::min(remaining(*r), budget);
+    while (!cache_.can_allocate(r->id, r->num_computed_tokens, n)) {
+      if (preempt_one_after(*r, out, budget)) continue;
+      n = cache_.max_allocatable(r->id, r->num_computed_tokens, n);
+      if (n == 0) preempt(*r, out, budget);
+      break;
+    }
+    if (r->status == RequestStatus::kRunning) add_chunk(*r, n, out, budget);
+  }
+
+  // (2) Admission, only when the pools did not force a preemption.
+  if (out.preempted_ids.empty()) {
+    for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+                                     int64_t(running_.size()) < config_.max_num_seqs;) {
+      Request& r = *requests_.at(std::get<2>(*it));
+      // Outputs still in flight from before a preemption must land before recomputing.
+      if (r.num_output_placeholders > 0) {
+        ++it;
+        continue;
+      }
+      ICHECK(r.num_computed_tokens == 0);
+      int64_t n = std::min(remaining(r), budget);
+      if (!cache_.can_allocate(r.id, 0, n)) {
+        // With empty pools a smaller first chunk always fits (add_request checked it).
+        if (cache_.num_requests() > 0) break;
+        n = cache_.max_allocatable(r.id, 0, n);
+        if (n == 0) break;
+      }
+      it = waiting_.erase(it);
+      r.status = RequestStatus::kRunning;
+      running_.push_back(&r);
+      add_chunk(r, n, out, budget);
+    }
+  }
+  return out;
+}
+
+FinishedRequest Scheduler::finish_request(Request& r, FinishReason reason) {
+  cache_.free_request(r.id);
+  if (r.status == RequestStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), &r));
+  } else {
+    waiting_.erase(key(r));
+  }
+  r.status = finished_status(reason);
+  FinishedRequest done;
+  done.id = r.id;
+  done.reason = reason;
+  done.output_token_ids = r.output_token_ids();
+  done.num_preemptions = r.num_preemptions;
+  finished_since_schedule_.push_back(r.id);
+  requests_.erase(r.id);  // destroys r
+  return done;
+}
+
+std::vector<FinishedRequest> Scheduler::update(const SchedulerOutput& output,
+                                               const std::vector<std::vector<int32_t>>& sampled) {
+  CHECK(sampled.size() == output.scheduled.size())
+      << "Scheduler::update: " << sampled.size() << " sample lists for "
+      << output.scheduled.size() << " scheduled chunks of step " << output.step;
+  std::vector<FinishedRequest> finished;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const ScheduledChunk& chunk = output.scheduled[i];
+    auto it = requests_.find(chunk.request_id);
+    if (it == requests_.end()) continue;  // finished meanwhile: its samples are dropped
+    CHECK(chunk.samples != sampled[i].empty())
+        << "Scheduler::update: request " << chunk.request_id << " got " << sampled[i].size()
+        << " tokens for a chunk that " << (chunk.samples ? "samples" : "does not sample");
+    if (!chunk.samples) continue;
+    Request& r = *it->second;
+    ICHECK(r.num_output_placeholders > 0)
+        << "Scheduler::update: request " << r.id << " has no sample in flight";
+    --r.num_output_placeholders;
+    std::optional<FinishReason> reason;
+    for (int32_t token : sampled[i]) {
+      r.token_ids.push_back(token);
+      const bool stop_allowed = r.num_output_tokens() > r.min_tokens;
+      if (stop_allowed && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+                              r.stop_token_ids.end()) {
+        reason = FinishReason::kStop;
+      } else if (r.num_output_tokens() >= r.max_tokens) {
+        reason = FinishReason::kLength;
+      }
+      if (reason) break;
+    }
+    if (reason) finished.push_back(finish_request(r, *reason));
+  }
+  return finished;
+}
+
+std::optional<FinishedRequest> Scheduler::finish(int64_t id, FinishReason reason) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return std::nullopt;
+  return finish_request(*it->second, reason);
+}
+
+const Request* Scheduler::find(int64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace deepinfer

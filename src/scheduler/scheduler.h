@@ -1,0 +1,102 @@
+// Scheduler: requests, their state machine (request.h) and one step's batch.
+//
+// The one idea: there is no prefill phase and no decode phase. Each request has
+// num_computed_tokens, which catches up with num_tokens_with_placeholders() (prompt + outputs
+// + samples in flight). A step gives each running request a chunk of the difference within
+// a token budget: a whole prompt, a prefill chunk, one decode token, the recomputation of a
+// preempted request, and (later) speculative tokens are all the same case.
+//
+// Per step: (1) running requests that need one token (decodes), then running requests that
+// need more (prefill chunks), in policy order, each within max_num_batched_tokens; when the
+// state cache cannot hold a chunk, the running request latest in policy order is preempted
+// (state freed, num_computed_tokens = 0, back to waiting with its outputs kept) until it fits;
+// a request preempted by nobody else shrinks its prefill chunk, or preempts itself;
+// (2) if nothing was preempted, waiting requests in policy order are admitted while the
+// budget, max_num_seqs and the free state blocks allow (a waiting request never preempts).
+// Policy order: FCFS by arrival, or by (priority, arrival) with priority on.
+//
+// Overlap: num_computed_tokens advances inside schedule(), so the engine may call schedule()
+// for step t+1 before update() of step t; outputs in flight count as placeholders.
+// Not thread-safe: one thread calls every method.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/cache_layout.h"
+#include "cache/pool_plan.h"
+#include "cache/state_cache.h"
+#include "scheduler/request.h"
+#include "scheduler/scheduler_output.h"
+
+namespace deepinfer {
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 8192;  // tokens computed per step, all requests together
+  int64_t max_num_seqs = 256;             // running requests at once
+  int64_t max_model_len = 0;              // prompt + max_tokens limit; 0: only the cache's limit
+  bool priority = false;                  // false: FCFS; true: by (priority, arrival)
+};
+
+class Scheduler {
+ public:
+  // The scheduler owns the state cache built from `layout` and `plan`.
+  Scheduler(SchedulerConfig config, CacheLayout layout, const PoolPlan& plan);
+
+  // Queues a request. Throws kInvalidInput for a bad spec or a live duplicate id, and
+  // kResourceExhausted when prompt + max_tokens could never fit the pools alone.
+  void add_request(RequestSpec spec);
+
+  // Plans one step (see the top of this file).
+  SchedulerOutput schedule();
+
+  // Delivers the samples of `output` (a schedule() result, oldest not yet updated first):
+  // sampled[i] are the tokens for output.scheduled[i], non-empty exactly where
+  // scheduled[i].samples. Appends them, then finishes requests on a stop token id (after
+  // min_tokens outputs; tokens after it are dropped) or at max_tokens. Chunks of requests
+  // that finished meanwhile are skipped. Returns the requests finished by this call.
+  std::vector<FinishedRequest> update(const SchedulerOutput& output,
+                                      const std::vector<std::vector<int32_t>>& sampled);
+
+  // Finishes a live request now (stop string found by the detokenizer: kStop; cancellation:
+  // kAbort), freeing its state. Returns nullopt for an unknown or already finished id.
+  std::optional<FinishedRequest> finish(int64_t id, FinishReason reason);
+  std::optional<FinishedRequest> abort(int64_t id) { return finish(id, FinishReason::kAbort); }
+
+  // A live request, or nullptr. Valid until the next call that may finish it.
+  const Request* find(int64_t id) const;
+  int64_t num_waiting() const { return int64_t(waiting_.size()); }
+  int64_t num_running() const { return int64_t(running_.size()); }
+  bool has_unfinished() const { return !requests_.empty(); }
+
+  const SchedulerConfig& config() const { return config_; }
+  // Block tables and state slots of running requests (read them after schedule()).
+  const StateCache& cache() const { return cache_; }
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t>;  // (priority, arrival, id)
+  Key key(const Request& r) const;
+  // Tokens the request could compute next (0 when it must wait for an in-flight sample).
+  int64_t remaining(const Request& r) const;
+  // Preempts the latest running request in policy order after `r`, or returns false.
+  bool preempt_one_after(const Request& r, SchedulerOutput& out, int64_t& budget);
+  void preempt(Request& r, SchedulerOutput& out, int64_t& budget);
+  void add_chunk(Request& r, int64_t n_tokens, SchedulerOutput& out, int64_t& budget);
+  FinishedRequest finish_request(Request& r, FinishReason reason);
+
+  SchedulerConfig config_;
+  StateCache cache_;
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live requests
+  std::set<Key> waiting_;           // kWaiting and kPreempted, in policy order
+  std::vector<Request*> running_;   // kRunning
+  std::vector<int64_t> finished_since_schedule_;
+  int64_t next_arrival_ = 0;
+  int64_t next_step_ = 0;
+};
+
+}  // namespace deepinfer
