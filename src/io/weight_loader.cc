@@ -235,7 +235,9 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
   return store;
 }
 
-WeightStore::Entry& WeightStore::lookup(const std::string& name, const Shape& expected, DType dtype) {
+WeightStore::Entry& WeightStore::lookup(const std::string& name, const Shape& expected,
+                                        std::optional<DType> want) {
+  const DType dtype = want ? *want : ends_with(name, ".tid2eid") ? DType::I32 : DType::F32;
   auto it = entries_.find(name);
   CHECK_KIND(kNotFound, it != entries_.end())
       << "missing tensor '" << name << "' in checkpoint '" << source_ << "'";
@@ -250,13 +252,15 @@ WeightStore::Entry& WeightStore::lookup(const std::string& name, const Shape& ex
   return e;
 }
 
-Tensor WeightStore::take(const std::string& name, const Shape& expected, DType dtype) {
+Tensor WeightStore::take(const std::string& name, const Shape& expected,
+                         std::optional<DType> dtype) {
   Entry& e = lookup(name, expected, dtype);
   e.taken = true;
   return e.tensor;
 }
 
-Tensor WeightStore::take_optional(const std::string& name, const Shape& expected, DType dtype) {
+Tensor WeightStore::take_optional(const std::string& name, const Shape& expected,
+                                  std::optional<DType> dtype) {
   if (!has(name)) return Tensor();
   return take(name, expected, dtype);
 }

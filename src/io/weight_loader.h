@@ -23,6 +23,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,12 +56,15 @@ class WeightStore {
 
   bool has(const std::string& name) const { return entries_.count(name) != 0; }
   // The tensor `name`, marked as taken. Throws kNotFound "missing tensor 'NAME'" if absent,
-  // kInvalidInput "tensor 'NAME' has shape [..], expected [..]" or "... dtype I32,
-  // expected F32" on a mismatch.
-  Tensor take(const std::string& name, const Shape& expected, DType dtype = DType::F32);
+  // kInvalidInput "tensor 'NAME' has shape [..], expected [..]" or "... dtype I8,
+  // expected F32" on a mismatch. Without `dtype` the expected dtype is I32 for names
+  // ending in ".tid2eid" and F32 for everything else.
+  Tensor take(const std::string& name, const Shape& expected,
+              std::optional<DType> dtype = std::nullopt);
   // Like take(), but returns an undefined Tensor if `name` is absent (a present tensor of
   // the wrong shape or dtype still throws).
-  Tensor take_optional(const std::string& name, const Shape& expected, DType dtype = DType::F32);
+  Tensor take_optional(const std::string& name, const Shape& expected,
+                       std::optional<DType> dtype = std::nullopt);
   // Read access without marking as taken; throws kNotFound if absent.
   const Tensor& peek(const std::string& name) const;
 
@@ -85,7 +89,7 @@ class WeightStore {
     std::string origin;  // checkpoint name, if different from the native name
     bool taken = false;
   };
-  Entry& lookup(const std::string& name, const Shape& expected, DType dtype);
+  Entry& lookup(const std::string& name, const Shape& expected, std::optional<DType> dtype);
 
   std::map<std::string, Entry> entries_;
   std::string source_;
