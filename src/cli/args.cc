@@ -1,0 +1,65 @@
+#include "cli/args.h"
+
+#include "base/error.h"
+
+namespace deepinfer {
+
+Args::Args(int argc, char** argv, int first, const std::set<std::string>& options,
+           const std::set<std::string>& flags) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (flags.count(name)) {
+      flags_.insert(name);
+      continue;
+    }
+    CHECK(options.count(name)) << "unknown option --" << name;
+    if (eq == std::string::npos) {
+      CHECK(i + 1 < argc) << "option --" << name << " needs a value";
+      value = argv[++i];
+    }
+    values_[name] = value;
+  }
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  try {
+    size_t used = 0;
+    const int64_t v = std::stoll(it->second, &used);
+    CHECK(used == it->second.size()) << "--" << name << " expects an integer, got '" << it->second << "'";
+    return v;
+  } catch (const std::logic_error&) {
+    THROW(kInvalidInput) << "--" << name << " expects an integer, got '" << it->second << "'";
+  }
+}
+
+double Args::get_double(const std::string& name, double fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  try {
+    size_t used = 0;
+    const double v = std::stod(it->second, &used);
+    CHECK(used == it->second.size()) << "--" << name << " expects a number, got '" << it->second << "'";
+    return v;
+  } catch (const std::logic_error&) {
+    THROW(kInvalidInput) << "--" << name << " expects a number, got '" << it->second << "'";
+  }
+}
+
+}  // namespace deepinfer

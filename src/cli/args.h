@@ -1,0 +1,30 @@
+// A small command-line parser: `--name value`, `--flag`, positional words. Unknown or
+// malformed options raise an Error naming them.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace deepinfer {
+
+class Args {
+ public:
+  // `flags` take no value; every other `--name` needs one.
+  Args(int argc, char** argv, int first, const std::set<std::string>& options,
+       const std::set<std::string>& flags);
+
+  bool has(const std::string& name) const { return values_.count(name) || flags_.count(name); }
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,101 @@
+// deepinfer command line: `deepinfer generate ...` (see usage()).
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "cli/args.h"
+#include "cli/model_loading.h"
+#include "engine/generate_loop.h"
+
+namespace deepinfer {
+namespace {
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)\n"
+               "         [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
+               "         [--seed S] [--numerics official|reference] [--batch-invariant] [--ignore-eos]\n"
+               "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n");
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      ids.push_back(static_cast<int32_t>(std::stol(item)));
+    } catch (const std::logic_error&) {
+      THROW(kInvalidInput) << "--prompt-ids: '" << item << "' is not a token id";
+    }
+  }
+  return ids;
+}
+
+int cmd_generate(int argc, char** argv) {
+  Args args(argc, argv, 2,
+            {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k",
+             "min-p", "seed", "numerics"},
+            {"batch-invariant", "ignore-eos"});
+  ModelOptions options;
+  options.numerics = parse_numerics(args.get("numerics", "official"));
+  options.batch_invariant = args.has("batch-invariant");
+  LoadedModel loaded = load_model_for_cli(args.get("model"), options);
+
+  std::vector<int32_t> prompt;
+  if (args.has("prompt-ids")) {
+    prompt = parse_ids(args.get("prompt-ids"));
+  } else {
+    CHECK(args.has("prompt")) << "give --prompt TEXT or --prompt-ids";
+    prompt = loaded.encode(args.get("prompt"));
+  }
+  SamplingParams params;
+  params.max_tokens = args.get_int("max-tokens", 32);
+  params.temperature = static_cast<float>(args.get_double("temperature", 0.0));
+  params.top_p = static_cast<float>(args.get_double("top-p", 1.0));
+  params.top_k = args.get_int("top-k", 0);
+  params.min_p = static_cast<float>(args.get_double("min-p", 0.0));
+  params.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  params.ignore_eos = args.has("ignore-eos");
+
+  std::string printed;
+  auto stream = loaded.make_stream();
+  GenerateResult r = generate_tokens(*loaded.model, prompt, params, [&](int32_t token) {
+    const std::string piece = stream(token);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::printf("\n");
+  const double tps = r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0.0;
+  std::fprintf(stderr,
+               "[%zu prompt tokens, %zu generated, finish=%s] prefill %.1f ms (%.0f tok/s), "
+               "decode %.1f tok/s\n",
+               prompt.size(), r.tokens.size(), r.finish_reason.c_str(), r.prefill_seconds * 1e3,
+               prompt.size() / std::max(r.prefill_seconds, 1e-9), tps);
+  return 0;
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    deepinfer::usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "generate") return deepinfer::cmd_generate(argc, argv);
+    std::fprintf(stderr, "deepinfer: unknown command '%s'\n", cmd.c_str());
+    deepinfer::usage();
+    return 2;
+  } catch (const deepinfer::Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepinfer: internal error: %s\n", e.what());
+    return 1;
+  }
+}

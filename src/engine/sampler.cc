@@ -1,0 +1,95 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+#include "base/error.h"
+
+namespace deepinfer {
+
+void SamplingParams::validate() const {
+  CHECK(std::isfinite(temperature) && temperature >= 0.0f) << "temperature must be >= 0, got " << temperature;
+  CHECK(top_k >= 0) << "top_k must be >= 0, got " << top_k;
+  CHECK(top_p > 0.0f && top_p <= 1.0f) << "top_p must be in (0, 1], got " << top_p;
+  CHECK(min_p >= 0.0f && min_p <= 1.0f) << "min_p must be in [0, 1], got " << min_p;
+  CHECK(repetition_penalty > 0.0f) << "repetition_penalty must be > 0, got " << repetition_penalty;
+  CHECK(std::abs(presence_penalty) <= 2.0f) << "presence_penalty must be in [-2, 2]";
+  CHECK(std::abs(frequency_penalty) <= 2.0f) << "frequency_penalty must be in [-2, 2]";
+  CHECK(max_tokens >= 1) << "max_tokens must be >= 1, got " << max_tokens;
+  CHECK(min_tokens >= 0 && min_tokens <= max_tokens) << "min_tokens must be in [0, max_tokens]";
+}
+
+double sample_uniform(uint64_t seed, int64_t position) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(position) * 0xd1b54a32d192ed03ull +
+               0x2545f4914f6cdd1dull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+void apply_penalties(std::span<float> logits, const SamplingParams& p,
+                     std::span<const int32_t> history) {
+  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
+  std::unordered_map<int32_t, int> counts;
+  for (int32_t t : history) ++counts[t];
+  for (const auto& [token, count] : counts) {
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) continue;
+    float& l = logits[token];
+    if (p.repetition_penalty != 1.0f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+  }
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  ICHECK(n > 0);
+  if (p.temperature == 0.0f || p.top_k == 1) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates ordered by (logit desc, id asc); keep top-k first to bound the work.
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  const int64_t k = p.top_k > 0 ? std::min<int64_t>(p.top_k, n) : n;
+  auto order = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), order);
+  ids.resize(k);
+  const float mx = logits[ids[0]];
+  std::vector<double> probs(k);
+  double total = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    probs[i] = std::exp((static_cast<double>(logits[ids[i]]) - mx) / p.temperature);
+    total += probs[i];
+  }
+  int64_t keep = k;
+  double cum = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    probs[i] /= total;
+    if (p.min_p > 0.0f && probs[i] < p.min_p * probs[0]) {
+      keep = std::min(keep, i);
+    }
+  }
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += probs[i];
+    if (cum >= p.top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  keep = std::max<int64_t>(keep, 1);
+  double mass = 0.0;
+  for (int64_t i = 0; i < keep; ++i) mass += probs[i];
+  const double u = sample_uniform(p.seed, position) * mass;
+  double acc = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace deepinfer

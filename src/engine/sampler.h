@@ -1,0 +1,45 @@
+// Sampling of one token from fp32 logits (DESIGN.md §2). Deterministic: the random
+// number for a request's output position i is a pure function of (seed, i), never of
+// the batch slot or the step, so a seeded request samples the same tokens in any batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace deepinfer {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int64_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  int64_t max_tokens = 16;
+  int64_t min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+
+  // Throws Error naming the first invalid field.
+  void validate() const;
+};
+
+// Uniform in [0, 1) from (seed, position): a counter-based generator (splitmix64 of a
+// hash of both), the same on every backend.
+double sample_uniform(uint64_t seed, int64_t position);
+
+// Applies penalties (over `history`, the request's output tokens so far... and prompt for
+// the repetition penalty, as callers choose) in place.
+void apply_penalties(std::span<float> logits, const SamplingParams& params,
+                     std::span<const int32_t> history);
+
+// Picks a token: greedy (lowest id among ties) at temperature 0; otherwise softmax(l/T),
+// filtered by top-k, top-p and min-p, and inverse-CDF sampled with sample_uniform(seed,
+// position) over the candidates ordered by (probability desc, id asc).
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
+                     int64_t position);
+
+}  // namespace deepinfer
