@@ -1,0 +1,118 @@
+// recipe_cli: the recipe layer's chat encoding and output parsing over JSON lines.
+//
+//   recipe_cli render   each input line: a conversation (chat_request.h) plus "version":
+//                       "v4" | "v4.1"; output line: {"prompt": ..., "special_ranges":
+//                       [[begin, end], ...] (bytes)} or {"error": ..., "kind": ...}
+//   recipe_cli parse    each input line: {"text": ..., "options": {"parse_tool_calls",
+//                       "starts_in_tool_calls", "parse_json_output", "start": "answer" |
+//                       "reasoning_start" | "reasoning_continuation" | "content_continuation",
+//                       "stop_sequences": [...]}}; output line: {"whole": R, "bytewise": R}
+//                       where R is the result of feeding the text at once / one byte at a time.
+#include <iostream>
+#include <string>
+
+#include "base/error.h"
+#include "recipe/chat_encoding.h"
+#include "recipe/chat_request.h"
+#include "recipe/output_parser.h"
+
+namespace {
+
+using deepinfer::recipe::OrderedJson;
+namespace recipe = deepinfer::recipe;
+
+std::string dump(const OrderedJson& j) {
+  return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+OrderedJson render_line(const OrderedJson& req) {
+  const std::string version = req.value("version", std::string("v4.1"));
+  const recipe::Conversation conv = recipe::conversation_from_json(req);
+  const recipe::RenderedPrompt r = recipe::render_prompt(conv, recipe::parse_chat_version(version));
+  OrderedJson out;
+  out["prompt"] = r.prompt;
+  out["special_ranges"] = OrderedJson::array();
+  for (const auto& [b, e] : r.special_ranges) out["special_ranges"].push_back({b, e});
+  out["n_images"] = r.n_images;
+  return out;
+}
+
+recipe::ParserOptions parser_options(const OrderedJson& j) {
+  recipe::ParserOptions o;
+  if (j.is_null()) return o;
+  o.parse_tool_calls = j.value("parse_tool_calls", true);
+  o.starts_in_tool_calls = j.value("starts_in_tool_calls", false);
+  o.parse_json_output = j.value("parse_json_output", false);
+  const std::string start = j.value("start", std::string("answer"));
+  if (start == "answer") {
+    o.start = recipe::ParseStart::kAnswer;
+  } else if (start == "reasoning_start") {
+    o.start = recipe::ParseStart::kReasoningStart;
+  } else if (start == "reasoning_continuation") {
+    o.start = recipe::ParseStart::kReasoningContinuation;
+  } else if (start == "content_continuation") {
+    o.start = recipe::ParseStart::kContentContinuation;
+  } else {
+    THROW(kInvalidInput) << "unknown parse start '" << start << "'";
+  }
+  if (j.contains("stop_sequences")) o.stop_sequences = j["stop_sequences"].get<std::vector<std::string>>();
+  return o;
+}
+
+OrderedJson result_json(const recipe::ParsedOutput& r) {
+  OrderedJson out;
+  out["reasoning_content"] = r.reasoning_content;
+  out["content"] = r.content;
+  out["tool_calls"] = OrderedJson::array();
+  for (const auto& call : r.tool_calls) {
+    out["tool_calls"].push_back({{"name", call.name}, {"arguments", call.arguments}});
+  }
+  out["stop_sequence_hit"] = r.stop_sequence_hit;
+  out["ended"] = r.ended;
+  return out;
+}
+
+OrderedJson parse_line(const OrderedJson& req) {
+  const std::string text = req.at("text").get<std::string>();
+  const recipe::ParserOptions options = parser_options(req.value("options", OrderedJson()));
+  OrderedJson out;
+  out["whole"] = result_json(recipe::parse_output(text, options));
+  recipe::OutputParser bytewise(options);
+  std::string streamed_content;
+  for (char c : text) {
+    for (const auto& ev : bytewise.feed(std::string_view(&c, 1))) {
+      if (ev.kind == recipe::OutputEvent::Kind::kContent) streamed_content += ev.text;
+    }
+  }
+  for (const auto& ev : bytewise.finish()) {
+    if (ev.kind == recipe::OutputEvent::Kind::kContent) streamed_content += ev.text;
+  }
+  out["bytewise"] = result_json(bytewise.result());
+  out["bytewise_events_content"] = streamed_content;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "render" && mode != "parse") {
+    std::cerr << "usage: recipe_cli render|parse < requests.jsonl > results.jsonl\n";
+    return 2;
+  }
+  std::ios::sync_with_stdio(false);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    OrderedJson out;
+    try {
+      const OrderedJson req = OrderedJson::parse(line);
+      out = mode == "render" ? render_line(req) : parse_line(req);
+    } catch (const deepinfer::Error& e) {
+      out = {{"error", e.what()}, {"kind", deepinfer::error_kind_name(e.kind())}};
+    } catch (const std::exception& e) {
+      out = {{"error", e.what()}, {"kind", "exception"}};
+    }
+    std::cout << dump(out) << '\n';
+  }
+  return 0;
+}

@@ -1,0 +1,39 @@
+// Chat encoding: a Conversation (messages.h) -> the DeepSeek V4 or V4.1 prompt string,
+// byte-identical to deepseek-recipe 0.2.0 (`DeepseekV4Encoding` / `DeepseekV41Encoding`
+// `.render_conversation(...)`), plus token ids through a tokenizer.
+//
+// Behaviour in brief (details in encoding_v4.h / encoding_v41.h):
+//  - thinking mode opens the generation turn with "<think>", chat mode with "</think>";
+//  - the reasoning effort paragraph/number goes at the top of the system prompt;
+//  - tools (unless tool_choice is "none") become a "## Tools" system section, history tool
+//    calls are written in DSML, tool results as <tool_result>...</tool_result> user text
+//    ordered like the calls;
+//  - reasoning of history turns is dropped except where deepseek-recipe keeps it;
+//  - a trailing assistant message with `prefix` is continued instead of closed.
+// Errors (kInvalidInput, message names the culprit): see validate_conversation().
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "recipe/chat_prompt.h"
+#include "recipe/messages.h"
+
+namespace deepinfer::recipe {
+
+enum class ChatVersion { kV4, kV41 };
+ChatVersion parse_chat_version(std::string_view name);  // "v4" | "v4.1" (case-insensitive)
+
+// Throws deepinfer::Error (kInvalidInput) for: empty tool or tool-call names, tool
+// parameters that are neither a JSON object nor null, reasoning fields on non-assistant
+// messages, tool calls on non-assistant messages, negative image counts, a numeric
+// reasoning effort or "none" for V4.1 / a numeric effort for V4, a json_schema response
+// format whose schema is null, more than one prefix message or a prefix message that is not
+// an assistant message.
+void validate_conversation(const Conversation& conv, ChatVersion version);
+
+RenderedPrompt render_prompt(const Conversation& conv, ChatVersion version,
+                             const SpecialTokens& tokens = SpecialTokens());
+
+}  // namespace deepinfer::recipe

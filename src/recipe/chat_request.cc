@@ -1,0 +1,167 @@
+#include "recipe/chat_request.h"
+
+#include "base/error.h"
+
+namespace deepinfer::recipe {
+namespace {
+
+std::string get_string(const OrderedJson& obj, const char* key, const std::string& where,
+                       bool null_is_empty = true) {
+  auto it = obj.find(key);
+  if (it == obj.end() || (null_is_empty && it->is_null())) return "";
+  CHECK(it->is_string()) << where << "." << key << " must be a string, got " << it->type_name();
+  return it->get<std::string>();
+}
+
+std::optional<std::string> get_optional_string(const OrderedJson& obj, const char* key,
+                                               const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  CHECK(it->is_string()) << where << "." << key << " must be a string, got " << it->type_name();
+  return it->get<std::string>();
+}
+
+bool get_bool(const OrderedJson& obj, const char* key, bool fallback, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  CHECK(it->is_boolean()) << where << "." << key << " must be a boolean, got " << it->type_name();
+  return it->get<bool>();
+}
+
+ToolCall tool_call_from_json(const OrderedJson& j, const std::string& where) {
+  CHECK(j.is_object()) << where << " must be an object, got " << j.type_name();
+  ToolCall call;
+  call.id = get_string(j, "id", where);
+  const OrderedJson* fn = &j;
+  std::string fn_where = where;
+  if (auto it = j.find("function"); it != j.end()) {
+    CHECK(it->is_object()) << where << ".function must be an object, got " << it->type_name();
+    fn = &*it;
+    fn_where = where + ".function";
+  }
+  call.name = get_string(*fn, "name", fn_where);
+  CHECK(!call.name.empty()) << fn_where << ".name is missing or empty";
+  if (auto it = fn->find("arguments"); it != fn->end() && !it->is_null()) {
+    call.arguments = it->is_string() ? it->get<std::string>() : it->dump();
+  }
+  return call;
+}
+
+}  // namespace
+
+Message message_from_json(const OrderedJson& j, size_t index) {
+  const std::string where = "messages[" + std::to_string(index) + "]";
+  CHECK(j.is_object()) << where << " must be an object, got " << j.type_name();
+  auto role_it = j.find("role");
+  CHECK(role_it != j.end() && role_it->is_string()) << where << ".role is missing";
+  Message m;
+  m.role = parse_role(role_it->get<std::string>());
+  m.content = get_string(j, "content", where);
+  m.reasoning_content = get_optional_string(j, "reasoning_content", where);
+  m.tool_call_id = get_optional_string(j, "tool_call_id", where);
+  m.prefix = get_bool(j, "prefix", false, where);
+  if (auto it = j.find("n_images"); it != j.end() && !it->is_null()) {
+    CHECK(it->is_number_integer() && it->get<int64_t>() >= 0 && it->get<int64_t>() < (1 << 20))
+        << where << ".n_images must be a non-negative integer";
+    m.n_images = static_cast<int>(it->get<int64_t>());
+  }
+  if (auto it = j.find("tool_calls"); it != j.end() && !it->is_null()) {
+    CHECK(it->is_array()) << where << ".tool_calls must be an array, got " << it->type_name();
+    for (size_t k = 0; k < it->size(); ++k) {
+      m.tool_calls.push_back(
+          tool_call_from_json((*it)[k], where + ".tool_calls[" + std::to_string(k) + "]"));
+    }
+  }
+  return m;
+}
+
+ToolDefinition tool_from_json(const OrderedJson& j, size_t index) {
+  const std::string where = "tools[" + std::to_string(index) + "]";
+  CHECK(j.is_object()) << where << " must be an object, got " << j.type_name();
+  const OrderedJson* fn = &j;
+  std::string fn_where = where;
+  if (auto it = j.find("function"); it != j.end()) {
+    CHECK(it->is_object()) << where << ".function must be an object, got " << it->type_name();
+    fn = &*it;
+    fn_where = where + ".function";
+  }
+  ToolDefinition tool;
+  tool.name = get_string(*fn, "name", fn_where);
+  CHECK(!tool.name.empty()) << fn_where << ".name is missing or empty";
+  tool.description = get_optional_string(*fn, "description", fn_where);
+  if (auto it = fn->find("parameters"); it != fn->end()) {
+    CHECK(it->is_object() || it->is_null())
+        << fn_where << ".parameters ('" << tool.name << "') must be a JSON Schema object, got "
+        << it->type_name();
+    tool.parameters = *it;
+  }
+  return tool;
+}
+
+Conversation conversation_from_json(const OrderedJson& j) {
+  CHECK(j.is_object()) << "request must be a JSON object, got " << j.type_name();
+  Conversation conv;
+  if (auto it = j.find("messages"); it != j.end() && !it->is_null()) {
+    CHECK(it->is_array()) << "messages must be an array, got " << it->type_name();
+    for (size_t i = 0; i < it->size(); ++i) conv.messages.push_back(message_from_json((*it)[i], i));
+  }
+  conv.thinking_mode = get_bool(j, "thinking_mode", true, "request");
+  conv.drop_thinking = get_bool(j, "drop_thinking", true, "request");
+  if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
+    CHECK(it->is_array()) << "tools must be an array, got " << it->type_name();
+    for (size_t i = 0; i < it->size(); ++i) conv.tools.push_back(tool_from_json((*it)[i], i));
+  }
+  if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {
+    CHECK(it->is_string()) << "tool_choice must be a string, got " << it->type_name();
+    conv.tool_choice = parse_tool_choice(it->get<std::string>());
+  }
+  if (auto it = j.find("reasoning_effort"); it != j.end() && !it->is_null()) {
+    if (it->is_number_integer()) {
+      const int64_t v = it->get<int64_t>();
+      CHECK(v >= 1 && v <= 100) << "reasoning_effort " << v << " is out of range 1-100";
+      conv.reasoning_effort = reasoning_effort_value(static_cast<int>(v));
+    } else {
+      CHECK(it->is_string()) << "reasoning_effort must be a string or an integer, got "
+                             << it->type_name();
+      conv.reasoning_effort = parse_reasoning_effort(it->get<std::string>());
+    }
+  }
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    std::string type;
+    if (it->is_string()) {
+      type = it->get<std::string>();
+    } else {
+      CHECK(it->is_object()) << "response_format must be a string or an object";
+      type = get_string(*it, "type", "response_format");
+    }
+    if (type == "text") {
+      conv.response_format = ResponseFormat::kText;
+    } else if (type == "json_object") {
+      conv.response_format = ResponseFormat::kJsonObject;
+    } else if (type == "json_schema") {
+      CHECK(it->is_object() && it->contains("schema") && !(*it)["schema"].is_null())
+          << "response_format json_schema needs a \"schema\"";
+      conv.response_format = ResponseFormat::kJsonSchema;
+      conv.response_schema = (*it)["schema"];
+    } else if (type == "regex") {
+      conv.response_format = ResponseFormat::kRegex;
+      conv.response_regex = get_string(*it, "regex", "response_format");
+    } else {
+      THROW(kInvalidInput) << "unknown response_format '" << type
+                           << "' (expected text, json_object, json_schema or regex)";
+    }
+  }
+  if (auto it = j.find("v4_effort_style"); it != j.end() && !it->is_null()) {
+    const std::string style = it->is_string() ? it->get<std::string>() : "";
+    if (style == "0731") {
+      conv.v4_effort_style = V4EffortStyle::k0731;
+    } else if (style == "april") {
+      conv.v4_effort_style = V4EffortStyle::kApril;
+    } else {
+      THROW(kInvalidInput) << "v4_effort_style must be \"0731\" or \"april\"";
+    }
+  }
+  return conv;
+}
+
+}  // namespace deepinfer::recipe

@@ -1,0 +1,175 @@
+#include "recipe/encoding_v4.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "recipe/chat_encoding.h"
+#include "recipe/chat_json.h"
+#include "recipe/dsml.h"
+
+namespace deepinfer::recipe {
+namespace {
+
+constexpr const char* kAbsoluteMaximum =
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
+    "edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, "
+    "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
+    "unchecked.\n\n";
+
+constexpr const char* kBeyondMaximum =
+    "Reasoning Effort: Beyond maximum \xE2\x80\x94 exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: "
+    "exhaustively decompose the problem into its most fundamental components, trace every causal "
+    "chain to its root, and resolve the underlying cause rather than any surface symptom.\n"
+    "Do not stop reasoning until you have independently verified the solution from multiple "
+    "angles and are certain that no assumption remains unchecked and no error remains "
+    "undiscovered.\n\n";
+
+constexpr size_t kNoCall = std::numeric_limits<size_t>::max();
+
+// Index of the call `m` answers, kNoCall for anything else.
+size_t call_index(const Message& m, const std::vector<ToolCall>& calls) {
+  if (m.role != Role::kTool || !m.tool_call_id) return kNoCall;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].id == *m.tool_call_id) return i;
+  }
+  return kNoCall;
+}
+
+}  // namespace
+
+std::string v4_effort_paragraph(const ReasoningEffort& effort, V4EffortStyle style) {
+  using Tier = ReasoningEffort::Tier;
+  if (style == V4EffortStyle::kApril) {
+    return effort.tier == Tier::kMax ? kAbsoluteMaximum : "";
+  }
+  switch (effort.tier) {
+    case Tier::kUnset:
+    case Tier::kHigh:
+    case Tier::kXHigh:
+      return kAbsoluteMaximum;
+    case Tier::kMax:
+      return kBeyondMaximum;
+    default:
+      return "";
+  }
+}
+
+RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& tokens) {
+  validate_conversation(conv, ChatVersion::kV4);
+  constexpr JsonFloatStyle kStyle = JsonFloatStyle::kV4;
+  PromptBuilder b(tokens);
+  const bool thinking = conv.thinking_mode;
+  const bool has_tools = conv.tool_choice != ToolChoice::kNone && !conv.tools.empty();
+  const bool keep_all_reasoning = has_tools || !conv.drop_thinking;
+
+  b.special(tokens.bos);
+  if (thinking) b.text(v4_effort_paragraph(conv.reasoning_effort, conv.v4_effort_style));
+  std::vector<const Message*> turns;
+  bool first_system = true;
+  for (const Message& m : conv.messages) {
+    if (m.role != Role::kSystem) {
+      turns.push_back(&m);
+      continue;
+    }
+    if (!first_system) b.text("\n\n");
+    first_system = false;
+    b.content(m.content, m.n_images);
+  }
+  if (has_tools) {
+    b.text("\n\n");
+    render_tools_section(b, conv.tools, DsmlDialect::kV4, kStyle);
+  }
+  if (conv.response_format == ResponseFormat::kJsonObject) {
+    b.text("\n\nYou are a helpful assistant designed to output JSON.\n## Response Format:\n\n"
+           "Reply with JSON object ONLY.");
+  } else if (conv.response_format == ResponseFormat::kJsonSchema) {
+    b.text("\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to "
+           "reply:\n" + dump_json(conv.response_schema, kStyle));
+  }
+
+  // Tool results answer the calls in order: the k messages after a k-call assistant turn.
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const auto& calls = turns[i]->tool_calls;
+    if (turns[i]->role != Role::kAssistant || calls.empty()) continue;
+    if (i + calls.size() >= turns.size()) continue;
+    std::stable_sort(turns.begin() + i + 1, turns.begin() + i + 1 + calls.size(),
+                     [&](const Message* a, const Message* c) {
+                       return call_index(*a, calls) < call_index(*c, calls);
+                     });
+  }
+
+  Role prev = Role::kSystem;
+  bool in_user_turn = false;
+  bool ends_with_prefix = false;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const Message& m = *turns[i];
+    const bool last = i + 1 == turns.size();
+    switch (m.role) {
+      case Role::kUser:
+        if (in_user_turn) {
+          b.text("\n\n");
+        } else {
+          b.special(tokens.user);
+        }
+        b.content(m.content, m.n_images);
+        in_user_turn = true;
+        break;
+      case Role::kTool:
+        if (in_user_turn && prev == Role::kTool) {
+          b.text("\n\n");
+        } else {
+          b.special(tokens.user);
+        }
+        b.text("<tool_result>");
+        b.content(m.content, m.n_images);
+        b.text("</tool_result>");
+        in_user_turn = true;
+        break;
+      case Role::kLatestReminder:
+        b.special(tokens.latest_reminder);
+        b.text(m.content);
+        in_user_turn = false;
+        break;
+      case Role::kAssistant: {
+        const bool is_prefix = m.prefix && last;
+        b.special(tokens.assistant);
+        if ((keep_all_reasoning || is_prefix) && m.reasoning_content) {
+          b.special(tokens.thinking_start);
+          b.text(*m.reasoning_content);
+        }
+        b.special(tokens.thinking_end);
+        b.text(m.content);
+        if (!m.tool_calls.empty()) {
+          render_dsml_tool_calls(b, m.tool_calls, DsmlDialect::kV4, kStyle);
+        }
+        if (is_prefix) {
+          if (thinking && m.content.empty() && m.tool_calls.empty()) {
+            b.strip_suffix(tokens.thinking_end);
+          }
+          ends_with_prefix = true;
+        } else {
+          b.special(tokens.eos);
+        }
+        in_user_turn = false;
+        break;
+      }
+      case Role::kSystem:
+        break;
+    }
+    prev = m.role;
+  }
+  if (!ends_with_prefix) {
+    b.special(tokens.assistant);
+    b.special(thinking ? tokens.thinking_start : tokens.thinking_end);
+  }
+  if (has_tools && conv.tool_choice == ToolChoice::kRequired) {
+    render_required_tool_calls_opening(b, DsmlDialect::kV4);
+  }
+  return b.take();
+}
+
+}  // namespace deepinfer::recipe
