@@ -273,6 +273,54 @@ TEST(Scheduler, PriorityOrdersAdmissionAndPicksTheVictim) {
   EXPECT_NE(chunk_of(out, 2), nullptr);
 }
 
+// A higher-priority prefill that runs out of blocks preempts a lower-priority request that
+// the decode pass already scheduled in the same step: its chunk and in-flight sample are
+// withdrawn.
+TEST(Scheduler, PreemptingAVictimScheduledEarlierInTheStepWithdrawsItsChunk) {
+  Scheduler s(config_of(8, 4, /*priority=*/true), small_layout(), plan_of(64, 3, 4, 4));
+  s.add_request(spec(2, 4, 40, /*priority=*/5));
+  SchedulerOutput out = s.schedule();
+  s.update(out, samples_for(out, 1));
+  s.add_request(spec(1, 40, 5, /*priority=*/0));
+  bool withdrawn = false;
+  for (int step = 0; step < 200 && s.has_unfinished(); ++step) {
+    out = s.schedule();
+    for (const ScheduledChunk& c : out.scheduled) {
+      EXPECT_LE(c.n_tokens, 8);
+    }
+    if (!out.preempted_ids.empty()) {
+      EXPECT_EQ(out.preempted_ids, std::vector<int64_t>{2});
+      EXPECT_EQ(chunk_of(out, 2), nullptr);
+      EXPECT_EQ(s.find(2)->num_output_placeholders, 0);
+      EXPECT_LE(out.n_scheduled_tokens, 8);
+      withdrawn = true;
+    }
+    s.update(out, samples_for(out, 1));
+  }
+  EXPECT_TRUE(withdrawn);
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_TRUE(s.cache().all_free());
+}
+
+// A lone request whose chunk does not fit the window pool shrinks it instead of preempting.
+TEST(Scheduler, LoneRequestShrinksItsChunkToTheWindowPool) {
+  Scheduler s(config_of(64, 4), small_layout(), plan_of(4, 8, 4, 4));
+  s.add_request(spec(1, 40, 3));
+  std::vector<int64_t> chunks;
+  std::vector<FinishedRequest> done;
+  while (s.has_unfinished()) {
+    SchedulerOutput out = s.schedule();
+    ASSERT_EQ(out.scheduled.size(), 1u);
+    EXPECT_TRUE(out.preempted_ids.empty());
+    chunks.push_back(out.scheduled[0].n_tokens);
+    done = s.update(out, samples_for(out, 1));
+  }
+  // Window 8, 4 blocks of 4: 16 positions from empty, then 8 new positions per step.
+  EXPECT_EQ(chunks, (std::vector<int64_t>{16, 8, 8, 8, 1, 1}));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].num_preemptions, 0);
+}
+
 TEST(Scheduler, FcfsIgnoresPriority) {
   Scheduler s(config_of(64, 1), small_layout(), plan_of(64, 8, 4, 4));
   s.add_request(spec(1, 4, 3, 9));
