@@ -1,0 +1,273 @@
+// bench_ceilings: measures the two ceilings of the device (device-to-device copy bandwidth,
+// counting bytes read + written; cuBLASLt bf16 and fp8 block-scaled peak on large squares,
+// random data) and then times our GEMM entries (ops/gemm) at V4-Flash shapes for several M,
+// each as a percentage of its roofline: max(bytes / copy BW, FLOPs / peak) / measured time.
+//
+// Timing: a CUDA graph of `kReps` back-to-back calls, rotating over enough weight copies that
+// the weights never sit in L2 (as in a real forward); each replay timed with events; median.
+//
+// Usage: bench_ceilings [--quick]   (--quick: fewer repetitions, for smoke runs)
+// Output: a markdown table on stdout.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/device_context.h"
+#include "cuda/event.h"
+#include "ops/gemm/gemm.h"
+#include "ops/quant/act_quant.h"
+
+namespace deepinfer {
+namespace {
+
+bool g_quick = false;
+
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
+  uint64_t x = i * 0x9e3779b97f4a7c15ull + seed;
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return static_cast<uint32_t>(x);
+}
+
+// Roughly uniform in [-scale, scale).
+__global__ void fill_bf16(__nv_bfloat16* p, int64_t n, float scale, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = (hash32(i, seed) >> 8) * (1.0f / 16777216.0f);
+    p[i] = __float2bfloat16((2.0f * u - 1.0f) * scale);
+  }
+}
+
+// Random finite e4m3 codes (never the NaN codes 0x7f / 0xff).
+__global__ void fill_e4m3(uint8_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint8_t c = static_cast<uint8_t>(hash32(i, seed));
+    if ((c & 0x7f) == 0x7f) c ^= 0x01;
+    p[i] = c;
+  }
+}
+
+// Powers of two in [2^-12, 2^-5].
+__global__ void fill_pow2(float* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = __uint_as_float(static_cast<uint32_t>(127 - 12 + hash32(i, seed) % 8) << 23);
+}
+
+__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+constexpr int kFillBlocks = 1024, kFillThreads = 256;
+
+void* alloc_bf16(std::vector<cuda::DeviceBuffer>& keep, int64_t n, float scale, uint32_t seed) {
+  keep.emplace_back(n * 2);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(static_cast<__nv_bfloat16*>(keep.back().data()), n,
+                                           scale, seed);
+  CUDA_CHECK_LAUNCH();
+  return keep.back().data();
+}
+void* alloc_e4m3(std::vector<cuda::DeviceBuffer>& keep, int64_t n, uint32_t seed) {
+  keep.emplace_back(n);
+  fill_e4m3<<<kFillBlocks, kFillThreads>>>(static_cast<uint8_t*>(keep.back().data()), n, seed);
+  CUDA_CHECK_LAUNCH();
+  return keep.back().data();
+}
+float* alloc_pow2(std::vector<cuda::DeviceBuffer>& keep, int64_t n, uint32_t seed) {
+  keep.emplace_back(n * 4);
+  fill_pow2<<<kFillBlocks, kFillThreads>>>(static_cast<float*>(keep.back().data()), n, seed);
+  CUDA_CHECK_LAUNCH();
+  return static_cast<float*>(keep.back().data());
+}
+
+// Median milliseconds of one call of fn(rep) (rep = 0..reps-1), from graph replays.
+double time_ms(cuda::DeviceContext& ctx, int reps, const std::function<void(int)>& fn) {
+  cudaStream_t s = ctx.stream();
+  CUDA_CHECK(cudaDeviceSynchronize());  // the fills ran on the legacy stream
+  for (int r = 0; r < std::min(reps, 3); ++r) fn(r);  // warm-up: plans, module loads
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < reps; ++r) fn(r);
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm replay
+  const int iters = g_quick ? 3 : 9;
+  std::vector<double> ms;
+  cuda::Event a, b;
+  for (int it = 0; it < iters; ++it) {
+    a.record(s);
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    b.record(s);
+    b.synchronize();
+    ms.push_back(cuda::Event::elapsed_ms(a, b) / reps);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Ceilings {
+  double copy_gbs = 0, copy_memcpy_gbs = 0, copy_kernel_gbs = 0;
+  double bf16_tflops = 0, fp8_tflops = 0;
+};
+
+Ceilings measure_ceilings(cuda::DeviceContext& ctx) {
+  Ceilings c;
+  const size_t bytes = size_t{2} << 30;  // 2 GiB each way, far beyond the 60 MB L2
+  cuda::DeviceBuffer src(bytes), dst(bytes);
+  CUDA_CHECK(cudaMemsetAsync(src.data(), 0x5a, bytes, ctx.stream()));
+  const double ms_memcpy = time_ms(ctx, 4, [&](int) {
+    CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice,
+                               ctx.stream()));
+  });
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device()));
+  const double ms_kernel = time_ms(ctx, 4, [&](int) {
+    copy_kernel<<<sms * 8, 512, 0, ctx.stream()>>>(static_cast<const uint4*>(src.data()),
+                                                   static_cast<uint4*>(dst.data()), bytes / 16);
+    CUDA_CHECK_LAUNCH();
+  });
+  c.copy_memcpy_gbs = 2.0 * bytes / (ms_memcpy * 1e6);
+  c.copy_kernel_gbs = 2.0 * bytes / (ms_kernel * 1e6);
+  c.copy_gbs = std::max(c.copy_memcpy_gbs, c.copy_kernel_gbs);
+  std::printf("| copy d2d cudaMemcpy (2 GiB) | %.0f GB/s |\n", c.copy_memcpy_gbs);
+  std::printf("| copy d2d uint4 kernel (2 GiB) | %.0f GB/s |\n", c.copy_kernel_gbs);
+
+  for (int64_t n : {4096, 8192, 16384}) {
+    std::vector<cuda::DeviceBuffer> keep;
+    void* x = alloc_bf16(keep, n * n, 1.0f, 1);
+    void* w = alloc_bf16(keep, n * n, 1.0f, 2);
+    cuda::DeviceBuffer y(n * n * 2);
+    const int reps = n >= 16384 ? 2 : 5;
+    const double ms = time_ms(ctx, reps, [&](int) {
+      gemm_bf16_cuda(ctx, x, w, n, n, n, y.data(), DType::BF16);
+    });
+    const double tf = 2.0 * n * n * n / (ms * 1e9);
+    c.bf16_tflops = std::max(c.bf16_tflops, tf);
+    std::printf("| cuBLASLt bf16 %lld^3 | %.0f TFLOP/s |\n", static_cast<long long>(n), tf);
+  }
+  for (int64_t n : {4096, 8192, 16384}) {
+    std::vector<cuda::DeviceBuffer> keep;
+    void* x = alloc_e4m3(keep, n * n, 3);
+    void* w = alloc_e4m3(keep, n * n, 4);
+    float* sx = alloc_pow2(keep, n / 128 * n, 5);
+    float* sw = alloc_pow2(keep, n / 128 * fp8_weight_scale_ld(n), 6);
+    cuda::DeviceBuffer y(n * n * 2);
+    const int reps = n >= 16384 ? 2 : 5;
+    const double ms = time_ms(ctx, reps, [&](int) {
+      gemm_fp8_block_cuda(ctx, x, sx, w, sw, n, n, n, y.data(), DType::BF16);
+    });
+    const double tf = 2.0 * n * n * n / (ms * 1e9);
+    c.fp8_tflops = std::max(c.fp8_tflops, tf);
+    std::printf("| cuBLASLt fp8 1x128/128x128 block-scaled %lld^3 | %.0f TFLOP/s |\n",
+                static_cast<long long>(n), tf);
+  }
+  return c;
+}
+
+struct Linear {
+  const char* name;
+  int64_t n, k;
+};
+
+void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
+  const Linear shapes[] = {{"wq_a", 1024, 4096},          {"wq_b", 32768, 1024},
+                           {"wkv", 512, 4096},            {"wo_b", 4096, 8192},
+                           {"shared w1/w3", 2048, 4096},  {"shared w2", 4096, 2048},
+                           {"indexer wq_b", 8192, 1024}};
+  const int64_t ms_list[] = {1, 16, 64, 256, 4096};
+  std::printf("\n| GEMM (N x K) | M | bf16 us | bf16 %% roof | fp8 us | fp8 %% roof | "
+              "quant+fp8 us | bound |\n|---|---|---|---|---|---|---|---|\n");
+  for (const Linear& L : shapes) {
+    const int64_t n = L.n, k = L.k, n_kb = ceil_div64(k, 128), n_nb = ceil_div64(n, 128);
+    const int64_t ld = fp8_weight_scale_ld(k);
+    // Enough weight copies to keep the weights out of L2 (>= 512 MB of bf16 weights).
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / (2 * n * k), 2, 64));
+    std::vector<cuda::DeviceBuffer> keep;
+    std::vector<void*> w_bf16, w_fp8;
+    std::vector<float*> w_scale;
+    for (int i = 0; i < copies; ++i) {
+      w_bf16.push_back(alloc_bf16(keep, n * k, 0.05f, 100 + i));
+      w_fp8.push_back(alloc_e4m3(keep, n * k, 200 + i));
+      w_scale.push_back(alloc_pow2(keep, n_nb * ld, 300 + i));
+    }
+    for (int64_t m : ms_list) {
+      std::vector<cuda::DeviceBuffer> act;
+      void* x = alloc_bf16(act, m * k, 2.0f, 7);
+      uint8_t* xq = static_cast<uint8_t*>(alloc_e4m3(act, m * k, 8));
+      float* sx = alloc_pow2(act, n_kb * m, 9);
+      cuda::DeviceBuffer y(m * n * 2);
+      const int reps = m >= 4096 ? 4 : 2 * copies;
+      const double t_bf16 = time_ms(ctx, reps, [&](int r) {
+        gemm_bf16_cuda(ctx, x, w_bf16[r % copies], m, n, k, y.data(), DType::BF16);
+      });
+      const double t_fp8 = time_ms(ctx, reps, [&](int r) {
+        gemm_fp8_block_cuda(ctx, xq, sx, w_fp8[r % copies], w_scale[r % copies], m, n, k,
+                            y.data(), DType::BF16);
+      });
+      const double t_qfp8 = time_ms(ctx, reps, [&](int r) {
+        act_quant_cuda(ctx.stream(), x, DType::BF16, m, k, 128, xq, sx, ScaleLayout::kBlockMajor);
+        gemm_fp8_block_cuda(ctx, xq, sx, w_fp8[r % copies], w_scale[r % copies], m, n, k,
+                            y.data(), DType::BF16);
+      });
+      const double flops = 2.0 * m * n * k;
+      const double bytes_bf16 = 2.0 * (n * k + m * k + m * n);
+      const double bytes_fp8 = n * k + 4.0 * n_nb * ld + m * k + 4.0 * n_kb * m + 2.0 * m * n;
+      const double floor_bf16 = std::max(bytes_bf16 / (c.copy_gbs * 1e3),
+                                         flops / (c.bf16_tflops * 1e9));  // ms
+      const double floor_fp8 = std::max(bytes_fp8 / (c.copy_gbs * 1e3), flops / (c.fp8_tflops * 1e9));
+      const bool mem_bound = bytes_fp8 / (c.copy_gbs * 1e3) > flops / (c.fp8_tflops * 1e9);
+      std::printf("| %s (%lld x %lld) | %lld | %.1f | %.0f%% | %.1f | %.0f%% | %.1f | %s |\n",
+                  L.name, static_cast<long long>(n), static_cast<long long>(k),
+                  static_cast<long long>(m), t_bf16 * 1e3, 100.0 * floor_bf16 / t_bf16,
+                  t_fp8 * 1e3, 100.0 * floor_fp8 / t_fp8, t_qfp8 * 1e3,
+                  mem_bound ? "memory" : "compute");
+      std::fflush(stdout);
+    }
+  }
+}
+
+int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) g_quick |= std::strcmp(argv[i], "--quick") == 0;
+  cudaDeviceProp prop{};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  int driver = 0;
+  CUDA_CHECK(cudaDriverGetVersion(&driver));
+  std::printf("| device | %s, %d SMs, %.0f MB L2, driver API %d |\n|---|---|\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, driver);
+  cuda::DeviceContext ctx;
+  const Ceilings c = measure_ceilings(ctx);
+  std::printf("| ceilings used | copy %.0f GB/s, bf16 %.0f TFLOP/s, fp8 %.0f TFLOP/s |\n",
+              c.copy_gbs, c.bf16_tflops, c.fp8_tflops);
+  bench_shapes(ctx, c);
+  return 0;
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+int main(int argc, char** argv) {
+  try {
+    return deepinfer::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ceilings: %s\n", e.what());
+    return 1;
+  }
+}
