@@ -97,4 +97,29 @@ int64_t compressor_state_bytes(int64_t compress_ratio, int64_t head_dim, bool ha
   return one(head_dim) + (has_indexer ? one(index_head_dim) : 0);
 }
 
+CacheLayout v4_cache_layout(const std::vector<int64_t>& compress_ratios, int64_t window,
+                            int64_t block_size, int64_t head_dim, int64_t index_head_dim,
+                            int64_t window_entry_bytes, int64_t compressed_entry_bytes,
+                            int64_t indexer_entry_bytes) {
+  CacheLayout layout;
+  layout.window = window;
+  layout.block_size = block_size;
+  layout.window_entry_bytes = window_entry_bytes;
+  layout.compressed_entry_bytes = compressed_entry_bytes;
+  layout.indexer_entry_bytes = indexer_entry_bytes;
+  for (size_t l = 0; l < compress_ratios.size(); ++l) {
+    const int64_t ratio = compress_ratios[l];
+    CHECK(ratio == 0 || ratio == 4 || ratio == 128)
+        << "v4_cache_layout: layer " << l << " has compress ratio " << ratio
+        << "; V4 uses 0, 4 or 128";
+    LayerState s;
+    s.compress_ratio = ratio;
+    s.has_indexer = ratio == 4;
+    s.compressor_state_bytes = compressor_state_bytes(ratio, head_dim, s.has_indexer, index_head_dim);
+    layout.layers.push_back(s);
+  }
+  layout.validate();
+  return layout;
+}
+
 }  // namespace deepinfer

@@ -72,4 +72,13 @@ struct CacheLayout {
 int64_t compressor_state_bytes(int64_t compress_ratio, int64_t head_dim, bool has_indexer,
                                int64_t index_head_dim);
 
+// The V4 layout (Flash / Pro and their MTP-1 stage) from ModelConfig's numbers:
+// `compress_ratios` one per layer (0, 4 or 128; drafter stages appended as ratio 0),
+// indexer on exactly the ratio-4 layers, compressor state from compressor_state_bytes().
+// Entry bytes depend on the cache formats the runtime picks.
+CacheLayout v4_cache_layout(const std::vector<int64_t>& compress_ratios, int64_t window,
+                            int64_t block_size, int64_t head_dim, int64_t index_head_dim,
+                            int64_t window_entry_bytes, int64_t compressed_entry_bytes,
+                            int64_t indexer_entry_bytes);
+
 }  // namespace deepinfer

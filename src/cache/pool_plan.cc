@@ -16,7 +16,7 @@ int64_t blocks_spanned(int64_t n_positions, int64_t block_size) {
 std::string PoolPlan::summary(const CacheLayout& layout) const {
   const std::vector<StateGroup> groups = layout.groups();
   std::ostringstream os;
-  os << "state cache: " << used_bytes / (1024.0 * 1024.0) << " MiB, max tokens ";
+  os << "state cache: " << double(used_bytes) / (1024.0 * 1024.0) << " MiB, max tokens ";
   if (max_tokens < 0) {
     os << "unbounded (window only)";
   } else {

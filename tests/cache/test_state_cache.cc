@@ -117,6 +117,25 @@ TEST(CacheLayout, GroupsOfV4Flash) {
   EXPECT_EQ(groups[2].n_entries(128), 1);
 }
 
+TEST(CacheLayout, V4HelperMatchesTheHandBuiltLayout) {
+  std::vector<int64_t> ratios = {0, 0};
+  for (int i = 0; i < 20; ++i) {
+    ratios.push_back(4);
+    ratios.push_back(128);
+  }
+  ratios.push_back(4);
+  const CacheLayout a = v4_cache_layout(ratios, 128, 64, 512, 128, 584, 584, 68);
+  const CacheLayout b = v4_flash_layout();
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    EXPECT_EQ(a.layers[l].compress_ratio, b.layers[l].compress_ratio);
+    EXPECT_EQ(a.layers[l].has_indexer, b.layers[l].has_indexer);
+    EXPECT_EQ(a.layers[l].compressor_state_bytes, b.layers[l].compressor_state_bytes);
+  }
+  EXPECT_EQ(a.state_slot_bytes(), 21 * (65536 + 16384) + 20 * 524288);
+  EXPECT_THROW(v4_cache_layout({0, 2}, 128, 64, 512, 128, 584, 584, 68), Error);
+}
+
 TEST(CacheLayout, CompressorStateBytesFollowTheSpec) {
   // Ratio 4: overlap c=2, 2m=8 slots of (a, z), each 2*d_c floats.
   EXPECT_EQ(compressor_state_bytes(4, 512, false, 128), 8 * 2 * 1024 * 4);

@@ -251,7 +251,9 @@ Stats run(const Params& p) {
       EXPECT_TRUE(r != nullptr && r->status == RequestStatus::kPreempted &&
                   r->num_computed_tokens == 0);
       // Without overlap nothing is in flight at schedule(): a withdrawn sample is undone.
-      if (r != nullptr && !p.overlap) EXPECT_EQ(r->num_output_placeholders, 0);
+      if (r != nullptr && !p.overlap) {
+        EXPECT_EQ(r->num_output_placeholders, 0);
+      }
     }
     check_cache(s, out, live);
     if (::testing::Test::HasFailure()) break;
