@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "io/model_config.h"
 
 namespace deepinfer {

@@ -202,11 +202,11 @@ void parse_attention_schedule(const Keys& k, ModelConfig* c) {
         << "config: " << what << " has compress ratio " << r
         << "; DeepSeek-V4 supports 0 (sliding), 4 (CSA) and 128 (HCA)";
   };
+  const std::string source = !from_types.empty()    ? "'layer_types' / 'compress_rates'"
+                             : !from_ratios.empty() ? "'compress_ratios'"
+                                                    : "default layer_types / 'compress_rates'";
   for (int64_t l = 0; l < n; ++l) {
-    check_ratio(c->compress_ratios[l], "layer " + std::to_string(l) + " ('" +
-                                           std::string(from_types.empty() ? "compress_ratios"
-                                                                          : "layer_types") +
-                                           "' / 'compress_rates')");
+    check_ratio(c->compress_ratios[l], "layer " + std::to_string(l) + " (" + source + ")");
   }
   for (size_t s = 0; s < c->mtp_compress_ratios.size(); ++s) {
     check_ratio(c->mtp_compress_ratios[s],
