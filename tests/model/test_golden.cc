@@ -1,0 +1,131 @@
+// Golden tests: our CPU forward against HF transformers 5.17 DeepseekV4ForCausalLM run
+// in float64 (tools/make_goldens.py; tests/data/golden/README.md). Reference numerics.
+//  * full prefill: at every position max|ours - ref| <= 1e-4 * max|ref|;
+//  * chunked prefill (chunk sizes 1, 7, 64) followed by decode: same bound;
+//  * greedy continuation (teacher-forced on the reference's tokens): our argmax equals the
+//    reference's at every step whose reference top-1 margin exceeds 1e-4;
+//  * the native FP8/FP4 checkpoint and the HF BF16 checkpoint give the same logits.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "model_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+const char* kGoldenDir = "tests/data/golden";
+
+std::vector<int32_t> read_ids(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  std::vector<int32_t> ids(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    ids[i] = t.dtype() == DType::I64 ? static_cast<int32_t>(t.data<int64_t>()[i]) : t.data<int32_t>()[i];
+  }
+  return ids;
+}
+
+std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  EXPECT_EQ(t.dtype(), DType::F32) << name;
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+std::vector<std::string> golden_models() {
+  std::vector<std::string> names;
+  if (!fs::exists(kGoldenDir)) return names;
+  for (const auto& entry : fs::directory_iterator(kGoldenDir)) {
+    if (fs::exists(entry.path() / "reference.safetensors")) names.push_back(entry.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Per-position check: max |ours - ref| over the row <= 1e-4 * max |ref| over the row.
+void expect_rows_match(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab,
+                       const std::string& what) {
+  ASSERT_EQ(ours.size(), ref.size()) << what;
+  const int64_t rows = static_cast<int64_t>(ref.size()) / vocab;
+  int n_bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float diff = 0.0f, scale = 0.0f;
+    for (int64_t v = 0; v < vocab; ++v) {
+      diff = std::max(diff, std::abs(ours[r * vocab + v] - ref[r * vocab + v]));
+      scale = std::max(scale, std::abs(ref[r * vocab + v]));
+    }
+    if (diff > 1e-4f * scale && ++n_bad <= 5) {
+      ADD_FAILURE() << what << ": position " << r << " max|diff| " << diff << " > 1e-4 * " << scale;
+    }
+  }
+  EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions out of tolerance";
+}
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  fs::path dir() const { return fs::path(kGoldenDir) / GetParam(); }
+};
+
+TEST_P(GoldenTest, PrefillChunkedAndGreedyMatchHF) {
+  auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
+  const auto tokens = read_ids(*ref, "input_ids");
+  const auto logits = read_f32(*ref, "logits");
+  std::vector<std::string> variants = {"hf"};
+  if (fs::exists(dir() / "native")) variants.push_back("native");
+  for (const std::string& variant : variants) {
+    SCOPED_TRACE(GetParam() + "/" + variant);
+    auto model = Model::load((dir() / variant).string(), {Numerics::kReference, false});
+    const int64_t V = model->config().vocab_size;
+    expect_rows_match(testing::run_chunked(*model, tokens, tokens.size()), logits, V, "full prefill");
+    for (int64_t chunk : {1, 7, 64}) {
+      expect_rows_match(testing::run_chunked(*model, tokens, chunk), logits, V,
+                        "chunks of " + std::to_string(chunk));
+    }
+    // Greedy continuation, teacher-forced on the reference's own tokens so that one
+    // near-tie cannot derail the rest.
+    const auto prompt = read_ids(*ref, "greedy_prompt_ids");
+    const auto greedy = read_ids(*ref, "greedy_ids");
+    const auto margins = read_f32(*ref, "greedy_margins");
+    auto state = model->new_state();
+    SequenceChunk c{state.get(), prompt, false};
+    Tensor out = model->forward(std::span<const SequenceChunk>(&c, 1));
+    int checked = 0;
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      const float* row = out.f32();
+      const int32_t ours = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      if (margins[i] > 1e-4f) {
+        EXPECT_EQ(ours, greedy[i]) << "greedy step " << i << " (reference margin " << margins[i] << ")";
+        ++checked;
+      }
+      SequenceChunk step{state.get(), std::span<const int32_t>(&greedy[i], 1), false};
+      out = model->forward(std::span<const SequenceChunk>(&step, 1));
+    }
+    EXPECT_GT(checked, static_cast<int>(greedy.size()) / 2) << "too few greedy steps had a clear margin";
+  }
+}
+
+TEST_P(GoldenTest, NativeQuantizedAndHfCheckpointsAgree) {
+  if (!fs::exists(dir() / "native")) GTEST_SKIP() << "no native checkpoint for " << GetParam();
+  auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
+  const auto tokens = read_ids(*ref, "input_ids");
+  for (Numerics numerics : {Numerics::kReference, Numerics::kOfficial}) {
+    auto hf = Model::load((dir() / "hf").string(), {numerics, true});
+    auto native = Model::load((dir() / "native").string(), {numerics, true});
+    const auto a = testing::run_chunked(*hf, tokens, tokens.size());
+    const auto b = testing::run_chunked(*native, tokens, tokens.size());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i], b[i]) << numerics_name(numerics) << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HF, GoldenTest, ::testing::ValuesIn(golden_models()));
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
+
+TEST(Golden, DataIsPresent) { EXPECT_GE(golden_models().size(), 4u) << "tests/data/golden is incomplete"; }
+
+}  // namespace
+}  // namespace deepinfer
