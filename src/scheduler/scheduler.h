@@ -10,7 +10,8 @@
 // need more (prefill chunks), in policy order, each within max_num_batched_tokens; when the
 // state cache cannot hold a chunk, the running request latest in policy order is preempted
 // (state freed, num_computed_tokens = 0, back to waiting with its outputs kept) until it fits;
-// a request preempted by nobody else shrinks its prefill chunk, or preempts itself;
+// with no later request left to preempt, it shrinks its chunk to what fits, or preempts
+// itself when not even one token fits;
 // (2) if nothing was preempted, waiting requests in policy order are admitted while the
 // budget, max_num_seqs and the free state blocks allow (a waiting request never preempts).
 // Policy order: FCFS by arrival, or by (priority, arrival) with priority on.

@@ -67,6 +67,7 @@ struct Stats {
   int64_t n_finished = 0;
   int64_t n_aborted = 0;
   int64_t n_stopped = 0;
+  int64_t n_completed_after_preemption = 0;  // finished by update() after >= 1 preemption
 };
 
 class SimulatedModel {
@@ -196,6 +197,7 @@ Stats run(const Params& p) {
       ++stats.n_finished;
       stats.n_stopped += f.reason == FinishReason::kStop;
       stats.n_preemptions += f.num_preemptions;
+      stats.n_completed_after_preemption += f.num_preemptions > 0;
     }
   };
 
@@ -288,20 +290,23 @@ Params tiny_pools(uint64_t seed) {
 }
 
 TEST(SchedulerProperty, TinyPoolsForcePreemptionAndEveryRequestCompletes) {
-  int64_t preemptions = 0, stopped = 0, aborted = 0;
+  int64_t preemptions = 0, stopped = 0, aborted = 0, recovered = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     const Stats st = run(tiny_pools(seed));
     preemptions += st.n_preemptions;
+    recovered += st.n_completed_after_preemption;
     stopped += st.n_stopped;
     aborted += st.n_aborted;
     if (::testing::Test::HasFailure()) return;
   }
   EXPECT_GT(preemptions, 0);
+  EXPECT_GT(recovered, 0);
   EXPECT_GT(stopped, 0);
   EXPECT_GT(aborted, 0);
-  std::printf("12 seeds: %lld preemptions, %lld stopped, %lld aborted\n", (long long)preemptions,
-              (long long)stopped, (long long)aborted);
+  std::printf("12 seeds: %lld preemptions, %lld requests completed after preemption, "
+              "%lld stopped, %lld aborted\n",
+              (long long)preemptions, (long long)recovered, (long long)stopped, (long long)aborted);
 }
 
 TEST(SchedulerProperty, OverlapSchedulingKeepsTheSameOutputs) {
