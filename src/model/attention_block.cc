@@ -93,7 +93,7 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
     std::vector<float> scores;
     for (int64_t row = begin; row < end; ++row) {
       const Batch::Segment& seg = batch.segments[batch.segment_of_row[row]];
-      const LayerState& ls = seg.state->layers[layer];
+      const SequenceLayerState& ls = seg.state->layers[layer];
       const int64_t pos = batch.positions[row];
       keys.clear();
       for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {

@@ -71,7 +71,7 @@ std::unique_ptr<SequenceState> Model::new_state() const {
   auto state = std::make_unique<SequenceState>();
   state->layers.resize(config_.num_layers);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
-    LayerState& ls = state->layers[l];
+    SequenceLayerState& ls = state->layers[l];
     ls.ring.assign(config_.sliding_window * config_.head_dim, 0.0f);
     const int64_t ratio = config_.compress_ratio(l);
     if (ratio > 0) ls.compressor.init(ratio, config_.head_dim);

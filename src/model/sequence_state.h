@@ -26,7 +26,7 @@ struct CompressorState {
   void init(int64_t ratio, int64_t width);
 };
 
-struct LayerState {
+struct SequenceLayerState {
   std::vector<float> ring;  // [W, d]; slot p mod W holds position p
   CompressorState compressor;
   CompressorState index_compressor;
@@ -34,7 +34,7 @@ struct LayerState {
 
 struct SequenceState {
   int64_t n_tokens = 0;  // positions already processed
-  std::vector<LayerState> layers;
+  std::vector<SequenceLayerState> layers;
 };
 
 }  // namespace deepinfer
