@@ -15,6 +15,7 @@ namespace {
 constexpr uint64_t kEmpty = ~0ull;
 // Words up to this many symbols use the quadratic scan; longer ones the heap.
 constexpr size_t kShortWord = 48;
+constexpr size_t kMinCachedBytes = 8;
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -216,8 +217,10 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
     out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
     return;
   }
-  const size_t h = BpeCache::hash(piece);
-  if (cache_.lookup(piece, h, out)) return;
+  // Short pieces merge faster than a cache probe costs.
+  const bool use_cache = piece.size() >= kMinCachedBytes;
+  const size_t h = use_cache ? BpeCache::hash(piece) : 0;
+  if (use_cache && cache_.lookup(piece, h, out)) return;
   thread_local std::vector<int32_t> sym;
   sym.clear();
   bool last_unk = false;
@@ -232,7 +235,7 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
     }
   }
   merge_word(sym);
-  cache_.insert(piece, h, sym.data(), sym.size());
+  if (use_cache) cache_.insert(piece, h, sym.data(), sym.size());
   out.insert(out.end(), sym.begin(), sym.end());
 }
 
