@@ -64,10 +64,18 @@ __global__ void fill_pow2(float* p, int64_t n, uint32_t seed) {
     p[i] = __uint_as_float(static_cast<uint32_t>(127 - 12 + hash32(i, seed) % 8) << 23);
 }
 
+// Four independent 16-byte loads in flight per thread (n is a multiple of 4 * threads).
 __global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (i + j * stride < n) v[j] = __ldcs(src + i + j * stride);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (i + j * stride < n) __stcs(dst + i + j * stride, v[j]);
+  }
 }
 
 constexpr int kFillBlocks = 1024, kFillThreads = 256;
@@ -191,8 +199,9 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
                            {"shared w1/w3", 2048, 4096},  {"shared w2", 4096, 2048},
                            {"indexer wq_b", 8192, 1024}};
   const int64_t ms_list[] = {1, 16, 64, 256, 4096};
-  std::printf("\n| GEMM (N x K) | M | bf16 us | bf16 %% roof | fp8 us | fp8 %% roof | "
-              "quant+fp8 us | bound |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| GEMM (N x K) | M | bf16 us | bf16 %% roof | fp8 cuBLASLt us | %% roof | "
+              "fp8 SIMT us | %% roof | quant+fp8 auto us | bound |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Linear& L : shapes) {
     const int64_t n = L.n, k = L.k, n_kb = ceil_div64(k, 128), n_nb = ceil_div64(n, 128);
     const int64_t ld = fp8_weight_scale_ld(k);
@@ -216,10 +225,15 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
       const double t_bf16 = time_ms(ctx, reps, [&](int r) {
         gemm_bf16_cuda(ctx, x, w_bf16[r % copies], m, n, k, y.data(), DType::BF16);
       });
-      const double t_fp8 = time_ms(ctx, reps, [&](int r) {
-        gemm_fp8_block_cuda(ctx, xq, sx, w_fp8[r % copies], w_scale[r % copies], m, n, k,
-                            y.data(), DType::BF16);
-      });
+      auto fp8 = [&](Fp8GemmImpl impl) {
+        return time_ms(ctx, reps, [&](int r) {
+          gemm_fp8_block_cuda(ctx, xq, sx, w_fp8[r % copies], w_scale[r % copies], m, n, k,
+                              y.data(), DType::BF16, impl);
+        });
+      };
+      const bool has_lt = fp8_block_cublaslt_supported(ctx, m, n, k, DType::BF16);
+      const double t_fp8 = has_lt ? fp8(Fp8GemmImpl::kCublasLt) : 0.0;
+      const double t_simt = m <= 64 ? fp8(Fp8GemmImpl::kSimt) : 0.0;
       const double t_qfp8 = time_ms(ctx, reps, [&](int r) {
         act_quant_cuda(ctx.stream(), x, DType::BF16, m, k, 128, xq, sx, ScaleLayout::kBlockMajor);
         gemm_fp8_block_cuda(ctx, xq, sx, w_fp8[r % copies], w_scale[r % copies], m, n, k,
@@ -232,11 +246,16 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
                                          flops / (c.bf16_tflops * 1e9));  // ms
       const double floor_fp8 = std::max(bytes_fp8 / (c.copy_gbs * 1e3), flops / (c.fp8_tflops * 1e9));
       const bool mem_bound = bytes_fp8 / (c.copy_gbs * 1e3) > flops / (c.fp8_tflops * 1e9);
-      std::printf("| %s (%lld x %lld) | %lld | %.1f | %.0f%% | %.1f | %.0f%% | %.1f | %s |\n",
-                  L.name, static_cast<long long>(n), static_cast<long long>(k),
-                  static_cast<long long>(m), t_bf16 * 1e3, 100.0 * floor_bf16 / t_bf16,
-                  t_fp8 * 1e3, 100.0 * floor_fp8 / t_fp8, t_qfp8 * 1e3,
-                  mem_bound ? "memory" : "compute");
+      auto cell = [](double t, double floor) {
+        char buf[64];
+        if (t <= 0) return std::string("n/a | -");
+        std::snprintf(buf, sizeof(buf), "%.1f | %.0f%%", t * 1e3, 100.0 * floor / t);
+        return std::string(buf);
+      };
+      std::printf("| %s (%lld x %lld) | %lld | %s | %s | %s | %.1f | %s |\n", L.name,
+                  static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
+                  cell(t_bf16, floor_bf16).c_str(), cell(t_fp8, floor_fp8).c_str(),
+                  cell(t_simt, floor_fp8).c_str(), t_qfp8 * 1e3, mem_bound ? "memory" : "compute");
       std::fflush(stdout);
     }
   }

@@ -55,12 +55,23 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 
 #ifdef DEEPINFER_CUDA
 
+// FP8 implementations. cuBLASLt 13.1 on sm_90 has no block-scaled algorithm when M is not a
+// multiple of 4 (seen on the H200: M = 1, 5 refused); our SIMT kernel (one warp per output
+// column, fp32 FMAs, weights read once per 8 rows) covers every M and is the fast one for
+// decode-sized M. kAuto: cuBLASLt where it has an algorithm and M > kFp8SimtMaxM, else SIMT.
+// The SIMT kernel needs 16-byte aligned xq, wq and K % 16 == 0 (as cuBLASLt does).
+enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt };
+constexpr int64_t kFp8SimtMaxM = 0;
+
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
 void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
                     int64_t k, void* y, DType y_dtype);
 void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* sx_block_major,
                          const void* wq, const float* sw_padded, int64_t m, int64_t n, int64_t k,
-                         void* y, DType y_dtype);
+                         void* y, DType y_dtype, Fp8GemmImpl impl = Fp8GemmImpl::kAuto);
+// Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
+bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
+                                  DType y_dtype);
 
 // Tensor entries (device tensors): x [M, K] BF16, w [N, K] BF16 -> new [M, N] y_dtype.
 Tensor gemm_bf16(cuda::DeviceContext& ctx, const Tensor& x, const Tensor& w,
