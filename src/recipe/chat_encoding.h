@@ -28,7 +28,7 @@ ChatVersion parse_chat_version(std::string_view name);  // "v4" | "v4.1" (case-i
 // Throws deepinfer::Error (kInvalidInput) for: empty tool or tool-call names, tool
 // parameters that are neither a JSON object nor null, reasoning fields on non-assistant
 // messages, tool calls on non-assistant messages, negative image counts, a numeric
-// reasoning effort or "none" for V4.1 / a numeric effort for V4, a json_schema response
+// reasoning effort for V4 or one outside 1..100 for V4.1, a json_schema response
 // format whose schema is null, more than one prefix message or a prefix message that is not
 // an assistant message.
 void validate_conversation(const Conversation& conv, ChatVersion version);

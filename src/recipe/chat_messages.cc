@@ -70,8 +70,6 @@ void validate_conversation(const Conversation& conv, ChatVersion version) {
     CHECK(tier != Tier::kNumeric) << "V4 takes reasoning effort none, low, high, xhigh or max, "
                                   << "not the number " << conv.reasoning_effort.value;
   } else {
-    CHECK(tier != Tier::kNone) << "V4.1 takes reasoning effort low, high, xhigh, max or 1-100, "
-                               << "not 'none' (use chat mode to disable thinking)";
     CHECK(tier != Tier::kNumeric ||
           (conv.reasoning_effort.value >= 1 && conv.reasoning_effort.value <= 100))
         << "reasoning effort " << conv.reasoning_effort.value << " is out of range 1-100";

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
+#include <utility>
 
 #include "recipe/chat_encoding.h"
 #include "recipe/chat_json.h"
@@ -28,15 +30,11 @@ constexpr const char* kBeyondMaximum =
     "angles and are certain that no assumption remains unchecked and no error remains "
     "undiscovered.\n\n";
 
-constexpr size_t kNoCall = std::numeric_limits<size_t>::max();
-
-// Index of the call `m` answers, kNoCall for anything else.
-size_t call_index(const Message& m, const std::vector<ToolCall>& calls) {
-  if (m.role != Role::kTool || !m.tool_call_id) return kNoCall;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].id == *m.tool_call_id) return i;
-  }
-  return kNoCall;
+// Sort key of a message in the window after a tool-calling turn: tool results by the id of
+// the call they answer (V4 orders calls by id too), everything else after them.
+std::pair<int, std::string_view> result_key(const Message& m) {
+  if (m.role == Role::kTool && m.tool_call_id) return {0, *m.tool_call_id};
+  return {1, {}};
 }
 
 }  // namespace
@@ -62,7 +60,8 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
   validate_conversation(conv, ChatVersion::kV4);
   constexpr JsonFloatStyle kStyle = JsonFloatStyle::kV4;
   PromptBuilder b(tokens);
-  const bool thinking = conv.thinking_mode;
+  const bool thinking =
+      conv.thinking_mode && conv.reasoning_effort.tier != ReasoningEffort::Tier::kNone;
   const bool has_tools = conv.tool_choice != ToolChoice::kNone && !conv.tools.empty();
   const bool keep_all_reasoning = has_tools || !conv.drop_thinking;
 
@@ -75,6 +74,7 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
       turns.push_back(&m);
       continue;
     }
+    if (m.content.empty()) continue;
     if (!first_system) b.text("\n\n");
     first_system = false;
     b.content(m.content, m.n_images);
@@ -93,12 +93,12 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
 
   // Tool results answer the calls in order: the k messages after a k-call assistant turn.
   for (size_t i = 0; i < turns.size(); ++i) {
-    const auto& calls = turns[i]->tool_calls;
-    if (turns[i]->role != Role::kAssistant || calls.empty()) continue;
-    if (i + calls.size() >= turns.size()) continue;
-    std::stable_sort(turns.begin() + i + 1, turns.begin() + i + 1 + calls.size(),
-                     [&](const Message* a, const Message* c) {
-                       return call_index(*a, calls) < call_index(*c, calls);
+    const size_t n_calls = turns[i]->tool_calls.size();
+    if (turns[i]->role != Role::kAssistant || n_calls == 0) continue;
+    if (i + n_calls >= turns.size()) continue;
+    std::stable_sort(turns.begin() + i + 1, turns.begin() + i + 1 + n_calls,
+                     [](const Message* a, const Message* c) {
+                       return result_key(*a) < result_key(*c);
                      });
   }
 
@@ -109,15 +109,24 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
     const Message& m = *turns[i];
     const bool last = i + 1 == turns.size();
     switch (m.role) {
-      case Role::kUser:
+      case Role::kUser: {
+        // A run of user messages is one text: the non-empty contents joined by "\n\n".
+        if (prev == Role::kUser) break;
         if (in_user_turn) {
           b.text("\n\n");
         } else {
           b.special(tokens.user);
         }
-        b.content(m.content, m.n_images);
+        bool wrote = false;
+        for (size_t j = i; j < turns.size() && turns[j]->role == Role::kUser; ++j) {
+          if (turns[j]->content.empty()) continue;
+          if (wrote) b.text("\n\n");
+          b.content(turns[j]->content, turns[j]->n_images);
+          wrote = true;
+        }
         in_user_turn = true;
         break;
+      }
       case Role::kTool:
         if (in_user_turn && prev == Role::kTool) {
           b.text("\n\n");
@@ -144,7 +153,10 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
         b.special(tokens.thinking_end);
         b.text(m.content);
         if (!m.tool_calls.empty()) {
-          render_dsml_tool_calls(b, m.tool_calls, DsmlDialect::kV4, kStyle);
+          std::vector<ToolCall> calls = m.tool_calls;
+          std::stable_sort(calls.begin(), calls.end(),
+                           [](const ToolCall& a, const ToolCall& c) { return a.id < c.id; });
+          render_dsml_tool_calls(b, calls, DsmlDialect::kV4, kStyle);
         }
         if (is_prefix) {
           if (thinking && m.content.empty() && m.tool_calls.empty()) {

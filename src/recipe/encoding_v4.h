@@ -6,8 +6,9 @@
 //    + the JSON response-format instructions;
 //  - user and tool messages share <｜User｜> turns: consecutive user messages and tool results
 //    join with "\n\n"; a tool result after a user message opens a new <｜User｜> turn;
-//  - after an assistant message with k tool calls, the next k messages are stably ordered by
-//    the call their tool_call_id names (other messages last);
+//  - history tool calls are written in the order of their ids (string order), and after an
+//    assistant message with k tool calls the next k messages are stably ordered by their
+//    tool_call_id (other messages last);
 //  - assistant turns: <｜Assistant｜>{<think>R</think> | </think>}{content}{DSML}<EOS>; the
 //    reasoning is kept for every turn when tools are declared (or drop_thinking is false),
 //    and for a trailing prefix message, otherwise dropped; a trailing prefix message gets no

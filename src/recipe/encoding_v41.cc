@@ -36,7 +36,8 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
   validate_conversation(conv, ChatVersion::kV41);
   constexpr JsonFloatStyle kStyle = JsonFloatStyle::kPython;
   PromptBuilder b(tokens);
-  const bool thinking = conv.thinking_mode;
+  const bool thinking =
+      conv.thinking_mode && conv.reasoning_effort.tier != ReasoningEffort::Tier::kNone;
   const bool has_tools = conv.tool_choice != ToolChoice::kNone && !conv.tools.empty();
   const bool keep_all_reasoning = thinking && (has_tools || !conv.drop_thinking);
   const std::vector<Message>& msgs = conv.messages;
@@ -85,8 +86,11 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
         ++i;
         break;
       case Role::kLatestReminder:
-        b.special(tokens.latest_reminder);
-        b.text(m.content);
+        // Of consecutive reminders only the first is rendered.
+        if (i == 0 || msgs[i - 1].role != Role::kLatestReminder) {
+          b.special(tokens.latest_reminder);
+          b.text(m.content);
+        }
         ++i;
         break;
       case Role::kUser:

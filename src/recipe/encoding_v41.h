@@ -5,6 +5,7 @@
 //    content if it is a system message + "\n\n## Tools..." + response-format instructions;
 //    written when the conversation is not empty and the head is not empty or consumed a
 //    system message. Later system messages are their own <｜System｜> turns, in place.
+//  - of consecutive latest_reminder messages only the first is rendered;
 //  - a run of consecutive user/tool messages forms one <｜User｜> turn joined by "\n\n"; its
 //    tool results are reordered among their own slots by the call they answer (in the
 //    latest assistant turn with tool calls).

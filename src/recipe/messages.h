@@ -62,10 +62,12 @@ ToolChoice parse_tool_choice(std::string_view name);  // "auto" | "none" | "requ
 enum class ResponseFormat { kText, kJsonObject, kJsonSchema, kRegex };
 
 // How much the model should think (thinking mode only).
+//   "none" turns thinking off (the conversation renders in chat mode), as deepseek-recipe's
+//   request conversion does.
 //   V4 (0731 release): unset or high/xhigh -> "Absolute maximum" paragraph, max -> "Beyond
-//   maximum" paragraph, low/none -> no paragraph. V4 April variant: only max adds a
-//   paragraph (the "Absolute maximum" one).
-//   V4.1: a number 1..100; unset/high/xhigh = 75, low = 50, max = 100. "none" is rejected.
+//   maximum" paragraph, low -> no paragraph. V4 April variant: only max adds a paragraph
+//   (the "Absolute maximum" one). Numbers are rejected for V4.
+//   V4.1: a number 1..100; unset/high/xhigh = 75, low = 50, max = 100.
 struct ReasoningEffort {
   enum class Tier { kUnset, kNone, kLow, kHigh, kXHigh, kMax, kNumeric };
   Tier tier = Tier::kUnset;

@@ -1,0 +1,265 @@
+"""Our chat encoding and output parsing (src/recipe) against deepseek-recipe 0.2.0 (PyPI),
+DeepSeek's own encoder/parser, on randomly generated conversations and completions.
+
+Prompts must be byte-identical (and the special-token ranges the same); parsed outputs must
+equal deepseek-recipe's accumulated Chat Completions message, with ours fed whole and one
+byte at a time. Ours runs through the JSON-lines driver $DEEPINFER_BUILD/recipe_cli.
+"""
+
+import json
+import os
+import random
+import subprocess
+
+import pytest
+
+dr = pytest.importorskip("deepseek_recipe")
+
+N_CONVERSATIONS = 600  # per version
+N_COMPLETIONS = 1500
+
+IMAGE = "<｜image｜>"
+WORDS = [
+    "hello", "world", "Paris", "weather", "the", "a", "data", "x", "42", "3.14", "你好", "世界",
+    "東京", "한국어", "😀", "👩‍👩‍👧", "é", "naïve", "\"quoted\"", "back\\slash", "tab\there",
+    "{", "}", "[1, 2]", "<b>", "&amp;", "$TOOL_NAME", "<｜User｜>", "</think>", "<think>",
+    "<｜Assistant｜>", "｜DSML｜", "<tool_result>", "```", "\u2028", "\x01", " ", "  ",
+]
+
+
+def cli():
+    build = os.environ.get("DEEPINFER_BUILD", "build")
+    path = os.path.join(build, "recipe_cli")
+    assert os.path.exists(path), f"{path} not built (cmake --build {build} --target recipe_cli)"
+    return path
+
+
+def run_cli(mode, requests):
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in requests)
+    out = subprocess.run([cli(), mode], input=lines.encode(), capture_output=True, check=True)
+    results = [json.loads(line) for line in out.stdout.decode().split("\n")[:-1]]
+    assert len(results) == len(requests)
+    return results
+
+
+# ---------------------------------------------------------------- conversations
+
+def rand_text(rng, max_words=8, newlines=True):
+    n = rng.randint(0, max_words)
+    parts = []
+    for _ in range(n):
+        parts.append(rng.choice(WORDS))
+        parts.append(rng.choice([" ", " ", " ", "\n", "\n\n", ""]) if newlines else " ")
+    return "".join(parts)
+
+
+def rand_scalar(rng):
+    return rng.choice([
+        rng.randint(-1000, 1000), rng.randint(0, 2**63), rng.random() * 10 ** rng.randint(-8, 20),
+        -rng.random(), 0.5, 1.0, 1e-5, 1e-7, 1e16, 12.0, True, False, None, rand_text(rng, 3),
+    ])
+
+
+def rand_value(rng, depth=0):
+    r = rng.random()
+    if depth < 2 and r < 0.15:
+        return [rand_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if depth < 2 and r < 0.3:
+        return {rand_text(rng, 1, False) or "k": rand_value(rng, depth + 1)
+                for _ in range(rng.randint(0, 3))}
+    return rand_scalar(rng)
+
+
+def rand_schema(rng):
+    props = {}
+    for i in range(rng.randint(0, 4)):
+        p = {"type": rng.choice(["string", "integer", "number", "boolean", "array", "object"])}
+        if rng.random() < 0.5:
+            p["description"] = rand_text(rng, 5)
+        if rng.random() < 0.2:
+            p["default"] = rand_scalar(rng)
+        if rng.random() < 0.2:
+            p["enum"] = [rand_scalar(rng) for _ in range(2)]
+        props[rng.choice(["city", "days", "query", "名前", "n", "opts"]) + str(i)] = p
+    schema = {"type": "object", "properties": props}
+    if props and rng.random() < 0.6:
+        schema["required"] = list(props)[: rng.randint(1, len(props))]
+    if rng.random() < 0.2:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def rand_tools(rng):
+    tools = []
+    for i in range(rng.randint(1, 3)):
+        params = None if rng.random() < 0.1 else rand_schema(rng)
+        desc = None if rng.random() < 0.2 else rand_text(rng, 6)
+        tools.append({"name": rng.choice(["get_weather", "search", "run_code", "f"]) + str(i),
+                      "description": desc, "parameters": params})
+    return tools
+
+
+def rand_arguments(rng):
+    r = rng.random()
+    if r < 0.05:
+        return rng.choice(["not json", "[1, 2]", "\"str\"", "", "{\"a\": 1} trailing", "{"])
+    args = {}
+    for i in range(rng.randint(0, 4)):
+        args[rng.choice(["city", "days", "q", "nested", "flag", "名"]) + str(i)] = rand_value(rng)
+    return json.dumps(args, ensure_ascii=rng.random() < 0.5,
+                      separators=rng.choice([(",", ":"), (", ", ": ")]))
+
+
+def content_with_images(rng, allow_images):
+    text = rand_text(rng)
+    n_images = 0
+    if allow_images and rng.random() < 0.2:
+        n_images = rng.randint(1, 2)
+        for _ in range(rng.randint(0, n_images + 1)):
+            pos = rng.randint(0, len(text))
+            text = text[:pos] + IMAGE + text[pos:]
+    return text, n_images
+
+
+def rand_conversation(rng, version):
+    has_tools = rng.random() < 0.5
+    tools = rand_tools(rng) if has_tools else []
+    msgs = []
+    images = version == "v4.1" or rng.random() < 0.3
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        text, n = content_with_images(rng, images)
+        msgs.append({"role": "system", "content": text, "n_images": n})
+    call_counter = 0
+    for _turn in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.05:
+            text, n = content_with_images(rng, images)
+            msgs.append({"role": "system", "content": text, "n_images": n})
+        elif r < 0.1:
+            msgs.append({"role": "latest_reminder", "content": rand_text(rng)})
+        for _ in range(rng.choice([1, 1, 1, 2])):
+            text, n = content_with_images(rng, images)
+            msgs.append({"role": "user", "content": text, "n_images": n})
+        if rng.random() < 0.05:
+            msgs.append({"role": "latest_reminder", "content": rand_text(rng)})
+        # assistant steps of this turn (tool loop)
+        for _step in range(rng.randint(0, 3)):
+            a = {"role": "assistant", "content": rand_text(rng)}
+            if rng.random() < 0.7:
+                a["reasoning_content"] = rand_text(rng)
+            calls = []
+            if (has_tools or rng.random() < 0.1) and rng.random() < 0.6:
+                for _ in range(rng.randint(1, 3)):
+                    call_counter += 1
+                    name = rng.choice(tools)["name"] if tools else "undeclared"
+                    calls.append({"id": f"call_{call_counter}", "name": name,
+                                  "arguments": rand_arguments(rng)})
+                a["tool_calls"] = calls
+            msgs.append(a)
+            if calls:
+                results = [{"role": "tool", "content": rand_text(rng), "tool_call_id": c["id"]}
+                           for c in calls]
+                if rng.random() < 0.3:
+                    rng.shuffle(results)
+                for t in results:
+                    text, n = content_with_images(rng, images)
+                    t["content"], t["n_images"] = text, n
+                msgs.extend(results)
+                if rng.random() < 0.1:
+                    msgs.append({"role": "user", "content": rand_text(rng)})
+    end = rng.random()
+    if end < 0.15:
+        a = {"role": "assistant", "content": rng.choice(["", rand_text(rng)]), "prefix": True}
+        if rng.random() < 0.6:
+            a["reasoning_content"] = rng.choice(["", rand_text(rng)])
+        msgs.append(a)
+    elif end < 0.2:
+        msgs.append({"role": "assistant", "content": rand_text(rng),
+                     "reasoning_content": rand_text(rng)})
+    conv = {
+        "version": version,
+        "messages": msgs,
+        "thinking_mode": rng.random() < 0.6,
+        "tools": tools,
+        "tool_choice": rng.choice(["auto"] * 6 + ["none", "required"]),
+        "reasoning_effort": rng.choice([None, None, "low", "high", "xhigh", "max"]),
+    }
+    rf = rng.random()
+    if rf < 0.08:
+        conv["response_format"] = "json_object"
+    elif rf < 0.13:
+        conv["response_format"] = {"type": "json_schema", "schema": rand_schema(rng)}
+    elif rf < 0.16:
+        conv["response_format"] = {"type": "regex", "regex": "[a-z]+"}
+    return conv
+
+
+def to_recipe(conv):
+    def images(n):
+        return [dr.DataUrlImageSource("data:image/png;base64,AAAA") for _ in range(n)]
+
+    msgs = []
+    for m in conv["messages"]:
+        role = m["role"]
+        if role == "system":
+            msgs.append(dr.SystemMessage(m["content"], images(m.get("n_images", 0))))
+        elif role == "user":
+            msgs.append(dr.UserMessage(m["content"], images(m.get("n_images", 0))))
+        elif role == "tool":
+            msgs.append(dr.ToolMessage(m["content"], m.get("tool_call_id"),
+                                       images(m.get("n_images", 0))))
+        elif role == "latest_reminder":
+            msgs.append(dr.LatestReminderMessage(m["content"]))
+        else:
+            calls = [dr.ToolCall(c["id"], c["name"], c["arguments"])
+                     for c in m.get("tool_calls", [])] or None
+            msgs.append(dr.AssistantMessage(m["content"], m.get("reasoning_content"), calls,
+                                            m.get("prefix", False)))
+    tools = [dr.ToolDefinition(t["name"], t["description"], t["parameters"])
+             for t in conv["tools"]]
+    kw = {}
+    rf = conv.get("response_format")
+    if rf == "json_object":
+        kw["response_format"] = "json_object"
+    elif isinstance(rf, dict) and rf["type"] == "json_schema":
+        kw["response_schema"] = rf["schema"]
+    elif isinstance(rf, dict) and rf["type"] == "regex":
+        kw["response_regex"] = rf["regex"]
+    return dr.Conversation(msgs, thinking_mode=conv["thinking_mode"], tools=tools,
+                           tool_choice=conv["tool_choice"],
+                           reasoning_effort=conv["reasoning_effort"], **kw)
+
+
+def byte_ranges(prompt, ranges):
+    """Code-point ranges (deepseek-recipe's Python view) -> UTF-8 byte ranges."""
+    offsets = [0]
+    for ch in prompt:
+        offsets.append(offsets[-1] + len(ch.encode()))
+    return [[offsets[a], offsets[b]] for a, b in ranges]
+
+
+@pytest.mark.parametrize("version", ["v4", "v4.1"])
+def test_prompts_byte_identical(version):
+    rng = random.Random(1234 if version == "v4" else 5678)
+    convs = [rand_conversation(rng, version) for _ in range(N_CONVERSATIONS)]
+    encoding = dr.DeepseekV4Encoding() if version == "v4" else dr.DeepseekV41Encoding()
+    ours = run_cli("render", convs)
+    mismatches = []
+    for i, (conv, got) in enumerate(zip(convs, ours)):
+        rendered = encoding.render_conversation(to_recipe(conv))
+        want = {"prompt": rendered.prompt,
+                "special_ranges": byte_ranges(rendered.prompt, rendered.special_ranges)}
+        if "error" in got or got["prompt"] != want["prompt"] or \
+                got["special_ranges"] != want["special_ranges"]:
+            mismatches.append((i, conv, got, want))
+    if mismatches:
+        i, conv, got, want = mismatches[0]
+        ours_prompt = got.get("prompt", str(got))
+        at = next((k for k, (a, b) in enumerate(zip(ours_prompt, want["prompt"])) if a != b),
+                  min(len(ours_prompt), len(want["prompt"])))
+        raise AssertionError(
+            f"{len(mismatches)}/{len(convs)} prompts differ; first #{i}, at char {at}:\n"
+            f"conversation: {json.dumps(conv, ensure_ascii=False)}\n"
+            f"ours:   ...{ours_prompt[max(0, at - 300):at + 300]!r}\n"
+            f"recipe: ...{want['prompt'][max(0, at - 300):at + 300]!r}\n"
+            f"ranges equal: {got.get('special_ranges') == want['special_ranges']}")
