@@ -55,6 +55,9 @@ struct Request {
   // Outputs a scheduled step will sample that update() has not delivered yet (0 unless the
   // engine schedules step t+1 before updating step t).
   int64_t num_output_placeholders = 0;
+  // Speculative tokens proposed for positions num_tokens().. (set_draft_tokens); the next
+  // schedule() moves them into the request's chunk. Only without samples in flight.
+  std::vector<int32_t> draft_token_ids;
   int64_t max_tokens = 0;
   int64_t min_tokens = 0;
   std::vector<int32_t> stop_token_ids;
@@ -62,8 +65,12 @@ struct Request {
 
   int64_t num_tokens() const { return int64_t(token_ids.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
-  // The count num_computed_tokens catches up with: known tokens plus in-flight samples.
+  // Known tokens plus in-flight samples: a chunk reaching this count samples.
   int64_t num_tokens_with_placeholders() const { return num_tokens() + num_output_placeholders; }
+  // The count num_computed_tokens catches up with: the above plus draft tokens.
+  int64_t num_tokens_with_drafts() const {
+    return num_tokens_with_placeholders() + int64_t(draft_token_ids.size());
+  }
   // Whether computing up to num_tokens_with_placeholders() would sample one more output.
   bool wants_more_outputs() const {
     return num_output_tokens() + num_output_placeholders < max_tokens;

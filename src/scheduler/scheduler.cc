@@ -24,7 +24,22 @@ Scheduler::Key Scheduler::key(const Request& r) const {
 
 int64_t Scheduler::remaining(const Request& r) const {
   if (!r.wants_more_outputs()) return 0;
-  return r.num_tokens_with_placeholders() - r.num_computed_tokens;
+  return r.num_tokens_with_drafts() - r.num_computed_tokens;
+}
+
+int64_t Scheduler::set_draft_tokens(int64_t id, std::vector<int32_t> draft_token_ids) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return 0;
+  Request& r = *it->second;
+  if (r.status != RequestStatus::kRunning || r.num_output_placeholders > 0 ||
+      r.num_computed_tokens + 1 != r.num_tokens()) {
+    return 0;
+  }
+  // A verified step yields accepted drafts + 1 outputs.
+  const int64_t room = std::max<int64_t>(0, r.max_tokens - r.num_output_tokens() - 1);
+  if (int64_t(draft_token_ids.size()) > room) draft_token_ids.resize(size_t(room));
+  r.draft_token_ids = std::move(draft_token_ids);
+  return int64_t(r.draft_token_ids.size());
 }
 
 void Scheduler::add_request(RequestSpec spec) {
@@ -64,8 +79,14 @@ void Scheduler::add_chunk(Request& r, int64_t n_tokens, SchedulerOutput& out, in
   chunk.request_id = r.id;
   chunk.start_position = r.num_computed_tokens;
   chunk.n_tokens = n_tokens;
-  chunk.samples = r.num_computed_tokens + n_tokens == r.num_tokens_with_placeholders();
-  r.num_computed_tokens += n_tokens;
+  const int64_t end = r.num_computed_tokens + n_tokens;
+  chunk.samples = end >= r.num_tokens_with_placeholders();
+  if (chunk.samples && end > r.num_tokens_with_placeholders()) {
+    const int64_t n_draft = end - r.num_tokens_with_placeholders();
+    chunk.draft_token_ids.assign(r.draft_token_ids.begin(), r.draft_token_ids.begin() + n_draft);
+  }
+  r.draft_token_ids.clear();  // proposed for this step only
+  r.num_computed_tokens = end;
   if (chunk.samples) ++r.num_output_placeholders;
   budget -= n_tokens;
   out.n_scheduled_tokens += n_tokens;
@@ -85,6 +106,7 @@ void Scheduler::preempt(Request& r, SchedulerOutput& out, int64_t& budget) {
     out.scheduled.erase(it);
   }
   cache_.free_request(r.id);
+  r.draft_token_ids.clear();
   r.status = RequestStatus::kPreempted;
   r.num_computed_tokens = 0;
   ++r.num_preemptions;
@@ -116,10 +138,14 @@ SchedulerOutput Scheduler::schedule() {
   std::sort(running_.begin(), running_.end(),
             [&](const Request* a, const Request* b) { return key(*a) < key(*b); });
 
-  // (1) Running requests: decodes first, then prefill chunks, each pass in policy order.
+  // (1) Running requests: decodes (one known token left, maybe drafts) first, then prefill
+  // chunks, each pass in policy order.
+  auto is_decode = [](const Request* r) {
+    return r->num_tokens_with_placeholders() - r->num_computed_tokens == 1;
+  };
   std::vector<Request*> order;
-  for (Request* r : running_) if (remaining(*r) == 1) order.push_back(r);
-  for (Request* r : running_) if (remaining(*r) > 1) order.push_back(r);
+  for (Request* r : running_) if (remaining(*r) > 0 && is_decode(r)) order.push_back(r);
+  for (Request* r : running_) if (remaining(*r) > 0 && !is_decode(r)) order.push_back(r);
   for (Request* r : order) {
     if (budget == 0) break;
     if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier request
@@ -195,6 +221,24 @@ std::vector<FinishedRequest> Scheduler::update(const SchedulerOutput& output,
     Request& r = *it->second;
     ICHECK(r.num_output_placeholders > 0)
         << "Scheduler::update: request " << r.id << " has no sample in flight";
+    // Validate before changing anything, so a bad call leaves the request as it was.
+    const std::vector<int32_t>& drafts = chunk.draft_token_ids;
+    size_t accepted = 0;
+    if (!drafts.empty()) {
+      CHECK(sampled[i].size() <= drafts.size() + 1)
+          << "Scheduler::update: request " << r.id << " got " << sampled[i].size()
+          << " tokens for " << drafts.size() << " drafts";
+      ICHECK(r.num_output_placeholders == 1 &&
+             r.num_computed_tokens == r.num_tokens() + int64_t(drafts.size()));
+      while (accepted + 1 < sampled[i].size() && sampled[i][accepted] == drafts[accepted]) {
+        ++accepted;
+      }
+      CHECK(accepted + 1 == sampled[i].size())
+          << "Scheduler::update: request " << r.id << " sampled token " << accepted
+          << " differs from its draft but is not the last";
+      // Positions up to the last accepted draft had the right inputs; the rest recompute.
+      r.num_computed_tokens = r.num_tokens() + int64_t(accepted);
+    }
     --r.num_output_placeholders;
     std::optional<FinishReason> reason;
     for (int32_t token : sampled[i]) {

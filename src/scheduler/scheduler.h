@@ -61,6 +61,11 @@ class Scheduler {
   // scheduled[i].samples. Appends them, then finishes requests on a stop token id (after
   // min_tokens outputs; tokens after it are dropped) or at max_tokens. Chunks of requests
   // that finished meanwhile are skipped. Returns the requests finished by this call.
+  // With draft tokens, sampled[i] holds the accepted drafts then one more token (at most
+  // drafts + 1 tokens); num_computed_tokens falls back to the last position whose input
+  // was right, so rejected positions are recomputed (their blocks stay allocated). Tokens
+  // beyond the drafts without drafts (e.g. a caller's own multi-token step) are computed
+  // in the next step.
   std::vector<FinishedRequest> update(const SchedulerOutput& output,
                                       const std::vector<std::vector<int32_t>>& sampled);
 
@@ -68,6 +73,11 @@ class Scheduler {
   // kAbort), freeing its state. Returns nullopt for an unknown or already finished id.
   std::optional<FinishedRequest> finish(int64_t id, FinishReason reason);
   std::optional<FinishedRequest> abort(int64_t id) { return finish(id, FinishReason::kAbort); }
+
+  // Proposes speculative tokens for a running request's next step (after update() of its
+  // last step, with no sample in flight; otherwise ignored). Trimmed so that the verified
+  // step cannot produce more than max_tokens outputs. Returns how many were kept.
+  int64_t set_draft_tokens(int64_t id, std::vector<int32_t> draft_token_ids);
 
   // A live request, or nullptr. Valid until the next call that may finish it.
   const Request* find(int64_t id) const;
@@ -82,7 +92,8 @@ class Scheduler {
  private:
   using Key = std::tuple<int64_t, int64_t, int64_t>;  // (priority, arrival, id)
   Key key(const Request& r) const;
-  // Tokens the request could compute next (0 when it must wait for an in-flight sample).
+  // Tokens the request could compute next, drafts included (0 when it must wait for an
+  // in-flight sample).
   int64_t remaining(const Request& r) const;
   // Preempts the latest running request in policy order after `r`, or returns false.
   bool preempt_one_after(const Request& r, SchedulerOutput& out, int64_t& budget);

@@ -18,9 +18,13 @@ struct ScheduledChunk {
   int64_t request_id = 0;
   int64_t start_position = 0;
   int64_t n_tokens = 0;
-  // The chunk ends at the last known token: the step samples one output from its last
+  // The chunk reaches the last known token: the step samples one output from that
   // position's logits, delivered to update(). False for a prefill chunk that stops earlier.
   bool samples = false;
+  // Speculative tokens at the chunk's last positions (inputs of positions
+  // start + n_tokens - draft_token_ids.size() ..): the step verifies them, sampling at the
+  // last known position and at every draft position.
+  std::vector<int32_t> draft_token_ids;
 };
 
 struct SchedulerOutput {

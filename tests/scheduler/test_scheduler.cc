@@ -170,6 +170,57 @@ TEST(Scheduler, SeveralSampledTokensAreComputedNextStepAndStopTruncates) {
   EXPECT_EQ(finished[0].output_token_ids, (std::vector<int32_t>{5, 6, 7, 8, 0}));
 }
 
+TEST(Scheduler, DraftTokensAreVerifiedAndRejectedPositionsRecomputed) {
+  Scheduler s(config_of(16, 4), small_layout(), plan_of(32, 32, 4, 4));
+  s.add_request(spec(1, 4, 6));
+  SchedulerOutput out = s.schedule();
+  s.update(out, {{5}});
+  EXPECT_EQ(s.set_draft_tokens(1, {6, 7, 8, 9, 10}), 4);  // 1 output so far, room for 4 + 1
+  EXPECT_EQ(s.set_draft_tokens(1, {6, 7, 8}), 3);
+  out = s.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].start_position, 4);
+  EXPECT_EQ(out.scheduled[0].n_tokens, 4);
+  EXPECT_TRUE(out.scheduled[0].samples);
+  EXPECT_EQ(out.scheduled[0].draft_token_ids, (std::vector<int32_t>{6, 7, 8}));
+  EXPECT_TRUE(s.find(1)->draft_token_ids.empty());
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 8);
+  // Two drafts accepted, the third replaced by 9: positions 0..6 stay computed.
+  EXPECT_THROW(s.update(out, {{6, 0, 9}}), Error);  // a mismatch before the last token
+  EXPECT_TRUE(s.update(out, {{6, 7, 9}}).empty());
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 7);
+  EXPECT_EQ(s.find(1)->output_token_ids(), (std::vector<int32_t>{5, 6, 7, 9}));
+  out = s.schedule();
+  EXPECT_EQ(out.scheduled[0].start_position, 7);
+  EXPECT_EQ(out.scheduled[0].n_tokens, 1);
+  EXPECT_TRUE(out.scheduled[0].draft_token_ids.empty());
+  s.update(out, {{11}});
+  // All drafts accepted plus one more token reaches max_tokens 6.
+  EXPECT_EQ(s.set_draft_tokens(1, {12, 13}), 0);  // 5 outputs: room for none
+  out = s.schedule();
+  auto done = s.update(out, {{12}});
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].output_token_ids, (std::vector<int32_t>{5, 6, 7, 9, 11, 12}));
+}
+
+TEST(Scheduler, DraftsCutByTheBudgetAndIgnoredWithSamplesInFlight) {
+  Scheduler s(config_of(2, 4), small_layout(), plan_of(32, 32, 4, 4));
+  s.add_request(spec(1, 2, 10));
+  SchedulerOutput out = s.schedule();
+  s.update(out, {{5}});
+  EXPECT_EQ(s.set_draft_tokens(1, {6, 7, 8}), 3);
+  out = s.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].n_tokens, 2);
+  EXPECT_EQ(out.scheduled[0].draft_token_ids, (std::vector<int32_t>{6}));
+  s.update(out, {{6, 7}});
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 4);
+  // Overlap: with a sample in flight, drafts are refused.
+  out = s.schedule();
+  EXPECT_EQ(s.set_draft_tokens(1, {1}), 0);
+  EXPECT_EQ(s.set_draft_tokens(99, {1}), 0);
+}
+
 TEST(Scheduler, AbortAndFinishFreeEverythingInAnyState) {
   Scheduler s(config_of(4, 1), small_layout(), plan_of(32, 32, 4, 4));
   s.add_request(spec(1, 10, 5));

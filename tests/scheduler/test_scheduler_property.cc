@@ -59,6 +59,7 @@ struct Params {
   std::vector<int64_t> n_blocks;  // window, compressed/4, compressed/128, indexer/4
   int64_t n_slots = 6;
   double abort_rate = 0.02;
+  bool speculate = false;  // propose 0..4 drafts, each right with probability 0.7
 };
 
 struct Stats {
@@ -68,6 +69,7 @@ struct Stats {
   int64_t n_aborted = 0;
   int64_t n_stopped = 0;
   int64_t n_completed_after_preemption = 0;  // finished by update() after >= 1 preemption
+  int64_t n_drafts = 0;                       // draft tokens the scheduler kept
 };
 
 class SimulatedModel {
@@ -93,9 +95,22 @@ class SimulatedModel {
           << "request " << c.request_id << " chunk does not continue its state";
       EXPECT_GE(c.n_tokens, 1);
       st.computed = c.start_position + c.n_tokens;
-      EXPECT_LE(st.computed, int64_t(st.tokens.size())) << "request " << c.request_id
-                                                        << " computes unknown positions";
-      if (c.samples) {
+      EXPECT_LE(st.computed, int64_t(st.tokens.size()) + int64_t(c.draft_token_ids.size()))
+          << "request " << c.request_id << " computes unknown positions";
+      const int64_t n_draft = int64_t(c.draft_token_ids.size());
+      if (c.samples && n_draft > 0) {
+        // Greedy verification: sample at the last known position and every draft position.
+        EXPECT_EQ(st.computed, int64_t(st.tokens.size()) + n_draft);
+        std::vector<int32_t> out_tokens;
+        for (int64_t i = 0; i <= n_draft; ++i) {
+          const int32_t t = next_token(st.tokens);
+          st.tokens.push_back(t);
+          out_tokens.push_back(t);
+          if (i == n_draft || c.draft_token_ids[size_t(i)] != t) break;
+        }
+        st.computed = int64_t(st.tokens.size()) - 1;
+        sampled.push_back(out_tokens);
+      } else if (c.samples) {
         EXPECT_EQ(st.computed, int64_t(st.tokens.size()));
         const int32_t t = next_token(st.tokens);
         st.tokens.push_back(t);
@@ -202,6 +217,8 @@ Stats run(const Params& p) {
   };
 
   const int64_t kMaxSteps = 20000;
+  const int64_t kMaxWait = 200;
+  std::map<int64_t, int64_t> last_scheduled;
   while ((next_id < p.n_requests || s.has_unfinished() || in_flight) &&
          stats.n_steps < kMaxSteps) {
     // Arrivals: a burst at the start, then a few per step.
@@ -258,6 +275,17 @@ Stats run(const Params& p) {
       }
     }
     check_cache(s, out, live);
+    // Liveness: a running request gets a chunk within kMaxWait steps (aborts must not be
+    // what ends a stuck request).
+    for (const ScheduledChunk& c : out.scheduled) last_scheduled[c.request_id] = stats.n_steps;
+    for (int64_t id : live) {
+      const Request* r = s.find(id);
+      if (r == nullptr || r->status != RequestStatus::kRunning) {
+        last_scheduled[id] = stats.n_steps;
+      } else {
+        EXPECT_LT(stats.n_steps - last_scheduled[id], kMaxWait) << "request " << id << " stuck";
+      }
+    }
     if (::testing::Test::HasFailure()) break;
     std::vector<std::vector<int32_t>> sampled = model.execute(out);
     if (p.overlap) {
@@ -269,6 +297,19 @@ Stats run(const Params& p) {
       }
     } else {
       deliver(out, sampled);
+      if (p.speculate) {
+        for (const ScheduledChunk& c : out.scheduled) {
+          const Request* r = s.find(c.request_id);
+          if (!c.samples || r == nullptr) continue;
+          std::vector<int32_t> tokens = r->token_ids, drafts;
+          for (int64_t k = uniform(0, 4); k > 0; --k) {
+            const int32_t right = next_token(tokens);
+            drafts.push_back(uniform(0, 9) < 7 ? right : int32_t(uniform(0, kVocab - 1)));
+            tokens.push_back(drafts.back());
+          }
+          stats.n_drafts += s.set_draft_tokens(c.request_id, drafts);
+        }
+      }
     }
     if (::testing::Test::HasFailure()) break;
   }
@@ -345,6 +386,22 @@ TEST(SchedulerProperty, RoomyPoolsNeverPreempt) {
     EXPECT_EQ(run(p).n_preemptions, 0);
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+TEST(SchedulerProperty, SpeculativeDraftsKeepTheSameOutputs) {
+  int64_t drafts = 0, preemptions = 0;
+  for (uint64_t seed = 501; seed <= 510; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Params p = tiny_pools(seed);
+    p.speculate = true;
+    p.priority = seed % 2 == 0;
+    const Stats st = run(p);
+    drafts += st.n_drafts;
+    preemptions += st.n_preemptions;
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(drafts, 0);
+  EXPECT_GT(preemptions, 0);
 }
 
 // Window-pool pressure: few window blocks, so long prefill chunks must shrink or wait.
