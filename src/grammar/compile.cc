@@ -1,0 +1,23 @@
+#include "grammar/compile.h"
+
+#include "base/error.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex_parser.h"
+
+namespace deepinfer::grammar {
+
+Grammar build_grammar(const GrammarSpec& spec) {
+  JsonSchemaOptions jopt;
+  jopt.max_whitespace = spec.max_whitespace;
+  if (spec.kind == "json_schema") return json_schema_grammar(spec.text, jopt);
+  if (spec.kind == "json_object") return json_value_grammar(jopt);
+  if (spec.kind == "regex") return regex_grammar(spec.text);
+  THROW(kInvalidInput) << "unknown grammar kind '" << spec.kind << "'";
+}
+
+std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec,
+                                                       std::shared_ptr<const Vocabulary> vocab) {
+  return std::make_shared<const CompiledGrammar>(build_grammar(spec), std::move(vocab));
+}
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,33 @@
+// Front door of the structured-output engine: text grammar -> CompiledGrammar for a vocabulary.
+//
+//   auto vocab = std::make_shared<const Vocabulary>(token_bytes, stop_ids);   // once per model
+//   auto g = compile_grammar({"json_schema", schema_text}, vocab);           // once per schema
+//   GrammarMatcher m(g);                                                      // once per request
+// Kinds: "json_schema" (json_schema.h), "json_object" (any JSON value; text ignored),
+// "regex" (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule
+// "root"). Errors: kInvalidInput (malformed), kUnsupported (feature named in the message).
+// Compiled grammars are immutable apart from their internally synchronised mask cache: cache
+// them by (kind, text) and share them across requests and threads.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "grammar/compiled_grammar.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "grammar/vocabulary.h"
+
+namespace deepinfer::grammar {
+
+struct GrammarSpec {
+  std::string kind;  // "json_schema", "json_object", "regex", "ebnf"
+  std::string text;
+  int32_t max_whitespace = 0;  // JSON kinds: whitespace policy (json_schema.h)
+};
+
+Grammar build_grammar(const GrammarSpec& spec);
+std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec,
+                                                       std::shared_ptr<const Vocabulary> vocab);
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,81 @@
+#include "grammar/compiled_grammar.h"
+
+#include "base/error.h"
+#include "grammar/token_walk.h"
+
+namespace deepinfer::grammar {
+
+namespace {
+
+// Process-wide cache for DFA elements that end their rule: their classification depends only on
+// the automaton and its state. Bounded; when full, entries are simply not shared.
+struct SharedKey {
+  const Vocabulary* vocab;
+  uint64_t fingerprint;
+  int32_t n_states, state;
+  bool operator==(const SharedKey& o) const {
+    return vocab == o.vocab && fingerprint == o.fingerprint && n_states == o.n_states && state == o.state;
+  }
+};
+struct SharedKeyHash {
+  size_t operator()(const SharedKey& k) const {
+    return k.fingerprint ^ (std::hash<const void*>()(k.vocab) * 31) ^ (static_cast<uint64_t>(k.state) << 20);
+  }
+};
+constexpr size_t kMaxSharedEntries = 4096;
+std::mutex g_shared_mu;
+std::unordered_map<SharedKey, std::shared_ptr<const MaskEntry>, SharedKeyHash> g_shared;
+
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+  ICHECK(vocab_ != nullptr);
+  for (const auto& d : grammar_.dfas) dfa_fingerprints_.push_back(d.fingerprint());
+}
+
+size_t CompiledGrammar::n_cached_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_.size();
+}
+
+std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int32_t state) const {
+  auto entry = std::make_shared<MaskEntry>();
+  entry->accepted.assign(vocab_->n_mask_words(), 0);
+  StackPool pool;
+  std::vector<Top> init{{pos, state, kUnknownParent}};
+  walk_token_trie(grammar_, *vocab_, pool, init, entry->accepted.data(), &entry->uncertain);
+  for (uint32_t w : entry->accepted) entry->n_accepted += __builtin_popcount(w);
+  return entry;
+}
+
+std::shared_ptr<const MaskEntry> CompiledGrammar::mask_entry(int32_t pos, int32_t state) const {
+  const uint64_t key = (static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(state);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
+  const Element& el = grammar_.elements[pos];
+  ICHECK(el.kind == ElementKind::kDfa);
+  const bool shareable = grammar_.elements[pos + 1].kind == ElementKind::kEnd;
+  SharedKey skey{vocab_.get(), dfa_fingerprints_[el.arg], grammar_.dfas[el.arg].n_states(), state};
+  std::shared_ptr<const MaskEntry> entry;
+  if (shareable) {
+    std::lock_guard<std::mutex> lock(g_shared_mu);
+    auto it = g_shared.find(skey);
+    if (it != g_shared.end()) entry = it->second;
+  }
+  if (!entry) {
+    entry = compute_entry(pos, state);
+    if (shareable) {
+      std::lock_guard<std::mutex> lock(g_shared_mu);
+      if (g_shared.size() < kMaxSharedEntries) g_shared.emplace(skey, entry);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, fresh] = cache_.emplace(key, entry);
+  return it->second;
+}
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,54 @@
+// A grammar bound to a vocabulary, with the per-grammar adaptive token-mask cache.
+//
+// For a stack top (element position, DFA state) the cache holds the tokens accepted whatever the
+// rest of the stack is, and the "uncertain" tokens that leave the current rule before their last
+// byte and must be checked against the real stack (the XGrammar context-independent idea).
+// Entries are computed lazily on first use and shared by every matcher of this grammar; entries
+// of DFA elements that end their rule depend only on the DFA and are shared across grammars too
+// (a process-wide cache keyed by the automaton).
+// Thread-safety: all const methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/vocabulary.h"
+
+namespace deepinfer::grammar {
+
+struct MaskEntry {
+  std::vector<uint32_t> accepted;  // [vocab.n_mask_words()]
+  std::vector<int32_t> uncertain;  // token ids, each to be checked against the real stack
+  int32_t n_accepted = 0;
+};
+
+class CompiledGrammar {
+ public:
+  CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocab);
+
+  const Grammar& grammar() const { return grammar_; }
+  const Vocabulary& vocab() const { return *vocab_; }
+  const std::shared_ptr<const Vocabulary>& vocab_ptr() const { return vocab_; }
+  // True if the grammar matches nothing (e.g. an unsatisfiable schema): no token is ever allowed.
+  bool empty_language() const { return grammar_.rule_alts[grammar_.root].empty(); }
+
+  // The cache entry for a stack top at DFA element `pos` in DFA state `state`.
+  std::shared_ptr<const MaskEntry> mask_entry(int32_t pos, int32_t state) const;
+  // Number of entries computed so far (for benchmarks and tests).
+  size_t n_cached_entries() const;
+
+ private:
+  Grammar grammar_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  std::vector<uint64_t> dfa_fingerprints_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<uint64_t, std::shared_ptr<const MaskEntry>> cache_;
+
+  std::shared_ptr<const MaskEntry> compute_entry(int32_t pos, int32_t state) const;
+};
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,410 @@
+// Thompson NFA over bytes -> subset construction -> trim. UTF-8 code point ranges become byte-range
+// sequences with the usual split at encoding-length and continuation-byte boundaries.
+#include "grammar/dfa.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <unordered_map>
+
+#include "base/error.h"
+
+namespace deepinfer::grammar {
+
+namespace {
+
+constexpr int32_t kMaxNfaStates = 400000;
+
+struct ByteRange { uint8_t lo, hi; };
+
+// Splits [lo, hi] into sequences of byte ranges whose concatenations are exactly the UTF-8
+// encodings of the code points in [lo, hi] (surrogates excluded).
+void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<ByteRange>>& out) {
+  if (lo > hi) return;
+  if (lo <= 0xDFFF && hi >= 0xD800) {
+    if (lo < 0xD800) utf8_sequences(lo, 0xD7FF, out);
+    if (hi > 0xDFFF) utf8_sequences(0xE000, hi, out);
+    return;
+  }
+  for (uint32_t m : {0x7Fu, 0x7FFu, 0xFFFFu}) {
+    if (lo <= m && hi > m) {
+      utf8_sequences(lo, m, out);
+      utf8_sequences(m + 1, hi, out);
+      return;
+    }
+  }
+  if (hi <= 0x7F) {
+    out.push_back({{static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)}});
+    return;
+  }
+  for (int i = 1; i < 4; ++i) {
+    uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if ((lo & m) != 0) {
+        utf8_sequences(lo, lo | m, out);
+        utf8_sequences((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        utf8_sequences(lo, (hi & ~m) - 1, out);
+        utf8_sequences(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  std::string a, b;
+  append_utf8(a, lo);
+  append_utf8(b, hi);
+  std::vector<ByteRange> seq;
+  for (size_t i = 0; i < a.size(); ++i)
+    seq.push_back({static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])});
+  out.push_back(std::move(seq));
+}
+
+struct Nfa {
+  struct Edge { uint8_t lo, hi; int32_t to; };
+  std::vector<std::vector<int32_t>> eps;
+  std::vector<std::vector<Edge>> edges;
+  const std::string* what;
+
+  int32_t add() {
+    CHECK_KIND(kUnsupported, static_cast<int32_t>(eps.size()) < kMaxNfaStates)
+        << *what << " is too large to compile (more than " << kMaxNfaStates << " NFA states)";
+    eps.emplace_back();
+    edges.emplace_back();
+    return static_cast<int32_t>(eps.size()) - 1;
+  }
+
+  // Adds a fragment from `from`; returns its end state.
+  int32_t build(const Expr& e, int32_t from) {
+    switch (e.kind) {
+      case ExprKind::kEpsilon: return from;
+      case ExprKind::kNothing: return add();  // unreachable end
+      case ExprKind::kBytes: {
+        int32_t cur = from;
+        for (char c : e.bytes) {
+          int32_t n = add();
+          edges[cur].push_back({static_cast<uint8_t>(c), static_cast<uint8_t>(c), n});
+          cur = n;
+        }
+        return cur;
+      }
+      case ExprKind::kClass: {
+        int32_t end = add();
+        std::vector<std::vector<ByteRange>> seqs;
+        for (const auto& r : e.ranges) utf8_sequences(r.first, r.second, seqs);
+        for (const auto& s : seqs) {
+          int32_t cur = from;
+          for (size_t i = 0; i < s.size(); ++i) {
+            int32_t n = (i + 1 == s.size()) ? end : add();
+            edges[cur].push_back({s[i].lo, s[i].hi, n});
+            cur = n;
+          }
+        }
+        return end;
+      }
+      case ExprKind::kSeq: {
+        int32_t cur = from;
+        for (const auto& c : e.children) cur = build(*c, cur);
+        return cur;
+      }
+      case ExprKind::kAlt: {
+        int32_t end = add();
+        for (const auto& c : e.children) {
+          int32_t s = add();
+          eps[from].push_back(s);
+          eps[build(*c, s)].push_back(end);
+        }
+        return end;
+      }
+      case ExprKind::kRepeat: {
+        const Expr& c = *e.children[0];
+        int32_t cur = from;
+        for (int32_t i = 0; i < e.min; ++i) cur = build(c, cur);
+        if (e.max == kUnbounded) {
+          int32_t loop = add();
+          eps[cur].push_back(loop);
+          int32_t body_end = build(c, loop);
+          eps[body_end].push_back(loop);
+          return loop;
+        }
+        int32_t end = add();
+        eps[cur].push_back(end);
+        for (int32_t i = e.min; i < e.max; ++i) {
+          cur = build(c, cur);
+          eps[cur].push_back(end);
+        }
+        return end;
+      }
+      case ExprKind::kAutomaton: {
+        const Dfa& d = *e.dfa;
+        int32_t end = add();
+        std::vector<int32_t> ids(d.n_states());
+        for (int32_t s = 0; s < d.n_states(); ++s) ids[s] = add();
+        eps[from].push_back(ids[d.start]);
+        for (int32_t s = 0; s < d.n_states(); ++s) {
+          if (d.accept[s]) eps[ids[s]].push_back(end);
+          for (int b = 0; b < 256;) {
+            int32_t t = d.next[s * 256 + b];
+            int c = b;
+            while (c + 1 < 256 && d.next[s * 256 + c + 1] == t) ++c;
+            if (t != kDead) edges[ids[s]].push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(c), ids[t]});
+            b = c + 1;
+          }
+        }
+        return end;
+      }
+      case ExprKind::kRef:
+        THROW(kInternal) << "rule reference inside a regular expression (" << *what << ")";
+    }
+    return from;
+  }
+
+  void closure(std::vector<int32_t>& set, std::vector<uint8_t>& mark) const {
+    std::vector<int32_t> work(set);
+    for (int32_t s : set) mark[s] = 1;
+    while (!work.empty()) {
+      int32_t s = work.back();
+      work.pop_back();
+      for (int32_t t : eps[s])
+        if (!mark[t]) {
+          mark[t] = 1;
+          set.push_back(t);
+          work.push_back(t);
+        }
+    }
+    for (int32_t s : set) mark[s] = 0;
+    std::sort(set.begin(), set.end());
+  }
+};
+
+Dfa finish(Dfa d) {
+  d.has_out.assign(d.n_states(), 0);
+  for (int32_t s = 0; s < d.n_states(); ++s)
+    for (int b = 0; b < 256; ++b)
+      if (d.next[s * 256 + b] != kDead) { d.has_out[s] = 1; break; }
+  return d;
+}
+
+}  // namespace
+
+bool Dfa::matches(const std::string& bytes) const {
+  if (empty()) return false;
+  int32_t s = start;
+  for (unsigned char c : bytes) {
+    s = next[s * 256 + c];
+    if (s == kDead) return false;
+  }
+  return accept[s];
+}
+
+uint64_t Dfa::fingerprint() const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(static_cast<uint64_t>(start));
+  for (int32_t v : next) mix(static_cast<uint32_t>(v));
+  for (uint8_t a : accept) mix(a + 7);
+  return h;
+}
+
+Dfa build_dfa(const Expr& e, const std::string& what) {
+  Nfa nfa;
+  nfa.what = &what;
+  int32_t s0 = nfa.add();
+  int32_t end = nfa.build(e, s0);
+  // Byte equivalence classes: boundaries of every edge range.
+  std::array<uint8_t, 257> cut{};
+  cut[0] = 1;
+  for (const auto& es : nfa.edges)
+    for (const auto& ed : es) {
+      cut[ed.lo] = 1;
+      cut[ed.hi + 1] = 1;
+    }
+  std::vector<int> reps;
+  for (int b = 0; b < 256; ++b)
+    if (cut[b]) reps.push_back(b);
+
+  std::vector<uint8_t> mark(nfa.eps.size(), 0);
+  std::map<std::vector<int32_t>, int32_t> ids;
+  std::vector<std::vector<int32_t>> sets;
+  Dfa d;
+  std::vector<int32_t> init{s0};
+  nfa.closure(init, mark);
+  ids[init] = 0;
+  sets.push_back(init);
+  for (size_t i = 0; i < sets.size(); ++i) {
+    d.next.resize((i + 1) * 256, kDead);
+    d.accept.push_back(std::binary_search(sets[i].begin(), sets[i].end(), end));
+    for (size_t k = 0; k < reps.size(); ++k) {
+      int lo = reps[k], hi = (k + 1 < reps.size()) ? reps[k + 1] - 1 : 255;
+      std::vector<int32_t> move;
+      for (int32_t s : sets[i])
+        for (const auto& ed : nfa.edges[s])
+          if (ed.lo <= lo && lo <= ed.hi && !mark[ed.to]) {
+            mark[ed.to] = 1;
+            move.push_back(ed.to);
+          }
+      for (int32_t s : move) mark[s] = 0;
+      if (move.empty()) continue;
+      nfa.closure(move, mark);
+      auto it = ids.find(move);
+      int32_t id;
+      if (it == ids.end()) {
+        CHECK_KIND(kUnsupported, static_cast<int32_t>(sets.size()) < kMaxDfaStates)
+            << what << " is too complex (more than " << kMaxDfaStates << " automaton states)";
+        id = static_cast<int32_t>(sets.size());
+        ids.emplace(move, id);
+        sets.push_back(std::move(move));
+      } else {
+        id = it->second;
+      }
+      for (int b = lo; b <= hi; ++b) d.next[i * 256 + b] = id;
+    }
+  }
+  return minimize_dfa(trim_dfa(d));
+}
+
+Dfa trim_dfa(const Dfa& d) {
+  int32_t n = d.n_states();
+  if (n == 0) return Dfa{};
+  // Reverse reachability from accepting states.
+  std::vector<std::vector<int32_t>> rev(n);
+  for (int32_t s = 0; s < n; ++s)
+    for (int b = 0; b < 256; ++b) {
+      int32_t t = d.next[s * 256 + b];
+      if (t != kDead && (rev[t].empty() || rev[t].back() != s)) rev[t].push_back(s);
+    }
+  std::vector<uint8_t> live(n, 0);
+  std::vector<int32_t> work;
+  for (int32_t s = 0; s < n; ++s)
+    if (d.accept[s]) { live[s] = 1; work.push_back(s); }
+  while (!work.empty()) {
+    int32_t s = work.back();
+    work.pop_back();
+    for (int32_t p : rev[s])
+      if (!live[p]) { live[p] = 1; work.push_back(p); }
+  }
+  if (!live[d.start]) return Dfa{};
+  // Forward reachability over live states, renumbering from the start.
+  std::vector<int32_t> id(n, -1);
+  std::vector<int32_t> order{d.start};
+  id[d.start] = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    for (int b = 0; b < 256; ++b) {
+      int32_t t = d.next[order[i] * 256 + b];
+      if (t != kDead && live[t] && id[t] < 0) {
+        id[t] = static_cast<int32_t>(order.size());
+        order.push_back(t);
+      }
+    }
+  Dfa out;
+  out.start = 0;
+  out.next.assign(order.size() * 256, kDead);
+  out.accept.resize(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    out.accept[i] = d.accept[order[i]];
+    for (int b = 0; b < 256; ++b) {
+      int32_t t = d.next[order[i] * 256 + b];
+      out.next[i * 256 + b] = (t != kDead && live[t]) ? id[t] : kDead;
+    }
+  }
+  return finish(std::move(out));
+}
+
+Dfa minimize_dfa(const Dfa& d) {
+  int32_t n = d.n_states();
+  if (n <= 1) return d;
+  if (n > 8000) return d;
+  // Bytes whose columns agree in every state behave alike: sign states over one byte per class.
+  std::vector<int> reps;
+  for (int b = 0; b < 256; ++b) {
+    bool same_as_prev = b > 0;
+    for (int32_t s = 0; s < n && same_as_prev; ++s)
+      same_as_prev = d.next[s * 256 + b] == d.next[s * 256 + b - 1];
+    if (!same_as_prev) reps.push_back(b);
+  }
+  std::vector<int32_t> cls(n);
+  for (int32_t s = 0; s < n; ++s) cls[s] = d.accept[s];
+  int32_t n_cls = 0;
+  for (int round = 0; round < 64; ++round) {
+    std::unordered_map<std::string, int32_t> sig_ids;
+    std::vector<int32_t> next_cls(n);
+    std::string sig;
+    for (int32_t s = 0; s < n; ++s) {
+      sig.assign(reinterpret_cast<const char*>(&cls[s]), 4);
+      for (int b : reps) {
+        int32_t t = d.next[s * 256 + b];
+        int32_t c = t == kDead ? -1 : cls[t];
+        sig.append(reinterpret_cast<const char*>(&c), 4);
+      }
+      auto [it, fresh] = sig_ids.emplace(sig, static_cast<int32_t>(sig_ids.size()));
+      next_cls[s] = it->second;
+    }
+    int32_t count = static_cast<int32_t>(sig_ids.size());
+    cls.swap(next_cls);
+    if (count == n_cls) break;
+    n_cls = count;
+    if (round == 63) return d;  // not converged: keep the unminimised (still correct) automaton
+  }
+  if (n_cls == n) return d;
+  Dfa out;
+  out.next.assign(static_cast<size_t>(n_cls) * 256, kDead);
+  out.accept.assign(n_cls, 0);
+  for (int32_t s = 0; s < n; ++s) {
+    int32_t c = cls[s];
+    out.accept[c] = d.accept[s];
+    for (int b = 0; b < 256; ++b) {
+      int32_t t = d.next[s * 256 + b];
+      out.next[c * 256 + b] = t == kDead ? kDead : cls[t];
+    }
+  }
+  out.start = cls[d.start];
+  return trim_dfa(out);
+}
+
+namespace {
+
+Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) {
+  if (a.empty()) return Dfa{};
+  if (b.empty()) return subtract ? a : Dfa{};
+  // State of b may be kDead (only when subtracting: b has rejected, a alone decides).
+  std::unordered_map<uint64_t, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> pairs{{a.start, b.start}};
+  auto key = [](int32_t x, int32_t y) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(x)) << 32) | static_cast<uint32_t>(y);
+  };
+  ids[key(a.start, b.start)] = 0;
+  Dfa d;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    auto [x, y] = pairs[i];
+    d.next.resize((i + 1) * 256, kDead);
+    bool acc_b = y != kDead && b.accept[y];
+    d.accept.push_back(a.accept[x] && (subtract ? !acc_b : acc_b));
+    for (int c = 0; c < 256; ++c) {
+      int32_t x2 = a.next[x * 256 + c];
+      if (x2 == kDead) continue;
+      int32_t y2 = y == kDead ? kDead : b.next[y * 256 + c];
+      if (y2 == kDead && !subtract) continue;
+      auto [it, fresh] = ids.emplace(key(x2, y2), static_cast<int32_t>(pairs.size()));
+      if (fresh) {
+        CHECK_KIND(kUnsupported, static_cast<int32_t>(pairs.size()) < kMaxDfaStates)
+            << what << " is too complex (more than " << kMaxDfaStates << " automaton states)";
+        pairs.push_back({x2, y2});
+      }
+      d.next[i * 256 + c] = it->second;
+    }
+  }
+  return minimize_dfa(trim_dfa(d));
+}
+
+}  // namespace
+
+Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what) {
+  return product(a, b, false, what);
+}
+
+Dfa subtract_dfa(const Dfa& a, const Dfa& b, const std::string& what) {
+  return product(a, b, true, what);
+}
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,42 @@
+// Byte-level deterministic automata: the terminals of the grammar IR.
+//
+// A Dfa reads raw bytes. `next[s * 256 + b]` is the successor of state s on byte b, or kDead.
+// Every Dfa built here is trimmed: each live state can still reach an accepting state, so a
+// matcher that follows a non-dead transition can always complete the string.
+// Build from a regular Expr (no kRef) with build_dfa(); combine with intersect_dfa / subtract_dfa.
+// Sizes are capped (kMaxDfaStates); larger automata throw kUnsupported naming the cap.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grammar/expr.h"
+
+namespace deepinfer::grammar {
+
+inline constexpr int32_t kDead = -1;
+inline constexpr int32_t kMaxDfaStates = 20000;
+
+struct Dfa {
+  int32_t start = 0;
+  std::vector<int32_t> next;     // [n_states * 256]
+  std::vector<uint8_t> accept;   // [n_states]
+  std::vector<uint8_t> has_out;  // [n_states]: some byte leads to a live state
+
+  int32_t n_states() const { return static_cast<int32_t>(accept.size()); }
+  bool empty() const { return accept.empty(); }  // the empty language
+  bool matches(const std::string& bytes) const;
+  uint64_t fingerprint() const;  // structural hash (equal automata -> equal fingerprints)
+};
+
+// `what` names the construct in error messages (e.g. "pattern '^a+$'").
+Dfa build_dfa(const Expr& e, const std::string& what);
+Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what);
+Dfa subtract_dfa(const Dfa& a, const Dfa& b, const std::string& what);  // L(a) \ L(b)
+// Removes states that cannot reach acceptance and renumbers; an empty language gives an empty Dfa.
+Dfa trim_dfa(const Dfa& d);
+// Merges equivalent states (Moore partition refinement, bounded rounds).
+Dfa minimize_dfa(const Dfa& d);
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,417 @@
+// JSON Schema -> Grammar. Each distinct (sub)schema becomes one rule, memoised by its canonical
+// text, so $ref recursion closes naturally and equal subschemas share rules (and mask caches).
+#include "grammar/json_schema.h"
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "grammar/json_schema_merge.h"
+#include "grammar/json_strings.h"
+#include "grammar/parse_stack.h"
+#include "grammar/regex_parser.h"
+
+namespace deepinfer::grammar {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+const std::set<std::string>& unsupported_keywords() {
+  static const std::set<std::string> k = {
+      "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+      "contains", "minContains", "maxContains", "propertyNames", "unevaluatedItems",
+      "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "multipleOf",
+      "divisibleBy", "disallow", "extends"};
+  return k;
+}
+
+class JsonSchemaCompiler {
+ public:
+  JsonSchemaCompiler(const json& root, const JsonSchemaOptions& options)
+      : root_(root), options_(options), b_("JSON Schema") {}
+
+  Grammar compile() {
+    int32_t r = rule_for(root_, "#");
+    return b_.build(r);
+  }
+
+  Grammar compile_any() { return b_.build(any_rule()); }
+
+ private:
+  const json& root_;
+  JsonSchemaOptions options_;
+  GrammarBuilder b_;
+  std::map<std::string, int32_t> memo_;
+  int32_t any_rule_ = -1;
+
+  [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
+    THROW(kUnsupported) << "JSON Schema at '" << path << "': " << what << " is not supported";
+  }
+
+  ExprPtr ws() {
+    return options_.max_whitespace > 0
+               ? repeat(cls({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}}), 0, options_.max_whitespace)
+               : epsilon();
+  }
+  ExprPtr tok(const char* s) { return seq({ws(), lit(s), ws()}); }
+
+  int32_t rule_for(const json& s, const std::string& path) {
+    std::string key = s.dump();
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    int32_t r = b_.declare(path);
+    memo_[key] = r;
+    b_.define(r, expr_for(s, path));
+    return r;
+  }
+
+  // ---- any JSON value -------------------------------------------------------------------
+  int32_t any_rule() {
+    if (any_rule_ >= 0) return any_rule_;
+    any_rule_ = b_.declare("any");
+    int32_t obj = b_.declare("any_object"), arr = b_.declare("any_array");
+    ExprPtr str = string_literal_expr(star(json_char()));
+    ExprPtr kv = seq({str, tok(":"), ref(any_rule_)});
+    b_.define(obj, seq({lit("{"), ws(), opt(seq({kv, star(seq({tok(","), kv}))})), ws(), lit("}")}));
+    b_.define(arr, seq({lit("["), ws(), opt(seq({ref(any_rule_), star(seq({tok(","), ref(any_rule_)}))})), ws(), lit("]")}));
+    b_.define(any_rule_, alt({lit("null"), lit("true"), lit("false"), number_expr(std::nullopt, false, std::nullopt, false),
+                              str, ref(obj), ref(arr)}));
+    return any_rule_;
+  }
+
+  ExprPtr string_literal_expr(ExprPtr body) { return seq({lit("\""), body, lit("\"")}); }
+
+  ExprPtr number_expr(std::optional<double> lo, bool lo_excl, std::optional<double> hi, bool hi_excl) {
+    ExprPtr digits = plus(cls({{'0', '9'}}));
+    ExprPtr int_part = alt({chr('0'), seq({cls({{'1', '9'}}), star(cls({{'0', '9'}}))})});
+    if (!lo && !hi) {
+      return seq({opt(chr('-')), int_part, opt(seq({chr('.'), digits})),
+                  opt(seq({cls({{'e', 'e'}, {'E', 'E'}}), opt(cls({{'+', '+'}, {'-', '-'}})), digits}))});
+    }
+    // Integer-rounded bounds; see json_schema.h.
+    std::optional<int64_t> L, H;
+    bool L_excl = false, H_excl = false;
+    if (lo) {
+      double c = std::ceil(*lo);
+      if (std::fabs(c) > 1e15) return nothing();
+      L = static_cast<int64_t>(c);
+      L_excl = lo_excl && c == *lo;
+    }
+    if (hi) {
+      double f = std::floor(*hi);
+      if (std::fabs(f) > 1e15) return nothing();
+      H = static_cast<int64_t>(f);
+      H_excl = hi_excl && f == *hi;
+    }
+    std::optional<int64_t> int_lo = L ? std::optional<int64_t>(*L + (L_excl ? 1 : 0)) : std::nullopt;
+    std::optional<int64_t> int_hi = H ? std::optional<int64_t>(*H - (H_excl ? 1 : 0)) : std::nullopt;
+    ExprPtr frac = seq({chr('.'), star(cls({{'0', '9'}})), cls({{'1', '9'}})});
+    std::vector<ExprPtr> alts{integer_range_expr(int_lo, int_hi)};
+    // n.f (f > 0) lies in (n, n+1): n >= L and n + 1 <= H.
+    std::optional<int64_t> pos_lo = L ? std::optional<int64_t>(std::max<int64_t>(*L, 0)) : 0;
+    std::optional<int64_t> pos_hi = H ? std::optional<int64_t>(*H - 1) : std::nullopt;
+    if (!pos_hi || *pos_hi >= *pos_lo) alts.push_back(seq({integer_range_expr(pos_lo, pos_hi), frac}));
+    // -m.f lies in (-(m+1), -m): -(m+1) >= L and -m <= H.
+    std::optional<int64_t> neg_lo = H ? std::optional<int64_t>(std::max<int64_t>(-*H, 0)) : 0;
+    std::optional<int64_t> neg_hi = L ? std::optional<int64_t>(-*L - 1) : std::nullopt;
+    if (!neg_hi || *neg_hi >= *neg_lo)
+      alts.push_back(seq({chr('-'), integer_range_expr(neg_lo, neg_hi), frac}));
+    ExprPtr e = alt(std::move(alts));
+    if (e->kind == ExprKind::kNothing)
+      THROW(kUnsupported) << "JSON Schema: number range is empty after rounding its bounds to integers";
+    return e;
+  }
+
+  // ---- dispatch --------------------------------------------------------------------------
+  ExprPtr expr_for(const json& s, const std::string& path) {
+    if (s.is_boolean()) return s.get<bool>() ? ref(any_rule()) : nothing();
+    CHECK(s.is_object()) << "JSON Schema at '" << path << "': a schema must be an object or a boolean";
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (unsupported_keywords().count(it.key())) unsupported(path, "keyword '" + it.key() + "'");
+      if (it.key() == "uniqueItems" && it.value() == true) unsupported(path, "keyword 'uniqueItems'");
+      if (it.key() == "unevaluatedProperties" && (s.contains("allOf") || s.contains("anyOf") ||
+                                                  s.contains("oneOf") || s.contains("$ref")))
+        unsupported(path, "'unevaluatedProperties' next to composition keywords");
+    }
+    if (s.contains("$ref")) {
+      bool pure = true;
+      for (auto it = s.begin(); it != s.end(); ++it)
+        if (it.key() != "$ref" && !is_annotation(it.key())) pure = false;
+      if (pure) {
+        CHECK(s["$ref"].is_string()) << "JSON Schema at '" << path << "': $ref must be a string";
+        const std::string r = s["$ref"].get<std::string>();
+        return ref(rule_for(resolve_ref(r, root_, path), r));
+      }
+    }
+    if (s.contains("$ref") || s.contains("allOf")) {
+      json merged = flatten_all_of(s, root_, path);
+      return expr_for(merged, path);
+    }
+    if (s.contains("anyOf") || s.contains("oneOf")) {
+      CHECK_KIND(kUnsupported, !(s.contains("anyOf") && s.contains("oneOf")))
+          << "JSON Schema at '" << path << "': anyOf together with oneOf is not supported";
+      const bool one = s.contains("oneOf");
+      const json& branches = s[one ? "oneOf" : "anyOf"];
+      CHECK(branches.is_array() && !branches.empty())
+          << "JSON Schema at '" << path << "': anyOf/oneOf must be a non-empty array";
+      json siblings = s;
+      siblings.erase(one ? "oneOf" : "anyOf");
+      std::vector<json> merged;
+      for (size_t i = 0; i < branches.size(); ++i) {
+        json m = json::object();
+        m["allOf"] = json::array({siblings, branches[i]});
+        merged.push_back(flatten_all_of(m, root_, path + (one ? "/oneOf/" : "/anyOf/") + std::to_string(i)));
+      }
+      if (one && !provably_disjoint(merged, root_))
+        unsupported(path, "'oneOf' whose branches are not provably disjoint");
+      std::vector<ExprPtr> alts;
+      for (size_t i = 0; i < merged.size(); ++i)
+        alts.push_back(ref(rule_for(merged[i], path + (one ? "/oneOf/" : "/anyOf/") + std::to_string(i))));
+      return alt(std::move(alts));
+    }
+    if (s.contains("const") || s.contains("enum")) return literal_expr(s, path);
+    std::vector<std::string> types = schema_types(s, path);
+    std::vector<ExprPtr> alts;
+    for (const auto& t : types) alts.push_back(type_expr(s, t, path));
+    return alt(std::move(alts));
+  }
+
+  std::vector<std::string> schema_types(const json& s, const std::string& path) {
+    std::vector<std::string> all = {"null", "boolean", "object", "array", "number", "string"};
+    if (!s.contains("type")) return all;
+    std::vector<std::string> out;
+    auto add = [&](const json& t) {
+      CHECK(t.is_string()) << "JSON Schema at '" << path << "': 'type' entries must be strings";
+      std::string n = t.get<std::string>();
+      CHECK(n == "null" || n == "boolean" || n == "object" || n == "array" || n == "number" ||
+            n == "string" || n == "integer")
+          << "JSON Schema at '" << path << "': unknown type '" << n << "'";
+      out.push_back(n);
+    };
+    if (s["type"].is_array()) for (const auto& t : s["type"]) add(t);
+    else add(s["type"]);
+    bool has_number = std::find(out.begin(), out.end(), "number") != out.end();
+    if (has_number) out.erase(std::remove(out.begin(), out.end(), "integer"), out.end());
+    return out;
+  }
+
+  // ---- enum / const ------------------------------------------------------------------------
+  ExprPtr literal_expr(const json& s, const std::string& path) {
+    std::vector<json> values;
+    if (s.contains("const")) values.push_back(s["const"]);
+    if (s.contains("enum")) {
+      CHECK(s["enum"].is_array()) << "JSON Schema at '" << path << "': 'enum' must be an array";
+      std::vector<json> e(s["enum"].begin(), s["enum"].end());
+      if (s.contains("const")) {
+        bool found = false;
+        for (const auto& v : e) found = found || json_equal(v, values[0]);
+        if (!found) values.clear();
+      } else {
+        values = e;
+      }
+    }
+    json siblings = s;
+    siblings.erase("const");
+    siblings.erase("enum");
+    bool constrained = false;
+    for (auto it = siblings.begin(); it != siblings.end(); ++it)
+      if (!is_annotation(it.key())) constrained = true;
+    std::optional<Grammar> check;
+    if (constrained) {
+      JsonSchemaCompiler sub(root_, JsonSchemaOptions{});
+      sub.memo_.clear();
+      check = sub.compile_subschema(siblings, path);
+    }
+    std::vector<ExprPtr> alts;
+    std::set<std::string> seen;
+    for (const auto& v : values) {
+      std::string text = canonical_dump(v);
+      if (check && !grammar_matches(*check, text)) continue;
+      if (!seen.insert(text).second) continue;
+      alts.push_back(lit(text));
+    }
+    return alt(std::move(alts));
+  }
+
+ public:
+  Grammar compile_subschema(const json& s, const std::string& path) { return b_.build(rule_for(s, path)); }
+
+ private:
+  // ---- per type --------------------------------------------------------------------------
+  ExprPtr type_expr(const json& s, const std::string& t, const std::string& path) {
+    if (t == "null") return lit("null");
+    if (t == "boolean") return alt({lit("true"), lit("false")});
+    if (t == "string") return string_expr(s, path);
+    if (t == "integer" || t == "number") {
+      std::optional<double> lo, hi;
+      bool lo_excl = false, hi_excl = false;
+      auto num = [&](const char* k) -> std::optional<double> {
+        if (!s.contains(k) || s[k].is_boolean()) return std::nullopt;
+        CHECK(s[k].is_number()) << "JSON Schema at '" << path << "': '" << k << "' must be a number";
+        return s[k].get<double>();
+      };
+      auto tighten_lo = [&](std::optional<double> v, bool excl) {
+        if (!v) return;
+        if (!lo || *v > *lo || (*v == *lo && excl)) { lo = v; lo_excl = excl; }
+      };
+      auto tighten_hi = [&](std::optional<double> v, bool excl) {
+        if (!v) return;
+        if (!hi || *v < *hi || (*v == *hi && excl)) { hi = v; hi_excl = excl; }
+      };
+      bool legacy_lo = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean() &&
+                       s["exclusiveMinimum"].get<bool>();
+      bool legacy_hi = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean() &&
+                       s["exclusiveMaximum"].get<bool>();
+      tighten_lo(num("minimum"), legacy_lo);
+      tighten_lo(num("exclusiveMinimum"), true);
+      tighten_hi(num("maximum"), legacy_hi);
+      tighten_hi(num("exclusiveMaximum"), true);
+      if (t == "number") return number_expr(lo, lo_excl, hi, hi_excl);
+      std::optional<int64_t> ilo, ihi;
+      if (lo) {
+        double c = lo_excl ? std::floor(*lo) + 1 : std::ceil(*lo);
+        if (c > 9e15) return nothing();
+        if (c > -9e15) ilo = static_cast<int64_t>(c);
+      }
+      if (hi) {
+        double f = hi_excl ? std::ceil(*hi) - 1 : std::floor(*hi);
+        if (f < -9e15) return nothing();
+        if (f < 9e15) ihi = static_cast<int64_t>(f);
+      }
+      return integer_range_expr(ilo, ihi);
+    }
+    if (t == "array") return array_expr(s, path);
+    if (t == "object") return object_expr(s, path);
+    THROW(kInternal) << "type " << t;
+  }
+
+  std::optional<int64_t> count(const json& s, const char* k, const std::string& path) {
+    if (!s.contains(k)) return std::nullopt;
+    CHECK(s[k].is_number() && s[k].get<double>() >= 0)
+        << "JSON Schema at '" << path << "': '" << k << "' must be a non-negative number";
+    return static_cast<int64_t>(std::ceil(s[k].get<double>() - 1e-9));
+  }
+
+  // The JSON-encoded body language of a string schema as an automaton.
+  std::shared_ptr<const Dfa> string_body_dfa(const json& s, const std::string& path) {
+    std::vector<ExprPtr> parts;
+    auto min_len = count(s, "minLength", path);
+    auto max_len = count(s, "maxLength", path);
+    CHECK_KIND(kUnsupported, !max_len || *max_len <= 10000)
+        << "JSON Schema at '" << path << "': maxLength above 10000 is not supported";
+    CHECK_KIND(kUnsupported, !min_len || *min_len <= 10000)
+        << "JSON Schema at '" << path << "': minLength above 10000 is not supported";
+    std::vector<ExprPtr> constraints;
+    constraints.push_back(repeat(cls({{0, kMaxCodePoint}}), static_cast<int32_t>(min_len.value_or(0)),
+                                 max_len ? static_cast<int32_t>(*max_len) : kUnbounded));
+    std::vector<std::string> patterns;
+    if (s.contains("pattern")) patterns.push_back(s["pattern"].get<std::string>());
+    if (s.contains(kExtraPatterns))
+      for (const auto& p : s[kExtraPatterns]) patterns.push_back(p.get<std::string>());
+    for (const auto& p : patterns) {
+      try {
+        constraints.push_back(parse_regex(p, RegexMode::kSearch));
+      } catch (const Error& e) {
+        THROW(kUnsupported) << "JSON Schema at '" << path << "': pattern: " << e.what();
+      }
+    }
+    if (s.contains("format")) {
+      std::string f = s["format"].get<std::string>();
+      ExprPtr fe = format_expr(f);
+      if (!fe) unsupported(path, "format '" + f + "'");
+      constraints.push_back(fe);
+    }
+    std::shared_ptr<const Dfa> acc;
+    for (const auto& c : constraints) {
+      Dfa d = build_dfa(*json_encode(c), "string constraints at '" + path + "'");
+      acc = acc ? std::make_shared<const Dfa>(intersect_dfa(*acc, d, "string constraints at '" + path + "'"))
+                : std::make_shared<const Dfa>(std::move(d));
+    }
+    return acc;
+  }
+
+  ExprPtr string_expr(const json& s, const std::string& path) {
+    return string_literal_expr(automaton(string_body_dfa(s, path)));
+  }
+
+  ExprPtr array_expr(const json& s, const std::string& path) {
+    std::vector<json> prefix;
+    json items = true;
+    if (s.contains("prefixItems")) {
+      CHECK(s["prefixItems"].is_array()) << "JSON Schema at '" << path << "': 'prefixItems' must be an array";
+      prefix.assign(s["prefixItems"].begin(), s["prefixItems"].end());
+      if (s.contains("items")) items = s["items"];
+    } else if (s.contains("items") && s["items"].is_array()) {  // draft-04..2019 tuple form
+      prefix.assign(s["items"].begin(), s["items"].end());
+      if (s.contains("additionalItems")) items = s["additionalItems"];
+    } else if (s.contains("items")) {
+      items = s["items"];
+    }
+    int64_t m = count(s, "minItems", path).value_or(0);
+    std::optional<int64_t> M = count(s, "maxItems", path);
+    const int64_t k = static_cast<int64_t>(prefix.size());
+    if (items == false) M = M ? std::min<int64_t>(*M, k) : k;
+    CHECK_KIND(kUnsupported, m <= 2000 && (!M || *M <= 2000 || *M >= (int64_t)1 << 31))
+        << "JSON Schema at '" << path << "': minItems/maxItems above 2000 are not supported";
+    if (M && *M > 2000) M.reset();
+    if (M && *M < m) return nothing();
+    auto elem = [&](int64_t i) -> ExprPtr {
+      if (i < k) return ref(rule_for(prefix[i], path + "/prefixItems/" + std::to_string(i)));
+      return ref(rule_for(items, path + "/items"));
+    };
+    // tail(i): the elements from index i on, each preceded by ','.
+    std::function<ExprPtr(int64_t)> tail = [&](int64_t i) -> ExprPtr {
+      if (M && i >= *M) return epsilon();
+      if (i >= k) {
+        int32_t lo = static_cast<int32_t>(std::max<int64_t>(0, m - i));
+        int32_t hi = M ? static_cast<int32_t>(*M - i) : kUnbounded;
+        return repeat(seq({tok(","), elem(i)}), lo, hi);
+      }
+      ExprPtr one = seq({tok(","), elem(i), tail(i + 1)});
+      return i >= m ? opt(one) : one;
+    };
+    ExprPtr body;
+    if (M && *M == 0) body = epsilon();
+    else {
+      ExprPtr first = seq({elem(0), tail(1)});
+      body = m == 0 ? opt(first) : first;
+    }
+    return seq({lit("["), ws(), body, ws(), lit("]")});
+  }
+
+  ExprPtr object_expr(const json& s, const std::string& path);
+
+  friend Grammar deepinfer::grammar::json_schema_grammar(std::string_view, const JsonSchemaOptions&);
+  friend Grammar deepinfer::grammar::json_value_grammar(const JsonSchemaOptions&);
+};
+
+}  // namespace
+}  // namespace deepinfer::grammar
+
+#include "grammar/json_schema_object.inc"
+
+namespace deepinfer::grammar {
+
+Grammar json_schema_grammar(std::string_view schema_json, const JsonSchemaOptions& options) {
+  json root;
+  try {
+    root = json::parse(schema_json);
+  } catch (const json::exception& e) {
+    THROW(kInvalidInput) << "JSON Schema is not valid JSON: " << e.what();
+  }
+  JsonSchemaCompiler c(root, options);
+  return c.compile();
+}
+
+Grammar json_value_grammar(const JsonSchemaOptions& options) {
+  json root = true;
+  JsonSchemaCompiler c(root, options);
+  return c.compile_any();
+}
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,48 @@
+// JSON Schema (draft 2020-12, plus the draft-04/07 spellings JSONSchemaBench uses) -> Grammar.
+//
+// Supported keywords: type (incl. unions), properties, required, additionalProperties,
+// patternProperties, unevaluatedProperties (only where it equals additionalProperties: no
+// composition siblings), items / prefixItems (and draft-04 array `items` + additionalItems),
+// minItems / maxItems, minProperties / maxProperties, enum, const, anyOf, oneOf (only when the
+// branches are provably disjoint: distinct types, distinct literals, or a distinct const
+// discriminator property), allOf (merged), $ref / $defs / definitions (local JSON pointers,
+// recursion allowed), minLength / maxLength, pattern, format (date, time, date-time, email,
+// uuid, uri, ipv4, ipv6, hostname), minimum / maximum / exclusiveMinimum / exclusiveMaximum.
+// Annotations (title, description, default, examples, $comment, $schema, $id, ...) and unknown
+// non-standard keywords are ignored (they do not constrain instances).
+// Anything else that constrains instances (not, if/then/else, contains, uniqueItems: true,
+// multipleOf, propertyNames, dependentRequired, dependentSchemas, remote $ref, $dynamicRef, ...)
+// throws kUnsupported naming the keyword and where it is: never silently loosened.
+//
+// Output policy (the language is a subset of the valid instances' serialisations):
+// - Whitespace: none (compact, like json.dumps(separators=(",", ":"))), or with
+//   `max_whitespace` > 0, up to that many of [ \t\n] around every structural token.
+// - Object members come in schema `properties` order, then additional members; each declared
+//   property at most once; additional keys never equal a declared name.
+// - Strings: raw UTF-8 except `"`, `\` and U+0000-U+001F; escapes \" \\ \/ \b \f \n \r \t and
+//   \u00XX for control characters only. minLength/maxLength/pattern count decoded code points.
+// - Numbers: integers without fraction or exponent; numbers as JSON numbers (no exponent when
+//   bounds apply). Non-integer bounds of `number` are rounded inwards to integers (narrower, never
+//   wider); a range that becomes empty that way throws kUnsupported.
+// - enum / const literals are written compactly with integral floats as integers (1.0 -> 1).
+// - Formats are matched by fixed regular expressions that accept a subset of each format
+//   (e.g. date excludes Feb 29; hostname has at most 3 labels).
+#pragma once
+
+#include <string_view>
+
+#include "grammar/grammar.h"
+
+namespace deepinfer::grammar {
+
+struct JsonSchemaOptions {
+  int32_t max_whitespace = 0;  // 0: compact
+};
+
+// Throws kInvalidInput for malformed JSON / schemas, kUnsupported for unsupported features.
+Grammar json_schema_grammar(std::string_view schema_json, const JsonSchemaOptions& options = {});
+
+// Any JSON value (the grammar behind `response_format: json_object`).
+Grammar json_value_grammar(const JsonSchemaOptions& options = {});
+
+}  // namespace deepinfer::grammar

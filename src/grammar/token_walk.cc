@@ -1,0 +1,74 @@
+#include "grammar/token_walk.h"
+
+#include "base/error.h"
+
+namespace deepinfer::grammar {
+
+int64_t walk_token_trie(const Grammar& g, const Vocabulary& vocab, StackPool& pool,
+                        const std::vector<Top>& init, uint32_t* accepted,
+                        std::vector<int32_t>* uncertain) {
+  const auto& trie = vocab.trie();
+  const auto& tokens = vocab.trie_tokens();
+  const int32_t n_nodes = vocab.n_trie_nodes();
+  ByteStepper stepper(g, pool);
+  // Tops of every depth on the current branch live in one buffer: level d is [begin[d], begin[d+1]).
+  std::vector<Top> buf(init);
+  std::vector<size_t> begin{0, buf.size()};
+  std::vector<uint8_t> esc_above{0};  // a stack escaped before reaching this depth
+  auto set_bit = [&](int32_t t) { accepted[t >> 5] |= 1u << (t & 31); };
+  auto mark_uncertain = [&](int32_t from, int32_t to) {
+    if (!uncertain) return;
+    for (int32_t k = from; k < to; ++k) uncertain->push_back(tokens[k]);
+  };
+  int64_t visited = 0;
+  int32_t i = 1;
+  while (i < n_nodes) {
+    const auto& node = trie[i];
+    const int d = node.depth;
+    ++visited;
+    // Drop levels deeper than the parent (d - 1).
+    buf.resize(begin[d]);
+    begin.resize(d + 1);
+    esc_above.resize(d);
+    StepFlags flags;
+    const size_t pb = begin[d - 1], pe = begin[d];
+    if (pe - pb == 1) {
+      // Fast path: one stack, a plain DFA step.
+      const Top t = buf[pb];
+      const Dfa& dfa = g.dfas[g.elements[t.pos].arg];
+      int32_t s = dfa.next[t.state * 256 + node.byte];
+      if (s != kDead) {
+        if (dfa.has_out[s]) buf.push_back({t.pos, s, t.parent});
+        if (dfa.accept[s]) {
+          size_t from = buf.size();
+          stepper.expand(t.pos + 1, t.parent, buf, flags);
+          sort_unique_tail(buf, pe);
+          (void)from;
+        }
+      }
+    } else {
+      stepper.advance(buf.data() + pb, pe - pb, node.byte, buf, flags);
+    }
+    const bool alive = buf.size() > pe;
+    const bool above = esc_above[d - 1] != 0;
+    const bool here = flags.escaped;
+    if (node.n_tokens) {
+      if (alive || flags.can_end || here) {
+        for (int32_t k = 0; k < node.n_tokens; ++k) set_bit(tokens[node.token_begin + k]);
+      } else if (above) {
+        mark_uncertain(node.token_begin, node.token_begin + node.n_tokens);
+      }
+    }
+    if (!alive) {
+      if (above || here) mark_uncertain(node.token_begin + node.n_tokens, trie[node.end].token_begin);
+      i = node.end;
+      continue;
+    }
+    begin.push_back(buf.size());
+    esc_above.push_back(above || here);
+    ++i;
+  }
+  return visited;
+}
+
+}  // namespace deepinfer::grammar
