@@ -95,7 +95,7 @@ struct StageState {
 
 enum class Action {
   kContent, kToSpace, kDrop, kStop, kToolCallBegin, kToolName, kArgsLabel, kArgsRaw,
-  kArgsString, kArgsEnd, kReasoning, kContentLabel,
+  kArgsString, kArgsEnd, kReasoning, kContentLabel, kToolNameEnd,
 };
 
 struct Branch {
@@ -113,6 +113,7 @@ struct OutputParser::Impl {
   std::vector<Branch> branches;
   Action unmatched = Action::kContent;
   std::string stash;  // bytes of this stage not yet decided
+  std::string pending_name;  // name of the tool call being read; the call exists once it ends
   ParsedOutput result;
   std::vector<OutputEvent>* events = nullptr;
 
@@ -183,16 +184,17 @@ struct OutputParser::Impl {
         unmatched = Action::kDrop;
         break;
       case Stage::kToolName:
-        add("\"", {Stage::kToolArgs, true}, Action::kDrop);
+        add("\"", {Stage::kToolArgs, true}, Action::kToolNameEnd);
         unmatched = Action::kToolName;
         break;
       case Stage::kToolArgs:
-        add("parameter name=\"", {Stage::kParamName}, Action::kArgsLabel, flag ? "{\"" : ", \"");
+        add("parameter name=", {Stage::kParamName}, Action::kArgsLabel, flag ? "{" : ", ");
         add(kDsmlClose, {Stage::kToolCalls}, Action::kArgsEnd, flag ? "{}" : "}");
         unmatched = Action::kDrop;
         break;
       case Stage::kParamName:
-        add("\"", {Stage::kParamType}, Action::kArgsLabel, "\": ");
+        // The name is copied with its quotes: name="p" string=... gives "p" then ": ".
+        add(" ", {Stage::kParamType}, Action::kArgsLabel, ": ");
         unmatched = Action::kArgsRaw;
         break;
       case Stage::kParamType:
@@ -244,13 +246,19 @@ struct OutputParser::Impl {
         if (events != nullptr) events->push_back(OutputEvent{Kind::kStop, -1, std::string(bytes)});
         break;
       case Action::kToolCallBegin:
-        result.tool_calls.emplace_back();
-        if (events != nullptr) {
-          events->push_back(OutputEvent{Kind::kToolCallBegin, tool_index + 1, std::string()});
-        }
+        pending_name.clear();
         break;
       case Action::kToolName:
-        if (tool_index >= 0) push(Kind::kToolName, bytes, &result.tool_calls.back().name);
+        pending_name.append(bytes);
+        break;
+      case Action::kToolNameEnd:
+        result.tool_calls.push_back(ParsedToolCall{std::move(pending_name), std::string()});
+        pending_name.clear();
+        if (events != nullptr) {
+          events->push_back(OutputEvent{Kind::kToolCallBegin, tool_index + 1, std::string()});
+          events->push_back(
+              OutputEvent{Kind::kToolName, tool_index + 1, result.tool_calls.back().name});
+        }
         break;
       case Action::kArgsLabel:
       case Action::kArgsEnd:

@@ -55,7 +55,9 @@ struct ParsedOutput {
   bool ended = false;  // the output ended (stop sequence or closed tool-call block)
 };
 
-// One increment of the result, for streaming to a client.
+// One increment of the result, for streaming to a client. A tool call appears (kToolCallBegin,
+// then kToolName with the whole name) once its name is complete; a call whose name never
+// completes is dropped, as deepseek-recipe does.
 struct OutputEvent {
   enum class Kind { kReasoning, kContent, kToolCallBegin, kToolName, kToolArguments, kStop };
   Kind kind;

@@ -263,3 +263,135 @@ def test_prompts_byte_identical(version):
             f"ours:   ...{ours_prompt[max(0, at - 300):at + 300]!r}\n"
             f"recipe: ...{want['prompt'][max(0, at - 300):at + 300]!r}\n"
             f"ranges equal: {got.get('special_ranges') == want['special_ranges']}")
+
+
+# ---------------------------------------------------------------- completions
+
+STOP_POOL = ["STOP", "\n\nUser:", "</s>", "x", "world", "<｜DSML｜", "</think>", "ab", "aab",
+             "\n", "停", "``"]
+STARTS = {
+    "answer": None,
+    "reasoning_start": "ReasoningStart",
+    "reasoning_continuation": "ReasoningContinuation",
+    "content_continuation": "ContentContinuation",
+}
+
+
+def dsml_block(rng, dialect):
+    calls_tag, invoke, param = ("tool_calls", "invoke", "parameter") if dialect == "v4" else \
+        (" calls", " invoke", " parameter")
+    d = "｜DSML｜"
+    out = [f"<{d}{calls_tag}>\n"]
+    for _ in range(rng.randint(1, 3)):
+        name = rng.choice(["get_weather", "search", "f", "名前", "a\"b"])
+        out.append(f"<{d}{invoke} name=\"{name}\">\n")
+        for k in range(rng.randint(0, 3)):
+            key = rng.choice(["city", "n", "q", "opts", "名"]) + str(k)
+            if rng.random() < 0.5:
+                value = rand_text(rng, 4)
+                out.append(f"<{d}{param} name=\"{key}\" string=\"true\">{value}</{d}{param}>\n")
+            else:
+                value = json.dumps(rand_value(rng), ensure_ascii=False)
+                out.append(f"<{d}{param} name=\"{key}\" string=\"false\">{value}</{d}{param}>\n")
+        out.append(f"</{d}{invoke}>\n")
+    out.append(f"</{d}{calls_tag}>")
+    return "".join(out)
+
+
+def mutate(rng, text):
+    """Truncate or corrupt a completion the way a sampler might (stop early, stray bytes)."""
+    r = rng.random()
+    if r < 0.15 and text:
+        return text[: rng.randint(0, len(text))]
+    if r < 0.25 and text:
+        pos = rng.randint(0, len(text))
+        return text[:pos] + rng.choice(["<｜DSML｜", "</think>", "\n\n", "<", "</｜DSML｜",
+                                        "\"", "true\">", "STOP"]) + text[pos:]
+    return text
+
+
+def rand_completion(rng):
+    start = rng.choice(list(STARTS))
+    parts = []
+    if start in ("reasoning_start", "reasoning_continuation"):
+        parts.append(rng.choice(["", "\n", "\n\n"]) + rand_text(rng))
+        if rng.random() < 0.85:
+            parts.append(rng.choice(["", "\n", "\n\n"]) + "</think>")
+    parts.append(rng.choice(["", "\n", "\n\n"]) + rand_text(rng))
+    if rng.random() < 0.1:
+        parts.append("</think>" + rand_text(rng, 3))
+    if rng.random() < 0.45:
+        parts.append(rng.choice(["", "\n\n", "\n"]) + dsml_block(rng, rng.choice(["v4", "v4.1"])))
+        if rng.random() < 0.3:
+            parts.append(rand_text(rng, 3))
+    text = mutate(rng, "".join(parts))
+    options = {
+        "start": start,
+        "parse_tool_calls": rng.random() < 0.9,
+        "starts_in_tool_calls": rng.random() < 0.05,
+        "stop_sequences": rng.sample(STOP_POOL, rng.choice([0, 0, 1, 2])),
+    }
+    if options["starts_in_tool_calls"]:
+        text = "\n" + dsml_block(rng, "v4")[len("<｜DSML｜tool_calls>"):]
+    return {"text": text, "options": options}
+
+
+def recipe_parse(case):
+    opts = case["options"]
+    stage = STARTS[opts["start"]]
+    po = dr.ParsingOptions(
+        parse_tool_calls=opts["parse_tool_calls"],
+        starts_in_tool_calls=opts["starts_in_tool_calls"],
+        thinking_initial_stage=getattr(dr.ThinkingInitialStage, stage) if stage else None,
+        stop_sequences=opts["stop_sequences"])
+    request = dr.ConversationRequest(dr.Conversation([dr.UserMessage("q")]),
+                                     dr.ModelVersion.DeepseekV41Flash)
+    processor = dr.StreamProcessor(dr.ChatCompletionRequest.chunk_generator(request, "id", "m"), po)
+    response = dr.ChatCompletionResponse("id", "m", 0, 0, 0)
+    chunks = processor.push(dr.InferenceChunk.ready())
+    if case["text"]:
+        chunks += processor.push(dr.InferenceChunk.text(case["text"], 1))
+    if not processor.finished:
+        chunks += processor.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop))
+    if not processor.finished:
+        chunks += processor.finish()
+    for chunk in chunks:
+        response.accumulate(chunk)
+    choice = json.loads(response.to_json())["choices"][0]
+    message = choice["message"]
+    return {
+        "reasoning_content": message.get("reasoning_content") or "",
+        "content": message.get("content") or "",
+        "tool_calls": [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                       for c in message.get("tool_calls") or []],
+        "finish_reason": choice["finish_reason"],
+    }
+
+
+def ours_view(result):
+    view = {k: result[k] for k in ("reasoning_content", "content", "tool_calls")}
+    view["finish_reason"] = "tool_calls" if result["tool_calls"] else "stop"
+    return view
+
+
+def test_parsed_outputs_match():
+    rng = random.Random(4321)
+    cases = [rand_completion(rng) for _ in range(N_COMPLETIONS)]
+    ours = run_cli("parse", cases)
+    mismatches = []
+    for i, (case, got) in enumerate(zip(cases, ours)):
+        assert "error" not in got, got
+        want = recipe_parse(case)
+        whole, bytewise = ours_view(got["whole"]), ours_view(got["bytewise"])
+        # Streamed content deltas concatenate to the final content.
+        if whole != want or bytewise != want or \
+                got["bytewise_events_content"] != got["bytewise"]["content"]:
+            mismatches.append((i, case, whole, bytewise, want))
+    if mismatches:
+        i, case, whole, bytewise, want = mismatches[0]
+        raise AssertionError(
+            f"{len(mismatches)}/{len(cases)} parses differ; first #{i}:\n"
+            f"case: {json.dumps(case, ensure_ascii=False)}\n"
+            f"ours whole:    {json.dumps(whole, ensure_ascii=False)}\n"
+            f"ours bytewise: {json.dumps(bytewise, ensure_ascii=False)}\n"
+            f"recipe:        {json.dumps(want, ensure_ascii=False)}")
