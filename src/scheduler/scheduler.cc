@@ -110,6 +110,7 @@ void Scheduler::preempt(Request& r, SchedulerOutput& out, int64_t& budget) {
   r.status = RequestStatus::kPreempted;
   r.num_computed_tokens = 0;
   ++r.num_preemptions;
+  ++num_preemptions_total_;
   running_.erase(std::find(running_.begin(), running_.end(), &r));
   waiting_.insert(key(r));
   out.preempted_ids.push_back(r.id);
@@ -219,8 +220,9 @@ std::vector<FinishedRequest> Scheduler::update(const SchedulerOutput& output,
         << " tokens for a chunk that " << (chunk.samples ? "samples" : "does not sample");
     if (!chunk.samples) continue;
     Request& r = *it->second;
-    ICHECK(r.num_output_placeholders > 0)
-        << "Scheduler::update: request " << r.id << " has no sample in flight";
+    CHECK(r.num_output_placeholders > 0)
+        << "Scheduler::update: request " << r.id << " has no sample in flight (step "
+        << output.step << " updated twice, or out of order?)";
     // Validate before changing anything, so a bad call leaves the request as it was.
     const std::vector<int32_t>& drafts = chunk.draft_token_ids;
     size_t accepted = 0;

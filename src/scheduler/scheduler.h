@@ -84,6 +84,7 @@ class Scheduler {
   int64_t num_waiting() const { return int64_t(waiting_.size()); }
   int64_t num_running() const { return int64_t(running_.size()); }
   bool has_unfinished() const { return !requests_.empty(); }
+  int64_t num_preemptions_total() const { return num_preemptions_total_; }
 
   const SchedulerConfig& config() const { return config_; }
   // Block tables and state slots of running requests (read them after schedule()).
@@ -109,6 +110,7 @@ class Scheduler {
   std::vector<int64_t> finished_since_schedule_;
   int64_t next_arrival_ = 0;
   int64_t next_step_ = 0;
+  int64_t num_preemptions_total_ = 0;
 };
 
 }  // namespace deepinfer

@@ -295,6 +295,7 @@ TEST(Scheduler, PreemptsTheLatestRequestAndRecomputesIt) {
     }
   }
   EXPECT_TRUE(preempted);
+  EXPECT_EQ(s.num_preemptions_total(), 1);
   ASSERT_EQ(all.size(), 2u);
   for (const FinishedRequest& f : all) {
     EXPECT_EQ(f.reason, FinishReason::kLength);
@@ -404,6 +405,16 @@ TEST(Scheduler, OverlapSchedulesTheInFlightPositionAndDropsSamplesAfterAStop) {
   EXPECT_EQ(done[0].output_token_ids, (std::vector<int32_t>{7, 0}));
   EXPECT_TRUE(s.update(t2, samples_for(t2, 5)).empty());
   EXPECT_TRUE(s.cache().all_free());
+}
+
+TEST(Scheduler, UpdatingAStepTwiceIsRejected) {
+  Scheduler s(config_of(64, 4), small_layout(), plan_of(64, 8, 4, 4));
+  s.add_request(spec(1, 5, 10));
+  SchedulerOutput out = s.schedule();
+  s.update(out, samples_for(out, 3));
+  EXPECT_THROW(s.update(out, samples_for(out, 3)), Error);
+  EXPECT_THROW(s.update(out, {}), Error);  // one sample list per chunk
+  EXPECT_EQ(s.find(1)->num_tokens(), 6);
 }
 
 TEST(Scheduler, OverlapNeverSchedulesPastMaxTokens) {
