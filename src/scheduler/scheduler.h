@@ -1,10 +1,11 @@
 // Scheduler: requests, their state machine (request.h) and one step's batch.
 //
 // The one idea: there is no prefill phase and no decode phase. Each request has
-// num_computed_tokens, which catches up with num_tokens_with_placeholders() (prompt + outputs
-// + samples in flight). A step gives each running request a chunk of the difference within
-// a token budget: a whole prompt, a prefill chunk, one decode token, the recomputation of a
-// preempted request, and (later) speculative tokens are all the same case.
+// num_computed_tokens, which catches up with num_tokens_with_drafts() (prompt + outputs +
+// samples in flight + speculative drafts). A step gives each running request a chunk of the
+// difference within a token budget: a whole prompt, a prefill chunk, one decode token, the
+// recomputation of a preempted request, and a verification of draft tokens are all the same
+// case.
 //
 // Per step: (1) running requests that need one token (decodes), then running requests that
 // need more (prefill chunks), in policy order, each within max_num_batched_tokens; when the
@@ -17,7 +18,8 @@
 // Policy order: FCFS by arrival, or by (priority, arrival) with priority on.
 //
 // Overlap: num_computed_tokens advances inside schedule(), so the engine may call schedule()
-// for step t+1 before update() of step t; outputs in flight count as placeholders.
+// for step t+1 before update() of step t; outputs in flight count as placeholders. Draft
+// tokens are accepted only with no sample in flight (i.e. without overlap).
 // Not thread-safe: one thread calls every method.
 #pragma once
 
@@ -63,7 +65,8 @@ class Scheduler {
   // that finished meanwhile are skipped. Returns the requests finished by this call.
   // With draft tokens, sampled[i] holds the accepted drafts then one more token (at most
   // drafts + 1 tokens); num_computed_tokens falls back to the last position whose input
-  // was right, so rejected positions are recomputed (their blocks stay allocated). Tokens
+  // was right, so rejected positions are recomputed (their blocks stay allocated; restoring
+  // the compressor state of rejected positions is the runtime's job). Tokens
   // beyond the drafts without drafts (e.g. a caller's own multi-token step) are computed
   // in the next step.
   std::vector<FinishedRequest> update(const SchedulerOutput& output,
