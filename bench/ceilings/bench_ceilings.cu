@@ -198,10 +198,10 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
                            {"wkv", 512, 4096},            {"wo_b", 4096, 8192},
                            {"shared w1/w3", 2048, 4096},  {"shared w2", 4096, 2048},
                            {"indexer wq_b", 8192, 1024}};
-  const int64_t ms_list[] = {1, 16, 64, 256, 4096};
+  const int64_t ms_list[] = {1, 4, 16, 64, 256, 4096};
   std::printf("\n| GEMM (N x K) | M | bf16 us | bf16 %% roof | fp8 cuBLASLt us | %% roof | "
               "fp8 SIMT us | %% roof | quant+fp8 auto us | bound |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n");
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Linear& L : shapes) {
     const int64_t n = L.n, k = L.k, n_kb = ceil_div64(k, 128), n_nb = ceil_div64(n, 128);
     const int64_t ld = fp8_weight_scale_ld(k);
@@ -233,7 +233,7 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
       };
       const bool has_lt = fp8_block_cublaslt_supported(ctx, m, n, k, DType::BF16);
       const double t_fp8 = has_lt ? fp8(Fp8GemmImpl::kCublasLt) : 0.0;
-      const double t_simt = m <= 64 ? fp8(Fp8GemmImpl::kSimt) : 0.0;
+      const double t_simt = m <= 16 ? fp8(Fp8GemmImpl::kSimt) : 0.0;
       const double t_qfp8 = time_ms(ctx, reps, [&](int r) {
         act_quant_cuda(ctx.stream(), x, DType::BF16, m, k, 128, xq, sx, ScaleLayout::kBlockMajor);
         gemm_fp8_block_cuda(ctx, xq, sx, w_fp8[r % copies], w_scale[r % copies], m, n, k,
@@ -242,20 +242,22 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
       const double flops = 2.0 * m * n * k;
       const double bytes_bf16 = 2.0 * (n * k + m * k + m * n);
       const double bytes_fp8 = n * k + 4.0 * n_nb * ld + m * k + 4.0 * n_kb * m + 2.0 * m * n;
-      const double floor_bf16 = std::max(bytes_bf16 / (c.copy_gbs * 1e3),
-                                         flops / (c.bf16_tflops * 1e9));  // ms
-      const double floor_fp8 = std::max(bytes_fp8 / (c.copy_gbs * 1e3), flops / (c.fp8_tflops * 1e9));
-      const bool mem_bound = bytes_fp8 / (c.copy_gbs * 1e3) > flops / (c.fp8_tflops * 1e9);
+      // Floors in ms: bytes / (GB/s * 1e6), FLOPs / (TFLOP/s * 1e9).
+      const double floor_bf16 = std::max(bytes_bf16 / (c.copy_gbs * 1e6),
+                                         flops / (c.bf16_tflops * 1e9));
+      const double floor_fp8 = std::max(bytes_fp8 / (c.copy_gbs * 1e6), flops / (c.fp8_tflops * 1e9));
+      const bool mem_bound = bytes_fp8 / (c.copy_gbs * 1e6) > flops / (c.fp8_tflops * 1e9);
       auto cell = [](double t, double floor) {
         char buf[64];
         if (t <= 0) return std::string("n/a | -");
         std::snprintf(buf, sizeof(buf), "%.1f | %.0f%%", t * 1e3, 100.0 * floor / t);
         return std::string(buf);
       };
-      std::printf("| %s (%lld x %lld) | %lld | %s | %s | %s | %.1f | %s |\n", L.name,
+      std::printf("| %s (%lld x %lld) | %lld | %s | %s | %s | %.1f | %.1f | %s |\n", L.name,
                   static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
                   cell(t_bf16, floor_bf16).c_str(), cell(t_fp8, floor_fp8).c_str(),
-                  cell(t_simt, floor_fp8).c_str(), t_qfp8 * 1e3, mem_bound ? "memory" : "compute");
+                  cell(t_simt, floor_fp8).c_str(), t_qfp8 * 1e3, floor_fp8 * 1e3,
+                  mem_bound ? "memory" : "compute");
       std::fflush(stdout);
     }
   }

@@ -129,12 +129,13 @@ Plan& get_plan(const PlanKey& key, const float* sw, const float* sx) {
 
 // ---- SIMT block-scaled FP8 kernel (any M; the fast path for decode-sized M) ----
 //
-// One warp per output column n and tile of kRows rows. Each lane streams 16 weight bytes per
-// step (a warp covers 512 K values = 4 scale blocks), converts them to fp32 once, and
-// reuses them for every row of the tile; per 16-element chunk the partial dot product is
-// scaled by sx[m, kb] * sw[n / 128, kb] (exact powers of two in practice).
-constexpr int kSimtRows = 8;
-constexpr int kSimtWarps = 8;
+// One warp per output column n and tile of kRows rows (kRows in {1, 2, 4, 8}, chosen from
+// M). Each lane streams 16 weight bytes per chunk, kUnroll chunks in flight at once (a warp
+// covers kUnroll * 512 K values per step), converts them to fp32 once and reuses them for
+// every row of the tile; per 16-element chunk the partial dot product is scaled by
+// sx[m, kb] * sw[n / 128, kb]. Weights are read once per kRows rows.
+constexpr int kSimtWarps = 4;
+constexpr int kSimtUnroll = 4;
 
 struct SimtParams {
   const uint8_t* xq;
@@ -161,36 +162,49 @@ __device__ __forceinline__ void e4m3x16_to_f32(const uint4& v, float* out) {
   }
 }
 
+template <int kRows>
 __global__ void __launch_bounds__(kSimtWarps * 32) fp8_block_simt_kernel(SimtParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kSimtWarps + warp;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kSimtRows;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
   if (n >= p.n) return;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kSimtRows), p.m - m0));
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), p.m - m0));
   const uint8_t* w = p.wq + n * p.k;
   const float* sw = p.sw + (n / 128) * p.sw_ld;
-  float acc[kSimtRows];
+  float acc[kRows];
 #pragma unroll
-  for (int r = 0; r < kSimtRows; ++r) acc[r] = 0.0f;
-  for (int64_t k0 = lane * 16; k0 < p.k; k0 += 32 * 16) {
-    float wf[16];
-    e4m3x16_to_f32(__ldg(reinterpret_cast<const uint4*>(w + k0)), wf);
-    const int64_t kb = k0 / 128;
-    const float swv = sw[kb];
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  constexpr int64_t kStep = 32 * 16 * kSimtUnroll;
+  for (int64_t base = lane * 16; base < p.k; base += kStep) {
+    uint4 wv[kSimtUnroll];
 #pragma unroll
-    for (int r = 0; r < kSimtRows; ++r) {
-      if (r < rows) {
-        float xf[16];
-        e4m3x16_to_f32(*reinterpret_cast<const uint4*>(p.xq + (m0 + r) * p.k + k0), xf);
-        float part = 0.0f;
+    for (int u = 0; u < kSimtUnroll; ++u) {
+      const int64_t k0 = base + u * 512;
+      wv[u] = k0 < p.k ? __ldcs(reinterpret_cast<const uint4*>(w + k0)) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-        for (int i = 0; i < 16; ++i) part = fmaf(xf[i], wf[i], part);
-        acc[r] = fmaf(part, p.sx[kb * p.m + m0 + r] * swv, acc[r]);
+    for (int u = 0; u < kSimtUnroll; ++u) {
+      const int64_t k0 = base + u * 512;
+      if (k0 >= p.k) break;
+      float wf[16];
+      e4m3x16_to_f32(wv[u], wf);
+      const int64_t kb = k0 / 128;
+      const float swv = sw[kb];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r < rows) {
+          float xf[16];
+          e4m3x16_to_f32(__ldg(reinterpret_cast<const uint4*>(p.xq + (m0 + r) * p.k + k0)), xf);
+          float part = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) part = fmaf(xf[i], wf[i], part);
+          acc[r] = fmaf(part, __ldg(p.sx + kb * p.m + m0 + r) * swv, acc[r]);
+        }
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kSimtRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     float v = acc[r];
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
     if (lane == 0 && r < rows) {
@@ -204,6 +218,15 @@ __global__ void __launch_bounds__(kSimtWarps * 32) fp8_block_simt_kernel(SimtPar
   }
 }
 
+template <int kRows>
+void launch_simt(const SimtParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div64(p.n, kSimtWarps)),
+                  static_cast<unsigned>(ceil_div64(p.m, kRows)));
+  CHECK_KIND(kUnsupported, grid.y <= 65535u) << "fp8 gemm (SIMT): M=" << p.m << " too large";
+  fp8_block_simt_kernel<kRows><<<grid, kSimtWarps * 32, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
 void fp8_block_simt(cuda::DeviceContext& ctx, const void* xq, const float* sx, const void* wq,
                     const float* sw, int64_t m, int64_t n, int64_t k, void* y, DType y_dtype) {
   CHECK_KIND(kUnsupported, reinterpret_cast<uintptr_t>(xq) % 16 == 0 &&
@@ -211,11 +234,15 @@ void fp8_block_simt(cuda::DeviceContext& ctx, const void* xq, const float* sx, c
       << "fp8 gemm (SIMT): xq and wq must be 16-byte aligned";
   const SimtParams p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
                      m, n, k, fp8_weight_scale_ld(k), y, y_dtype == DType::BF16};
-  const dim3 grid(static_cast<unsigned>(ceil_div64(n, kSimtWarps)),
-                  static_cast<unsigned>(ceil_div64(m, kSimtRows)));
-  CHECK_KIND(kUnsupported, grid.y <= 65535u) << "fp8 gemm (SIMT): M=" << m << " too large";
-  fp8_block_simt_kernel<<<grid, kSimtWarps * 32, 0, ctx.stream()>>>(p);
-  CUDA_CHECK_LAUNCH();
+  if (m == 1) {
+    launch_simt<1>(p, ctx.stream());
+  } else if (m == 2) {
+    launch_simt<2>(p, ctx.stream());
+  } else if (m <= 4) {
+    launch_simt<4>(p, ctx.stream());
+  } else {
+    launch_simt<8>(p, ctx.stream());
+  }
 }
 
 void run_plan(cuda::DeviceContext& ctx, Plan& plan, const void* w, const void* x, void* y) {
