@@ -2,6 +2,7 @@
 // text, so $ref recursion closes naturally and equal subschemas share rules (and mask caches).
 #include "grammar/json_schema.h"
 
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -36,6 +37,16 @@ class JsonSchemaCompiler {
       : root_(root), options_(options), b_("JSON Schema") {}
 
   Grammar compile() {
+    if (root_.is_object() && root_.contains("$schema")) {
+      static const std::set<std::string> known = {
+          "http://json-schema.org/draft-04/schema", "http://json-schema.org/draft-06/schema",
+          "http://json-schema.org/draft-07/schema", "http://json-schema.org/schema",
+          "https://json-schema.org/draft/2019-09/schema", "https://json-schema.org/draft/2020-12/schema"};
+      std::string u = root_["$schema"].is_string() ? root_["$schema"].get<std::string>() : "";
+      if (!u.empty() && u.back() == '#') u.pop_back();
+      if (u.rfind("https://json-schema.org/draft-0", 0) == 0) u.replace(0, 5, "http");
+      if (!known.count(u)) unsupported("#", "meta-schema '" + u + "' (only the official drafts)");
+    }
     int32_t r = rule_for(root_, "#");
     return b_.build(r);
   }
@@ -93,38 +104,66 @@ class JsonSchemaCompiler {
       return seq({opt(chr('-')), int_part, opt(seq({chr('.'), digits})),
                   opt(seq({cls({{'e', 'e'}, {'E', 'E'}}), opt(cls({{'+', '+'}, {'-', '-'}})), digits}))});
     }
-    // Integer-rounded bounds; see json_schema.h.
-    std::optional<int64_t> L, H;
-    bool L_excl = false, H_excl = false;
-    if (lo) {
-      double c = std::ceil(*lo);
-      if (std::fabs(c) > 1e15) return nothing();
-      L = static_cast<int64_t>(c);
-      L_excl = lo_excl && c == *lo;
+    // Exact decimal bounds (no exponent when bounded): base syntax ∩ lower ∩ upper, as automata.
+    ExprPtr base = seq({opt(chr('-')), int_part, opt(seq({chr('.'), digits}))});
+    Dfa d = build_dfa(*base, "number bounds");
+    if (lo) d = intersect_dfa(d, build_dfa(*bound_expr(*lo, lo_excl, true), "number bounds"), "number bounds");
+    if (hi) d = intersect_dfa(d, build_dfa(*bound_expr(*hi, hi_excl, false), "number bounds"), "number bounds");
+    return automaton(std::make_shared<const Dfa>(std::move(d)));
+  }
+
+  // Decimal strings of fractions f (digits after the point, "" = 0) compared with 0.s.
+  static bool all_zeros(const std::string& s) { return s.find_first_not_of('0') == std::string::npos; }
+  static ExprPtr any_digits() { return star(cls({{'0', '9'}})); }
+  static ExprPtr frac_cmp(const std::string& s, bool greater, bool strict) {
+    if (greater) {
+      if (all_zeros(s)) return strict ? seq({any_digits(), cls({{'1', '9'}}), any_digits()}) : any_digits();
+      std::vector<ExprPtr> alts;
+      if (s[0] < '9') alts.push_back(seq({cls({{static_cast<uint32_t>(s[0] + 1), '9'}}), any_digits()}));
+      alts.push_back(seq({chr(s[0]), frac_cmp(s.substr(1), greater, strict)}));
+      return alt(std::move(alts));
     }
-    if (hi) {
-      double f = std::floor(*hi);
-      if (std::fabs(f) > 1e15) return nothing();
-      H = static_cast<int64_t>(f);
-      H_excl = hi_excl && f == *hi;
-    }
-    std::optional<int64_t> int_lo = L ? std::optional<int64_t>(*L + (L_excl ? 1 : 0)) : std::nullopt;
-    std::optional<int64_t> int_hi = H ? std::optional<int64_t>(*H - (H_excl ? 1 : 0)) : std::nullopt;
-    ExprPtr frac = seq({chr('.'), star(cls({{'0', '9'}})), cls({{'1', '9'}})});
-    std::vector<ExprPtr> alts{integer_range_expr(int_lo, int_hi)};
-    // n.f (f > 0) lies in (n, n+1): n >= L and n + 1 <= H.
-    std::optional<int64_t> pos_lo = L ? std::optional<int64_t>(std::max<int64_t>(*L, 0)) : 0;
-    std::optional<int64_t> pos_hi = H ? std::optional<int64_t>(*H - 1) : std::nullopt;
-    if (!pos_hi || *pos_hi >= *pos_lo) alts.push_back(seq({integer_range_expr(pos_lo, pos_hi), frac}));
-    // -m.f lies in (-(m+1), -m): -(m+1) >= L and -m <= H.
-    std::optional<int64_t> neg_lo = H ? std::optional<int64_t>(std::max<int64_t>(-*H, 0)) : 0;
-    std::optional<int64_t> neg_hi = L ? std::optional<int64_t>(-*L - 1) : std::nullopt;
-    if (!neg_hi || *neg_hi >= *neg_lo)
-      alts.push_back(seq({chr('-'), integer_range_expr(neg_lo, neg_hi), frac}));
-    ExprPtr e = alt(std::move(alts));
-    if (e->kind == ExprKind::kNothing)
-      THROW(kUnsupported) << "JSON Schema: number range is empty after rounding its bounds to integers";
-    return e;
+    if (s.empty()) return strict ? nothing() : star(chr('0'));
+    if (strict && all_zeros(s)) return nothing();
+    std::vector<ExprPtr> alts;
+    if (s[0] > '0') alts.push_back(seq({cls({{'0', static_cast<uint32_t>(s[0] - 1)}}), any_digits()}));
+    alts.push_back(seq({chr(s[0]), frac_cmp(s.substr(1), greater, strict)}));
+    return alt(std::move(alts));
+  }
+  // "[.f]" after an integer part equal to the bound's, with f compared to the bound's fraction.
+  static ExprPtr frac_part(const std::string& fp, bool greater, bool strict) {
+    bool empty_ok = greater ? (!strict && all_zeros(fp)) : (!strict || !all_zeros(fp));
+    ExprPtr dotted = seq({chr('.'), frac_cmp(fp, greater, strict)});
+    return empty_ok ? alt({epsilon(), dotted}) : dotted;
+  }
+  // Numbers x with x >= b (lower) or x <= b (upper); strict for exclusive bounds. A superset of
+  // the exact set only in spellings the base syntax removes ("1." etc.).
+  ExprPtr bound_expr(double b, bool strict, bool lower) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof(buf), std::fabs(b), std::chars_format::fixed);
+    std::string text(buf, res.ptr);
+    CHECK_KIND(kUnsupported, std::fabs(b) < 1e15 && text.size() < 40)
+        << "JSON Schema: numeric bound " << b << " is out of the supported range";
+    const bool neg = b < 0;
+    size_t dot = text.find('.');
+    std::string ip = text.substr(0, dot), fp = dot == std::string::npos ? "" : text.substr(dot + 1);
+    const int64_t iv = std::stoll(ip);
+    ExprPtr frac_any = opt(seq({chr('.'), plus(cls({{'0', '9'}}))}));
+    ExprPtr nonneg = seq({integer_range_expr(0, std::nullopt), frac_any});
+    // "magnitude side": magnitudes m.f compared with |b|: bigger (> |b|) or smaller (< |b|).
+    auto magnitudes = [&](bool bigger) {
+      std::vector<ExprPtr> alts;
+      if (bigger) alts.push_back(seq({integer_range_expr(iv + 1, std::nullopt), frac_any}));
+      else if (iv >= 1) alts.push_back(seq({integer_range_expr(0, iv - 1), frac_any}));
+      alts.push_back(seq({lit(ip), frac_part(fp, bigger, strict)}));
+      return alt(std::move(alts));
+    };
+    if (lower && !neg) return magnitudes(true);
+    if (lower && neg) return alt({nonneg, seq({chr('-'), magnitudes(false)})});
+    ExprPtr negative = seq({chr('-'), alt({seq({integer_range_expr(1, std::nullopt), frac_any}),
+                                            seq({lit("0."), any_digits(), cls({{'1', '9'}}), any_digits()})})});
+    if (!lower && !neg) return alt({negative, magnitudes(false)});
+    return seq({chr('-'), magnitudes(true)});
   }
 
   // ---- dispatch --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ namespace {
 json normalize_numbers(const json& v) {
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9007199254740992.0)
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
       return json(static_cast<int64_t>(d));
     return v;
   }
@@ -58,6 +58,24 @@ json merge(json a, const json& b, const std::string& path) {
   if (b == false) return false;
   if (a == false) return false;
   CHECK(b.is_object()) << "JSON Schema at '" << path << "': a schema must be an object or a boolean";
+  if (a.contains("unevaluatedProperties") || b.contains("unevaluatedProperties"))
+    unsupported(path, "'unevaluatedProperties' combined through allOf/$ref/anyOf");
+  // Array keywords interact too (items applies after the same schema's prefixItems only).
+  const bool a_pre = a.contains("prefixItems"), b_pre = b.contains("prefixItems");
+  const bool a_arr = a_pre || a.contains("items"), b_arr = b_pre || b.contains("items");
+  if ((a_pre || b_pre) && a_arr && b_arr) {
+    if ((a.contains("items") && a["items"].is_array()) || (b.contains("items") && b["items"].is_array()))
+      unsupported(path, "allOf combining tuple-form 'items'");
+    json aPre = a.value("prefixItems", json::array()), bPre = b.value("prefixItems", json::array());
+    json aI = a.value("items", json(true)), bI = b.value("items", json(true));
+    json pre = json::array();
+    for (size_t i = 0; i < std::max(aPre.size(), bPre.size()); ++i)
+      pre.push_back(all_of(i < aPre.size() ? aPre[i] : aI, i < bPre.size() ? bPre[i] : bI));
+    a["prefixItems"] = pre;
+    json items = all_of(aI, bI);
+    if (items != true) a["items"] = items; else a.erase("items");
+  }
+  const bool arrays_merged = (a_pre || b_pre) && a_arr && b_arr;
   // Object keywords interact (additionalProperties refers to its own schema's properties).
   const bool a_obj = a.contains("properties") || a.contains("additionalProperties") || a.contains("patternProperties");
   const bool b_obj = b.contains("properties") || b.contains("additionalProperties") || b.contains("patternProperties");
@@ -80,6 +98,7 @@ json merge(json a, const json& b, const std::string& path) {
     const json& v = it.value();
     if (is_annotation(k) && k != "$defs" && k != "definitions") continue;
     if (a_obj && b_obj && (k == "properties" || k == "additionalProperties")) continue;
+    if (arrays_merged && (k == "prefixItems" || k == "items")) continue;
     if (!a.contains(k)) { a[k] = v; continue; }
     json& x = a[k];
     if (x == v) continue;
