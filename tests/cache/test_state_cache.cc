@@ -367,6 +367,52 @@ TEST(PoolPlan, LowersConcurrencyOrRefusesWhenTheBudgetIsSmall) {
   }
 }
 
+// The capacity the plan logs is what the pools really hold: max_concurrent_requests
+// requests decode side by side while one more prefill chunk of max_num_batched_tokens runs,
+// and requests of max_model_len fill max_tokens.
+TEST(PoolPlan, PlannedCapacityIsReachable) {
+  const CacheLayout layout = tiny_layout(16, 4);
+  PoolPlanOptions options;
+  options.max_num_batched_tokens = 32;
+  options.max_model_len = 512;  // 128 ratio-4 entries = 32 blocks, 4 ratio-128 entries = 1 block
+  bool tokens_bind = false;
+  for (auto [max_num_seqs, budget] : {std::pair<int64_t, int64_t>{8, 40000}, {8, 300000},
+                                      {32, 70000}, {32, 100000}}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    options.max_num_seqs = max_num_seqs;
+    const PoolPlan plan = plan_pools(layout, budget, options);
+    tokens_bind |= plan.max_tokens / 512 < plan.max_concurrent_requests;
+    ASSERT_GT(plan.max_tokens, 0);
+    {
+      StateCache cache(layout, plan);
+      const int64_t n = plan.max_concurrent_requests;
+      // n-1 requests decode 40 tokens each, interleaved, then the last prefills a full chunk.
+      for (int64_t t = 0; t < 40; ++t) {
+        for (int64_t id = 0; id + 1 < n; ++id) {
+          ASSERT_TRUE(cache.can_allocate(id, t, 1)) << "request " << id << " at " << t;
+          cache.allocate(id, t, 1);
+        }
+      }
+      ASSERT_TRUE(cache.can_allocate(n - 1, 0, options.max_num_batched_tokens));
+      cache.allocate(n - 1, 0, options.max_num_batched_tokens);
+      EXPECT_FALSE(cache.can_allocate(n, 0, 1));  // no state slot left for one more
+    }
+    StateCache cache(layout, plan);
+    int64_t n_full = 0;
+    for (int64_t id = 0;; ++id) {
+      bool ok = true;
+      for (int64_t t = 0; t < 512 && ok; ++t) {
+        ok = cache.can_allocate(id, t, 1);
+        if (ok) cache.allocate(id, t, 1);
+      }
+      if (!ok) break;
+      ++n_full;
+    }
+    EXPECT_EQ(n_full, std::min(plan.max_concurrent_requests, plan.max_tokens / 512));
+  }
+  EXPECT_TRUE(tokens_bind);
+}
+
 TEST(PoolPlan, WindowOnlyLayoutHasUnboundedTokens) {
   CacheLayout layout;
   layout.window = 16;
