@@ -25,7 +25,7 @@ build-cuda: setup
 	else echo "build-cuda: nvcc not found, skipping"; fi
 
 test-cpp: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE cuda
+	@cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j $(JOBS) -LE cuda
 
 test-python: build
 	@PYTHONPATH=$(CURDIR)/python:$$PYTHONPATH DEEPINFER_BUILD=$(CURDIR)/$(BUILD) \
