@@ -221,7 +221,7 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
         put(job.native, dequant_fp4(job.weight, job.scale, job.origin), job.origin);
         break;
       case JobKind::kHfExperts: {
-        CHECK(is_float(job.weight.dtype()))
+        CHECK_KIND(kUnsupported, is_float(job.weight.dtype()))
             << "tensor '" << job.origin << "' has dtype " << dtype_name(job.weight.dtype())
             << "; quantised fused HF experts are not supported";
         const Tensor fused = convert_to_f32(job.weight, job.origin);
