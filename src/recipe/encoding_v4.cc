@@ -32,9 +32,10 @@ constexpr const char* kBeyondMaximum =
 
 // Sort key of a message in the window after a tool-calling turn: tool results by the id of
 // the call they answer (V4 orders calls by id too), everything else after them.
+// A tool result without an id sorts first.
 std::pair<int, std::string_view> result_key(const Message& m) {
-  if (m.role == Role::kTool && m.tool_call_id) return {0, *m.tool_call_id};
-  return {1, {}};
+  if (m.role == Role::kTool) return {m.tool_call_id ? 1 : 0, m.tool_call_id.value_or("")};
+  return {2, {}};
 }
 
 }  // namespace
@@ -146,11 +147,12 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
       case Role::kAssistant: {
         const bool is_prefix = m.prefix && last;
         b.special(tokens.assistant);
-        if ((keep_all_reasoning || is_prefix) && m.reasoning_content) {
+        if ((keep_all_reasoning || m.prefix) && m.reasoning_content) {
           b.special(tokens.thinking_start);
           b.text(*m.reasoning_content);
         }
-        b.special(tokens.thinking_end);
+        // A thinking-mode prefix without answer text leaves the reasoning open.
+        if (!(m.prefix && thinking && m.content.empty())) b.special(tokens.thinking_end);
         b.text(m.content);
         if (!m.tool_calls.empty()) {
           std::vector<ToolCall> calls = m.tool_calls;
@@ -159,9 +161,6 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
           render_dsml_tool_calls(b, calls, DsmlDialect::kV4, kStyle);
         }
         if (is_prefix) {
-          if (thinking && m.content.empty() && m.tool_calls.empty()) {
-            b.strip_suffix(tokens.thinking_end);
-          }
           ends_with_prefix = true;
         } else {
           b.special(tokens.eos);

@@ -11,8 +11,8 @@
 //    tool_call_id (other messages last);
 //  - assistant turns: <｜Assistant｜>{<think>R</think> | </think>}{content}{DSML}<EOS>; the
 //    reasoning is kept for every turn when tools are declared (or drop_thinking is false),
-//    and for a trailing prefix message, otherwise dropped; a trailing prefix message gets no
-//    EOS, and in thinking mode with nothing after its reasoning stays inside <think>.
+//    and for a prefix message, otherwise dropped; a trailing prefix message gets no EOS, and
+//    in thinking mode with nothing after its reasoning stays inside <think>.
 #pragma once
 
 #include "recipe/chat_prompt.h"

@@ -1,7 +1,6 @@
 #include "recipe/encoding_v41.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "recipe/chat_encoding.h"
 #include "recipe/chat_json.h"
@@ -10,14 +9,14 @@
 namespace deepinfer::recipe {
 namespace {
 
-constexpr size_t kNoCall = std::numeric_limits<size_t>::max();
-
+// Sort key of a tool result with an id: the index of the call it answers, 0 when no call of
+// the latest tool-calling turn has that id.
 size_t call_index(const Message& m, const std::vector<ToolCall>* calls) {
-  if (calls == nullptr || !m.tool_call_id) return kNoCall;
+  if (calls == nullptr) return 0;
   for (size_t i = 0; i < calls->size(); ++i) {
     if ((*calls)[i].id == *m.tool_call_id) return i;
   }
-  return kNoCall;
+  return 0;
 }
 
 }  // namespace
@@ -44,16 +43,17 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
 
   b.special(tokens.bos);
   size_t start = 0;
-  if (!msgs.empty()) {
-    const size_t head_begin = b.size();
+  {
     b.special(tokens.system);
     const size_t body_begin = b.size();
-    if (thinking) {
+    const bool has_format = conv.response_format == ResponseFormat::kJsonObject ||
+                            conv.response_format == ResponseFormat::kJsonSchema;
+    if (thinking && (!msgs.empty() || has_tools || has_format)) {
       b.text("Reasoning Effort: " + std::to_string(v41_effort_value(conv.reasoning_effort)) +
              " (range 1-100, the higher the value, the more thorough the reasoning)\n\n");
     }
     bool consumed_system = false;
-    if (msgs[0].role == Role::kSystem) {
+    if (!msgs.empty() && msgs[0].role == Role::kSystem) {
       b.content(msgs[0].content, msgs[0].n_images);
       consumed_system = true;
       start = 1;
@@ -69,10 +69,7 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
       b.text("\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to "
              "reply:\n" + dump_json(conv.response_schema, kStyle));
     }
-    if (b.size() == body_begin && !consumed_system) {
-      b.strip_suffix(tokens.system);
-      (void)head_begin;
-    }
+    if (b.size() == body_begin && !consumed_system) b.strip_suffix(tokens.system);
   }
 
   const std::vector<ToolCall>* last_calls = nullptr;
@@ -104,7 +101,7 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
         std::vector<const Message*> tools;
         for (size_t j = i; j < end; ++j) {
           block.push_back(&msgs[j]);
-          if (msgs[j].role == Role::kTool) {
+          if (msgs[j].role == Role::kTool && msgs[j].tool_call_id) {
             tool_slots.push_back(j - i);
             tools.push_back(&msgs[j]);
           }
@@ -130,7 +127,9 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
       case Role::kAssistant: {
         const bool last = i + 1 == msgs.size();
         b.special(tokens.assistant);
-        if (thinking && (keep_all_reasoning || m.prefix)) {
+        // A prefix message keeps its reasoning unless it opens the conversation.
+        const bool keep = thinking && (keep_all_reasoning || (m.prefix && i > 0));
+        if (keep) {
           b.special(tokens.thinking_start);
           b.text(m.reasoning_content.value_or(""));
         }
@@ -141,7 +140,7 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
           last_calls = &m.tool_calls;
         }
         if (m.prefix) {
-          if (thinking && m.content.empty() && m.tool_calls.empty()) {
+          if (keep && m.content.empty() && m.tool_calls.empty()) {
             b.strip_suffix(tokens.thinking_end);
           }
           ends_with_prefix = last;

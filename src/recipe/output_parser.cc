@@ -113,6 +113,7 @@ struct OutputParser::Impl {
   std::vector<Branch> branches;
   Action unmatched = Action::kContent;
   std::string stash;  // bytes of this stage not yet decided
+  Action last_action = Action::kDrop;
   std::string pending_name;  // name of the tool call being read; the call exists once it ends
   ParsedOutput result;
   std::vector<OutputEvent>* events = nullptr;
@@ -224,6 +225,11 @@ struct OutputParser::Impl {
   }
 
   void emit(Action action, std::string_view bytes, std::string_view label) {
+    emit_action(action, bytes, label);
+    last_action = action;
+  }
+
+  void emit_action(Action action, std::string_view bytes, std::string_view label) {
     using Kind = OutputEvent::Kind;
     const int tool_index = static_cast<int>(result.tool_calls.size()) - 1;
     auto push = [&](Kind kind, std::string_view text, std::string* target) {
@@ -236,7 +242,8 @@ struct OutputParser::Impl {
     switch (action) {
       case Action::kContent: push(Kind::kContent, bytes, &result.content); break;
       case Action::kToSpace:
-        push(Kind::kContent, std::string(bytes.size(), ' '), &result.content);
+        // Text around JSON output becomes one space per run, however the run was split.
+        if (last_action != Action::kToSpace) push(Kind::kContent, " ", &result.content);
         break;
       case Action::kContentLabel: push(Kind::kContent, label, &result.content); break;
       case Action::kReasoning: push(Kind::kReasoning, bytes, &result.reasoning_content); break;

@@ -121,6 +121,30 @@ def content_with_images(rng, allow_images):
     return text, n_images
 
 
+def perturb(rng, msgs):
+    """Unusual but valid shapes: dropped or inserted messages, foreign or missing tool ids."""
+    for _ in range(rng.randint(1, 3)):
+        r = rng.random()
+        if r < 0.25 and msgs:
+            del msgs[rng.randrange(len(msgs))]
+        elif r < 0.5:
+            role = rng.choice(["system", "user", "tool", "latest_reminder", "assistant"])
+            m = {"role": role, "content": rand_text(rng)}
+            if role == "tool":
+                m["tool_call_id"] = rng.choice([None, "call_1", "call_2", "unknown"])
+            msgs.insert(rng.randint(0, len(msgs)), m)
+        elif r < 0.7:
+            tools = [m for m in msgs if m["role"] == "tool"]
+            if tools:
+                rng.choice(tools)["tool_call_id"] = rng.choice([None, "zz", "call_1", "a"])
+        elif r < 0.85:
+            assistants = [m for m in msgs if m["role"] == "assistant"]
+            if assistants and not any(m.get("prefix") for m in msgs):
+                rng.choice(assistants)["prefix"] = True
+        else:
+            msgs.clear()
+
+
 def rand_conversation(rng, version):
     has_tools = rng.random() < 0.5
     tools = rand_tools(rng) if has_tools else []
@@ -176,6 +200,8 @@ def rand_conversation(rng, version):
     elif end < 0.2:
         msgs.append({"role": "assistant", "content": rand_text(rng),
                      "reasoning_content": rand_text(rng)})
+    if rng.random() < 0.15:
+        perturb(rng, msgs)
     conv = {
         "version": version,
         "messages": msgs,
@@ -318,6 +344,11 @@ def rand_completion(rng):
         if rng.random() < 0.85:
             parts.append(rng.choice(["", "\n", "\n\n"]) + "</think>")
     parts.append(rng.choice(["", "\n", "\n\n"]) + rand_text(rng))
+    json_mode = rng.random() < 0.15
+    if json_mode or rng.random() < 0.05:
+        body = json.dumps(rand_value(rng), ensure_ascii=False)
+        parts.append(rng.choice(["```json\n" + body + "\n```", "```\n" + body + "\n```",
+                                 body, "Here: " + body + " done"]))
     if rng.random() < 0.1:
         parts.append("</think>" + rand_text(rng, 3))
     if rng.random() < 0.45:
@@ -329,6 +360,7 @@ def rand_completion(rng):
         "start": start,
         "parse_tool_calls": rng.random() < 0.9,
         "starts_in_tool_calls": rng.random() < 0.05,
+        "parse_json_output": json_mode,
         "stop_sequences": rng.sample(STOP_POOL, rng.choice([0, 0, 1, 2])),
     }
     if options["starts_in_tool_calls"]:
@@ -342,6 +374,7 @@ def recipe_parse(case):
     po = dr.ParsingOptions(
         parse_tool_calls=opts["parse_tool_calls"],
         starts_in_tool_calls=opts["starts_in_tool_calls"],
+        parse_json_output=opts["parse_json_output"],
         thinking_initial_stage=getattr(dr.ThinkingInitialStage, stage) if stage else None,
         stop_sequences=opts["stop_sequences"])
     request = dr.ConversationRequest(dr.Conversation([dr.UserMessage("q")]),
