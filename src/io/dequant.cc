@@ -1,5 +1,6 @@
 #include "io/dequant.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -120,7 +121,11 @@ Tensor dequant_fp8_block(const Tensor& q, const Tensor& scale, int64_t block_n, 
       const float* srow = sf + (i / block_n) * n_col_blocks;
       const uint8_t* qrow = src + i * k;
       float* orow = dst + i * k;
-      for (int64_t j = 0; j < k; ++j) orow[j] = table[qrow[j]] * srow[j / block_k];
+      for (int64_t jb = 0; jb < n_col_blocks; ++jb) {
+        const float sv = srow[jb];
+        const int64_t end = std::min(k, (jb + 1) * block_k);
+        for (int64_t j = jb * block_k; j < end; ++j) orow[j] = table[qrow[j]] * sv;
+      }
     }
   }, kMinRowsPerChunk);
   return out;
@@ -154,11 +159,15 @@ Tensor dequant_fp4(const Tensor& packed, const Tensor& scale, const std::string&
       const uint8_t* prow = src + i * (k / 2);
       const uint8_t* srow = sc + i * n_blocks;
       float* orow = dst + i * k;
-      for (int64_t b = 0; b < k / 2; ++b) {
-        const uint8_t byte = prow[b];
-        const int64_t j = 2 * b;
-        orow[j] = fp4[byte & 0xf] * e8m0[srow[j / kFp4Block]];
-        orow[j + 1] = fp4[byte >> 4] * e8m0[srow[(j + 1) / kFp4Block]];
+      // A scale block holds 32 elements = 16 whole bytes, so pairs never straddle blocks.
+      for (int64_t sb = 0; sb < n_blocks; ++sb) {
+        const float sv = e8m0[srow[sb]];
+        const int64_t end = std::min(k / 2, (sb + 1) * (kFp4Block / 2));
+        for (int64_t b = sb * (kFp4Block / 2); b < end; ++b) {
+          const uint8_t byte = prow[b];
+          orow[2 * b] = fp4[byte & 0xf] * sv;
+          orow[2 * b + 1] = fp4[byte >> 4] * sv;
+        }
       }
     }
   }, kMinRowsPerChunk);
