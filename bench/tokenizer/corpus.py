@@ -4,8 +4,8 @@ make_corpus(seed, target_bytes, added_tokens) returns a list of documents (str) 
 together hold at least target_bytes of UTF-8: English prose, Chinese, Japanese, Korean,
 source code, emoji with ZWJ / skin-tone / flag / keycap sequences, digit runs, whitespace
 runs (incl. NBSP, U+3000, U+2028, U+0085), mixed \\r\\n / \\n / \\r newlines, every added token
-spelling embedded in text (and near-miss spellings), random Unicode from all planes
-(code points assigned in Python's unicodedata, i.e. Unicode 14), and a few long documents
+spelling embedded in text (and near-miss spellings), random Unicode from all planes (any scalar
+value, with extra weight on assigned code points), and a few long documents
 (long words and whitespace runs that exercise long BPE words).
 Deterministic for a given seed.
 """
@@ -168,8 +168,11 @@ def _random_unicode(r, n):
     s = []
     for _ in range(n):
         x = r.random()
-        if x < 0.6:
+        if x < 0.35:
             s.append(chr(r.choice(_ASSIGNED)))
+        elif x < 0.6:
+            cp = r.randrange(0x110000 - 0x800)
+            s.append(chr(cp + 0x800 if cp >= 0xD800 else cp))  # any scalar value
         elif x < 0.75:
             s.append(chr(r.randint(0x20, 0x7E)))
         elif x < 0.85:

@@ -11,6 +11,22 @@ namespace {
 // Oniguruma's \s for UTF-8 is the White_Space property; PCRE2 (UCP) adds U+180E.
 constexpr std::string_view kSpaceItems = "\\t-\\r\\x{85}\\p{Z}";
 
+// Code points Unicode 16 (Oniguruma in HF) adds to each major category over Unicode 14
+// (PCRE2 10.42), as PCRE2 class items.
+struct CategoryExtra {
+  const char* category;
+  const char* items;
+};
+constexpr CategoryExtra kCategoryExtras[] = {
+#include "recipe/unicode_categories.inc"
+};
+
+const char* category_extra(std::string_view name) {
+  for (const CategoryExtra& e : kCategoryExtras)
+    if (name == e.category) return e.items;
+  return nullptr;
+}
+
 // One match data per thread, reused for every match (only group 0 is read).
 pcre2_match_data* thread_match_data() {
   struct Holder {
@@ -31,6 +47,30 @@ std::string onig_to_pcre2(std::string_view p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char n = p[i + 1];
+      if ((n == 'p' || n == 'P') && i + 2 < p.size() && p[i + 2] == '{') {
+        const size_t close = p.find('}', i + 3);
+        CHECK(close != std::string_view::npos) << "unterminated \\p{...} in regex: " << p;
+        const std::string_view name = p.substr(i + 3, close - i - 3);
+        const std::string_view prop = p.substr(i, close + 1 - i);
+        const char* extra = category_extra(name);
+        if (extra == nullptr) {
+          out += prop;
+        } else if (in_class) {
+          CHECK_KIND(kUnsupported, n == 'p')
+              << "regex pattern uses \\P{" << name << "} inside a bracket class, which is not supported: " << p;
+          out += prop;
+          out += extra;
+        } else {
+          out += n == 'p' ? "[" : "[^";
+          out += "\\p{";
+          out += name;
+          out += "}";
+          out += extra;
+          out += "]";
+        }
+        i = close;
+        continue;
+      }
       if (n == 's' || n == 'S') {
         if (in_class) {
           CHECK_KIND(kUnsupported, n == 's')

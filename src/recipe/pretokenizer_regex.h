@@ -3,11 +3,13 @@
 //   - Unicode properties (\p{L}, \p{N}, ...) and Unicode \s / \S; PCRE2 counts U+180E as
 //     \s but Oniguruma does not, so \s and \S are rewritten to Oniguruma's set
 //     [\t-\r\x{85}\p{Z}] (\S inside a bracket class is rejected as unsupported).
+//   - Unicode 16 general categories: PCRE2 10.42 has Unicode 14 tables, so \p{L}, \p{M},
+//     \p{N}, \p{P}, \p{S} and \p{Z} (and \P{..} outside classes) get the code points
+//     Unicode 15-16 added to them (unicode_categories.inc, made by
+//     tools/gen_unicode_categories.py). Two-letter categories and scripts keep PCRE2's tables.
 //   - Ruby syntax: ^ and $ are line anchors (PCRE2_MULTILINE).
 //   - find_iter: leftmost-first matches, non-overlapping; an empty match advances by one
 //     character.
-// Unicode tables are PCRE2's (10.42 here: Unicode 14); HF's Oniguruma uses Unicode 16,
-// so characters assigned after Unicode 14 may classify differently.
 // Thread-safety: a Regex is immutable after construction; find_iter may be called from
 // any number of threads at once (match data is per thread).
 #pragma once
