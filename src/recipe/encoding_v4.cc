@@ -68,11 +68,16 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
 
   b.special(tokens.bos);
   if (thinking) b.text(v4_effort_paragraph(conv.reasoning_effort, conv.v4_effort_style));
-  std::vector<const Message*> turns;
+  // Turns: every non-system message, a run of consecutive user messages forming one turn.
+  std::vector<std::vector<const Message*>> turns;
   bool first_system = true;
   for (const Message& m : conv.messages) {
     if (m.role != Role::kSystem) {
-      turns.push_back(&m);
+      if (m.role == Role::kUser && !turns.empty() && turns.back().front()->role == Role::kUser) {
+        turns.back().push_back(&m);
+      } else {
+        turns.push_back({&m});
+      }
       continue;
     }
     if (m.content.empty()) continue;
@@ -92,14 +97,14 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
            "reply:\n" + dump_json(conv.response_schema, kStyle));
   }
 
-  // Tool results answer the calls in order: the k messages after a k-call assistant turn.
+  // Tool results answer the calls in order: the k turns after a k-call assistant turn.
   for (size_t i = 0; i < turns.size(); ++i) {
-    const size_t n_calls = turns[i]->tool_calls.size();
-    if (turns[i]->role != Role::kAssistant || n_calls == 0) continue;
-    if (i + n_calls >= turns.size()) continue;
+    const Message& m = *turns[i].front();
+    const size_t n_calls = m.tool_calls.size();
+    if (m.role != Role::kAssistant || n_calls == 0 || i + n_calls >= turns.size()) continue;
     std::stable_sort(turns.begin() + i + 1, turns.begin() + i + 1 + n_calls,
-                     [](const Message* a, const Message* c) {
-                       return result_key(*a) < result_key(*c);
+                     [](const auto& a, const auto& c) {
+                       return result_key(*a.front()) < result_key(*c.front());
                      });
   }
 
@@ -107,22 +112,21 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
   bool in_user_turn = false;
   bool ends_with_prefix = false;
   for (size_t i = 0; i < turns.size(); ++i) {
-    const Message& m = *turns[i];
+    const Message& m = *turns[i].front();
     const bool last = i + 1 == turns.size();
     switch (m.role) {
       case Role::kUser: {
-        // A run of user messages is one text: the non-empty contents joined by "\n\n".
-        if (prev == Role::kUser) break;
+        // The non-empty contents of the run, joined by "\n\n".
         if (in_user_turn) {
           b.text("\n\n");
         } else {
           b.special(tokens.user);
         }
         bool wrote = false;
-        for (size_t j = i; j < turns.size() && turns[j]->role == Role::kUser; ++j) {
-          if (turns[j]->content.empty()) continue;
+        for (const Message* part : turns[i]) {
+          if (part->content.empty()) continue;
           if (wrote) b.text("\n\n");
-          b.content(turns[j]->content, turns[j]->n_images);
+          b.content(part->content, part->n_images);
           wrote = true;
         }
         in_user_turn = true;

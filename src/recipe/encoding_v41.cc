@@ -38,6 +38,8 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
   const bool thinking =
       conv.thinking_mode && conv.reasoning_effort.tier != ReasoningEffort::Tier::kNone;
   const bool has_tools = conv.tool_choice != ToolChoice::kNone && !conv.tools.empty();
+  const bool has_format = conv.response_format == ResponseFormat::kJsonObject ||
+                          conv.response_format == ResponseFormat::kJsonSchema;
   const bool keep_all_reasoning = thinking && (has_tools || !conv.drop_thinking);
   const std::vector<Message>& msgs = conv.messages;
 
@@ -46,8 +48,6 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
   {
     b.special(tokens.system);
     const size_t body_begin = b.size();
-    const bool has_format = conv.response_format == ResponseFormat::kJsonObject ||
-                            conv.response_format == ResponseFormat::kJsonSchema;
     if (thinking && (!msgs.empty() || has_tools || has_format)) {
       b.text("Reasoning Effort: " + std::to_string(v41_effort_value(conv.reasoning_effort)) +
              " (range 1-100, the higher the value, the more thorough the reasoning)\n\n");
@@ -127,8 +127,10 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
       case Role::kAssistant: {
         const bool last = i + 1 == msgs.size();
         b.special(tokens.assistant);
-        // A prefix message keeps its reasoning unless it opens the conversation.
-        const bool keep = thinking && (keep_all_reasoning || (m.prefix && i > 0));
+        // A prefix message keeps its reasoning unless it opens the conversation and the
+        // system block holds nothing but the effort line.
+        const bool keep =
+            thinking && (keep_all_reasoning || (m.prefix && (i > 0 || has_tools || has_format)));
         if (keep) {
           b.special(tokens.thinking_start);
           b.text(m.reasoning_content.value_or(""));
