@@ -23,7 +23,10 @@
 #include "cuda/device_context.h"
 #include "cuda/event.h"
 #include "ops/gemm/gemm.h"
+#include "ops/mhc/mhc_cuda.h"
 #include "ops/quant/act_quant.h"
+#include "ops/rms_norm/rms_norm_cuda.h"
+#include "ops/rope/rope_cuda.h"
 
 namespace deepinfer {
 namespace {
@@ -263,6 +266,89 @@ void bench_shapes(cuda::DeviceContext& ctx, const Ceilings& c) {
   }
 }
 
+// Memory-bound ops at prefill-sized inputs (far beyond L2): achieved GB/s (bytes each op
+// must read + write once) as a share of the measured copy bandwidth.
+void bench_memory_ops(cuda::DeviceContext& ctx, const Ceilings& c) {
+  std::printf("\n| op | shape | us | GB/s | %% of copy |\n|---|---|---|---|---|\n");
+  auto report = [&](const char* op, const char* shape, double ms, double bytes) {
+    const double gbs = bytes / (ms * 1e6);
+    std::printf("| %s | %s | %.1f | %.0f | %.0f%% |\n", op, shape, ms * 1e3, gbs,
+                100.0 * gbs / c.copy_gbs);
+    std::fflush(stdout);
+  };
+  std::vector<cuda::DeviceBuffer> keep;
+  const int64_t tokens = 4096, dim = 4096, hc = 4;
+  // Activation quantisation: bf16 [4096, 4096] -> e4m3 + fp32 scales.
+  {
+    void* x = alloc_bf16(keep, tokens * dim, 3.0f, 11);
+    keep.emplace_back(tokens * dim);
+    uint8_t* q = static_cast<uint8_t*>(keep.back().data());
+    keep.emplace_back(tokens * dim / 128 * 4);
+    float* sc = static_cast<float*>(keep.back().data());
+    const double ms = time_ms(ctx, 10, [&](int) {
+      act_quant_cuda(ctx.stream(), x, DType::BF16, tokens, dim, 128, q, sc,
+                     ScaleLayout::kBlockMajor);
+    });
+    report("act_quant bf16->e4m3", "4096 x 4096", ms, tokens * dim * 3.0 + tokens * dim / 32.0);
+  }
+  // fp32 buffers filled with the byte 0x3c (every word 0x3c3c3c3c ~ 0.0115: finite, non-zero).
+  auto f32 = [&](int64_t n) {
+    keep.emplace_back(n * 4);
+    CUDA_CHECK(cudaMemsetAsync(keep.back().data(), 0x3c, n * 4, ctx.stream()));
+    return static_cast<float*>(keep.back().data());
+  };
+  {
+    float* x = f32(tokens * dim);
+    float* y = f32(tokens * dim);
+    float* w = f32(dim);
+    const double ms = time_ms(ctx, 10, [&](int) {
+      rms_norm_cuda(ctx.stream(), x, w, tokens, dim, dim, 1e-6f, y);
+    });
+    report("rms_norm fp32", "4096 x 4096", ms, 8.0 * tokens * dim);
+    const double ms_h = time_ms(ctx, 10, [&](int) {
+      rms_norm_cuda(ctx.stream(), x, nullptr, tokens * dim / 512, 512, 512, 1e-6f, y);
+    });
+    report("rms_norm fp32 per head", "32768 x 512", ms_h, 8.0 * tokens * dim);
+  }
+  {
+    const int64_t heads = 64, head_dim = 512, n_tok = 1024;
+    float* q = f32(n_tok * heads * head_dim);
+    float* inv = f32(32);
+    keep.emplace_back(n_tok * 4);
+    CUDA_CHECK(cudaMemsetAsync(keep.back().data(), 0, n_tok * 4, ctx.stream()));
+    const int32_t* pos = static_cast<const int32_t*>(keep.back().data());
+    const double ms = time_ms(ctx, 10, [&](int) {
+      rope_cuda(ctx.stream(), q, pos, n_tok, heads, head_dim, 64, inv, false);
+    });
+    report("rope (64 of 512 dims)", "1024 tok x 64 heads", ms, 8.0 * n_tok * heads * 64);
+  }
+  {
+    float* x = f32(tokens * hc * dim);
+    float* fn = f32(24 * hc * dim);
+    float* base = f32(24);
+    float* scale = f32(3);
+    float* pre = f32(tokens * hc);
+    float* post = f32(tokens * hc);
+    float* comb = f32(tokens * hc * hc);
+    float* y = f32(tokens * dim);
+    float* x_out = f32(tokens * hc * dim);
+    HcMixParams p;
+    p.dim = dim;
+    const double ms_mix = time_ms(ctx, 10, [&](int) {
+      hc_mix_cuda(ctx.stream(), x, tokens, fn, base, scale, p, pre, post, comb);
+    });
+    report("hc_mix (+Sinkhorn)", "4096 tok x 4 x 4096", ms_mix, 4.0 * tokens * hc * dim);
+    const double ms_col = time_ms(ctx, 10, [&](int) {
+      hc_collapse_cuda(ctx.stream(), x, pre, tokens, hc, dim, y);
+    });
+    report("hc_collapse", "4096 tok x 4 x 4096", ms_col, 4.0 * tokens * (hc + 1) * dim);
+    const double ms_exp = time_ms(ctx, 10, [&](int) {
+      hc_expand_cuda(ctx.stream(), x, y, post, comb, tokens, hc, dim, x_out);
+    });
+    report("hc_expand", "4096 tok x 4 x 4096", ms_exp, 4.0 * tokens * (2 * hc + 1) * dim);
+  }
+}
+
 int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) g_quick |= std::strcmp(argv[i], "--quick") == 0;
   cudaDeviceProp prop{};
@@ -278,6 +364,7 @@ int run(int argc, char** argv) {
   std::printf("| ceilings used | copy %.0f GB/s, bf16 %.0f TFLOP/s, fp8 %.0f TFLOP/s |\n",
               c.copy_gbs, c.bf16_tflops, c.fp8_tflops);
   bench_shapes(ctx, c);
+  bench_memory_ops(ctx, c);
   return 0;
 }
 
