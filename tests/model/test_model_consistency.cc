@@ -128,5 +128,44 @@ TEST(Model, BadInputFailsWithoutChangingState) {
   EXPECT_EQ(state->n_tokens, 0);
 }
 
+TEST(Model, PromptBeyondTheContextLimitIsRejected) {
+  ModelConfig cfg = small_config();
+  cfg.max_position_embeddings = 16;
+  auto src = random_weights(cfg, 7);
+  auto model = Model::from_source(cfg, *src, {});
+  auto state = model->new_state();
+  const auto tokens = random_tokens(17, 300, 1);
+  SequenceChunk c{state.get(), tokens, false};
+  try {
+    model->forward(std::span<const SequenceChunk>(&c, 1));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context limit of 16"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(state->n_tokens, 0);
+}
+
+// A source that holds one tensor the model does not know.
+class ExtraTensorSource : public WeightSource {
+ public:
+  explicit ExtraTensorSource(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)) {}
+  Tensor take(const std::string& name, const Shape& shape) override { return inner_->take(name, shape); }
+  std::vector<std::string> untaken() const override { return {"layers.0.attn.unknown.weight"}; }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+};
+
+TEST(Model, UnexpectedTensorIsNamed) {
+  ExtraTensorSource src(random_weights(small_config(), 7));
+  try {
+    load_model_weights(small_config(), src);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected tensor 'layers.0.attn.unknown.weight'"),
+              std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
