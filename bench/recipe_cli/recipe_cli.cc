@@ -1,20 +1,24 @@
 // recipe_cli: the recipe layer's chat encoding and output parsing over JSON lines.
 //
-//   recipe_cli render   each input line: a conversation (chat_request.h) plus "version":
+//   recipe_cli render [--tokenizer tokenizer.json]
+//                       each input line: a conversation (chat_request.h) plus "version":
 //                       "v4" | "v4.1"; output line: {"prompt": ..., "special_ranges":
-//                       [[begin, end], ...] (bytes)} or {"error": ..., "kind": ...}
+//                       [[begin, end], ...] (bytes), "ids": [...] (with --tokenizer)} or
+//                       {"error": ..., "kind": ...}
 //   recipe_cli parse    each input line: {"text": ..., "options": {"parse_tool_calls",
 //                       "starts_in_tool_calls", "parse_json_output", "start": "answer" |
 //                       "reasoning_start" | "reasoning_continuation" | "content_continuation",
 //                       "stop_sequences": [...]}}; output line: {"whole": R, "bytewise": R}
 //                       where R is the result of feeding the text at once / one byte at a time.
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "base/error.h"
 #include "recipe/chat_encoding.h"
 #include "recipe/chat_request.h"
 #include "recipe/output_parser.h"
+#include "recipe/tokenizer.h"
 
 namespace {
 
@@ -25,7 +29,7 @@ std::string dump(const OrderedJson& j) {
   return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
 
-OrderedJson render_line(const OrderedJson& req) {
+OrderedJson render_line(const OrderedJson& req, const recipe::Tokenizer* tokenizer) {
   const std::string version = req.value("version", std::string("v4.1"));
   const recipe::Conversation conv = recipe::conversation_from_json(req);
   const recipe::RenderedPrompt r = recipe::render_prompt(conv, recipe::parse_chat_version(version));
@@ -34,6 +38,7 @@ OrderedJson render_line(const OrderedJson& req) {
   out["special_ranges"] = OrderedJson::array();
   for (const auto& [b, e] : r.special_ranges) out["special_ranges"].push_back({b, e});
   out["n_images"] = r.n_images;
+  if (tokenizer != nullptr) out["ids"] = recipe::encode_prompt(r, *tokenizer);
   return out;
 }
 
@@ -100,13 +105,22 @@ int main(int argc, char** argv) {
     std::cerr << "usage: recipe_cli render|parse < requests.jsonl > results.jsonl\n";
     return 2;
   }
+  std::unique_ptr<recipe::Tokenizer> tokenizer;
+  if (argc > 3 && std::string(argv[2]) == "--tokenizer") {
+    try {
+      tokenizer = std::make_unique<recipe::Tokenizer>(recipe::Tokenizer::from_file(argv[3]));
+    } catch (const std::exception& e) {
+      std::cerr << "recipe_cli: " << e.what() << "\n";
+      return 1;
+    }
+  }
   std::ios::sync_with_stdio(false);
   std::string line;
   while (std::getline(std::cin, line)) {
     OrderedJson out;
     try {
       const OrderedJson req = OrderedJson::parse(line);
-      out = mode == "render" ? render_line(req) : parse_line(req);
+      out = mode == "render" ? render_line(req, tokenizer.get()) : parse_line(req);
     } catch (const deepinfer::Error& e) {
       out = {{"error", e.what()}, {"kind", deepinfer::error_kind_name(e.kind())}};
     } catch (const std::exception& e) {

@@ -14,8 +14,10 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "recipe/chat_prompt.h"
 #include "recipe/messages.h"
@@ -35,5 +37,18 @@ void validate_conversation(const Conversation& conv, ChatVersion version);
 
 RenderedPrompt render_prompt(const Conversation& conv, ChatVersion version,
                              const SpecialTokens& tokens = SpecialTokens());
+
+class Tokenizer;
+
+// Token ids of a rendered prompt (deepseek-recipe's `DeepseekV4Encoding.encode`): each
+// special range becomes its added token's id, each plain span is encoded without the added
+// vocabulary (Tokenizer::encode_ordinary). Throws kInvalidInput when the tokenizer has no
+// token for a special spelling (e.g. "<｜System｜>" with a V4 tokenizer).
+std::vector<int32_t> encode_prompt(const RenderedPrompt& prompt, const Tokenizer& tokenizer);
+
+// render_prompt + encode_prompt.
+std::vector<int32_t> encode_conversation(const Conversation& conv, ChatVersion version,
+                                         const Tokenizer& tokenizer,
+                                         const SpecialTokens& tokens = SpecialTokens());
 
 }  // namespace deepinfer::recipe

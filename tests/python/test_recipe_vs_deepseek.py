@@ -41,9 +41,10 @@ def cli():
     return path
 
 
-def run_cli(mode, requests):
+def run_cli(mode, requests, *args):
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in requests)
-    out = subprocess.run([cli(), mode], input=lines.encode(), capture_output=True, check=True)
+    out = subprocess.run([cli(), mode, *args], input=lines.encode(), capture_output=True,
+                         check=True)
     results = [json.loads(line) for line in out.stdout.decode().split("\n")[:-1]]
     assert len(results) == len(requests)
     return results
@@ -296,6 +297,26 @@ def test_prompts_byte_identical(version):
             f"ours:   ...{ours_prompt[max(0, at - 300):at + 300]!r}\n"
             f"recipe: ...{want['prompt'][max(0, at - 300):at + 300]!r}\n"
             f"ranges equal: {got.get('special_ranges') == want['special_ranges']}")
+
+
+V4_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tiny",
+                            "tokenizer.json")
+
+
+def test_prompt_token_ids_v4():
+    """Prompt token ids (special ranges as their tokens, plain text without the added
+    vocabulary) equal deepseek-recipe's DeepseekV4Encoding.encode with the V4 tokenizer."""
+    rng = random.Random(97)
+    convs = [rand_conversation(rng, "v4") for _ in range(150)]
+    ours = run_cli("render", convs, "--tokenizer", V4_TOKENIZER)
+    encoding = dr.DeepseekV4Encoding().with_tokenizer(dr.Tokenizer.from_file(V4_TOKENIZER))
+    n_bad = 0
+    for conv, got in zip(convs, ours):
+        want = encoding.encode(to_recipe(conv))
+        if got.get("ids") != want:
+            n_bad += 1
+            first = (conv, got.get("ids", got), want) if n_bad == 1 else first
+    assert n_bad == 0, f"{n_bad}/{len(convs)} token id lists differ; first: {first}"
 
 
 # ---------------------------------------------------------------- completions
