@@ -79,7 +79,11 @@ json generate(const std::shared_ptr<const CompiledGrammar>& g, uint64_t seed, in
     ICHECK(m.accept_token(tok)) << "allowed token " << tok << " rejected by accept_token";
     text += vocab.token_bytes(tok);
   }
-  return json{{"text", text}, {"terminated", m.is_terminated()}, {"n_tokens", n}};
+  // stuck: no token allowed although the matcher has not terminated (a dead end in the engine,
+  // or a grammar whose language is empty).
+  const bool stuck = !m.is_terminated() && n < max_tokens;
+  return json{{"text", text}, {"terminated", m.is_terminated()}, {"n_tokens", n}, {"stuck", stuck},
+              {"empty_language", g->empty_language()}};
 }
 
 }  // namespace

@@ -354,7 +354,7 @@ class JsonSchemaCompiler {
       for (const auto& p : s[kExtraPatterns]) patterns.push_back(p.get<std::string>());
     for (const auto& p : patterns) {
       try {
-        constraints.push_back(parse_regex(p, RegexMode::kSearch));
+        constraints.push_back(parse_regex(p, RegexMode::kSearch, RegexFlavor::kNarrow));
       } catch (const Error& e) {
         THROW(kUnsupported) << "JSON Schema at '" << path << "': pattern: " << e.what();
       }

@@ -262,7 +262,10 @@ bool pair_disjoint(const json& a, const json& b, const json& root) {
   for (const auto& t : ta) overlap = overlap || tb.count(t);
   if (!overlap) return true;
   if (has_literals(a) && has_literals(b) && literals_disjoint(literals(a), literals(b))) return true;
-  // Discriminator: a property required by both whose literal sets are disjoint.
+  // Discriminator: a property required by both whose literal sets are disjoint (separates
+  // objects only, so the branches may share no other type).
+  for (const auto& t : ta)
+    if (t != "object" && tb.count(t)) return false;
   if (!a.is_object() || !b.is_object() || !a.contains("properties") || !b.contains("properties")) return false;
   if (!a.contains("required") || !b.contains("required")) return false;
   for (auto it = a["properties"].begin(); it != a["properties"].end(); ++it) {

@@ -21,7 +21,7 @@ namespace {
 
 class RegexParser {
  public:
-  RegexParser(std::string_view p, RegexMode mode) : p_(p), mode_(mode) {}
+  RegexParser(std::string_view p, RegexMode mode, RegexFlavor flavor) : p_(p), mode_(mode), flavor_(flavor) {}
 
   ExprPtr parse() {
     std::vector<ExprPtr> branches;
@@ -35,7 +35,53 @@ class RegexParser {
  private:
   std::string_view p_;
   RegexMode mode_;
+  RegexFlavor flavor_;
   size_t pos_ = 0;
+
+  // Python's str-pattern classes (a superset of ECMA's for \d \w; \s differs) are approximated
+  // by "every non-ASCII code point" where Unicode tables would be needed.
+  static CodeRanges python_space() {
+    return normalize_ranges({{'\t', '\r'}, {' ', ' '}, {0x1C, 0x1F}, {0x85, 0x85}, {0xA0, 0xA0},
+                             {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F},
+                             {0x205F, 0x205F}, {0x3000, 0x3000}});
+  }
+  CodeRanges flavored(char c) {
+    const CodeRanges non_ascii{{0x80, kMaxCodePoint}};
+    auto uni = [&](CodeRanges r) { r.insert(r.end(), non_ascii.begin(), non_ascii.end()); return normalize_ranges(r); };
+    switch (flavor_) {
+      case RegexFlavor::kEcma:
+        switch (c) {
+          case 'd': return digit_ranges();
+          case 'D': return complement_ranges(digit_ranges());
+          case 'w': return word_ranges();
+          case 'W': return complement_ranges(normalize_ranges(word_ranges()));
+          case 's': return space_ranges();
+          default: return complement_ranges(space_ranges());
+        }
+      case RegexFlavor::kNarrow:
+        switch (c) {
+          case 'd': return digit_ranges();
+          case 'D': return intersect_ranges(complement_ranges(digit_ranges()), {{0, 0x7F}});
+          case 'w': return word_ranges();
+          case 'W': return intersect_ranges(complement_ranges(normalize_ranges(word_ranges())), {{0, 0x7F}});
+          case 's': return intersect_ranges(space_ranges(), python_space());
+          default: return complement_ranges(normalize_ranges([&] { CodeRanges u = space_ranges(); auto p = python_space(); u.insert(u.end(), p.begin(), p.end()); return u; }()));
+        }
+      case RegexFlavor::kWide:
+        switch (c) {
+          case 'd': return uni(digit_ranges());
+          case 'D': return complement_ranges(digit_ranges());
+          case 'w': return uni(word_ranges());
+          case 'W': return complement_ranges(normalize_ranges(word_ranges()));
+          case 's': return normalize_ranges([&] { CodeRanges u = space_ranges(); auto p = python_space(); u.insert(u.end(), p.begin(), p.end()); return u; }());
+          default: return complement_ranges(intersect_ranges(space_ranges(), python_space()));
+        }
+    }
+    return {};
+  }
+  CodeRanges flavored_dot() {
+    return flavor_ == RegexFlavor::kWide ? complement_ranges({{'\n', '\n'}}) : dot_ranges();
+  }
 
   bool at_end() const { return pos_ >= p_.size(); }
   bool eat(char c) {
@@ -150,7 +196,7 @@ class RegexParser {
         return inner;
       }
       case '[': return parse_class();
-      case '.': ++pos_; return cls(dot_ranges());
+      case '.': ++pos_; return cls(flavored_dot());
       case '\\': return cls(parse_escape(false));
       case '^': unsupported("'^' anchor after the start of the pattern");
       case '$': unsupported("'$' anchor before the end of the pattern");
@@ -185,12 +231,7 @@ class RegexParser {
     if (at_end()) fail("trailing backslash");
     char c = p_[pos_++];
     switch (c) {
-      case 'd': return digit_ranges();
-      case 'D': return complement_ranges(digit_ranges());
-      case 'w': return word_ranges();
-      case 'W': return complement_ranges(normalize_ranges(word_ranges()));
-      case 's': return space_ranges();
-      case 'S': return complement_ranges(space_ranges());
+      case 'd': case 'D': case 'w': case 'W': case 's': case 'S': return flavored(c);
       case 't': return {{'\t', '\t'}};
       case 'n': return {{'\n', '\n'}};
       case 'r': return {{'\r', '\r'}};
@@ -288,8 +329,8 @@ class RegexParser {
 
 }  // namespace
 
-ExprPtr parse_regex(std::string_view pattern, RegexMode mode) {
-  return RegexParser(pattern, mode).parse();
+ExprPtr parse_regex(std::string_view pattern, RegexMode mode, RegexFlavor flavor) {
+  return RegexParser(pattern, mode, flavor).parse();
 }
 
 }  // namespace deepinfer::grammar

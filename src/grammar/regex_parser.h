@@ -22,7 +22,14 @@ enum class RegexMode {
   kSearch,     // JSON Schema `pattern`: matches if some substring matches, unless anchored
 };
 
-ExprPtr parse_regex(std::string_view pattern, RegexMode mode);
+// Which meaning the class escapes \d \w \s (and their negations) and `.` get.
+// JSON Schema validators differ (ECMA-262 ASCII classes vs Python's Unicode-aware `re`), so the
+// JSON Schema front end generates from kNarrow (strings matching under both meanings) and
+// excludes with kWide (strings matching under either), never producing an instance that one
+// of them rejects.
+enum class RegexFlavor { kEcma, kNarrow, kWide };
+
+ExprPtr parse_regex(std::string_view pattern, RegexMode mode, RegexFlavor flavor = RegexFlavor::kEcma);
 
 // The classes behind \d, \w, \s and `.` (exposed for the JSON Schema formats and tests).
 CodeRanges digit_ranges();
