@@ -196,26 +196,36 @@ def _long(r):
     return "-" * r.randint(100, 2000) + "=" * 300 + "ab" * 500
 
 
-def make_corpus(seed, target_bytes, added_tokens=()):
+KINDS = ("english", "chinese", "japanese", "korean", "code", "emoji", "digits", "whitespace", "newlines",
+         "specials", "unicode")
+
+
+def make_corpus(seed, target_bytes, added_tokens=(), kinds=KINDS):
+    """All kinds (the default) also adds each added token alone, long documents and mixed
+    documents; a subset of kinds gives documents of only those kinds."""
     r = random.Random(seed)
     added_tokens = list(added_tokens) or ["<|endoftext|>"]
-    makers = [
-        lambda: _english(r, r.randint(20, 600)),
-        lambda: _cjk(r, r.randint(20, 800), 0x4E00, 0x9FA5, "，。！？、：；「」（）《》"),
-        lambda: _japanese(r, r.randint(20, 800)),
-        lambda: _korean(r, r.randint(10, 300)),
-        lambda: _code(r, r.randint(1, 12)),
-        lambda: _emoji(r, r.randint(5, 200)),
-        lambda: _digits(r, r.randint(5, 200)),
-        lambda: _whitespace(r, r.randint(5, 200)),
-        lambda: _newlines(r, r.randint(5, 100)),
-        lambda: _specials(r, r.randint(5, 100), added_tokens),
-        lambda: _random_unicode(r, r.randint(10, 1500)),
-    ]
-    docs = [t for t in added_tokens]  # each added token alone
+    all_makers = {
+        "english": lambda: _english(r, r.randint(20, 600)),
+        "chinese": lambda: _cjk(r, r.randint(20, 800), 0x4E00, 0x9FA5, "，。！？、：；「」（）《》"),
+        "japanese": lambda: _japanese(r, r.randint(20, 800)),
+        "korean": lambda: _korean(r, r.randint(10, 300)),
+        "code": lambda: _code(r, r.randint(1, 12)),
+        "emoji": lambda: _emoji(r, r.randint(5, 200)),
+        "digits": lambda: _digits(r, r.randint(5, 200)),
+        "whitespace": lambda: _whitespace(r, r.randint(5, 200)),
+        "newlines": lambda: _newlines(r, r.randint(5, 100)),
+        "specials": lambda: _specials(r, r.randint(5, 100), added_tokens),
+        "unicode": lambda: _random_unicode(r, r.randint(10, 1500)),
+    }
+    makers = [all_makers[k] for k in kinds]
+    full = tuple(kinds) == KINDS
+    docs = [t for t in added_tokens] if full else []  # each added token alone
     total = sum(len(d.encode()) for d in docs)
     while total < target_bytes:
-        if r.random() < 0.01:
+        if not full:
+            d = r.choice(makers)()
+        elif r.random() < 0.01:
             d = _long(r)
         elif r.random() < 0.2:
             d = "".join(r.choice(makers)() for _ in range(r.randint(2, 5)))  # mixed document
