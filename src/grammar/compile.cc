@@ -1,6 +1,7 @@
 #include "grammar/compile.h"
 
 #include "base/error.h"
+#include "grammar/ebnf_parser.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex_parser.h"
 
@@ -12,6 +13,7 @@ Grammar build_grammar(const GrammarSpec& spec) {
   if (spec.kind == "json_schema") return json_schema_grammar(spec.text, jopt);
   if (spec.kind == "json_object") return json_value_grammar(jopt);
   if (spec.kind == "regex") return regex_grammar(spec.text);
+  if (spec.kind == "ebnf") return ebnf_grammar(spec.text);
   THROW(kInvalidInput) << "unknown grammar kind '" << spec.kind << "'";
 }
 

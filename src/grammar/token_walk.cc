@@ -14,7 +14,8 @@ int64_t walk_token_trie(const Grammar& g, const Vocabulary& vocab, StackPool& po
   // Tops of every depth on the current branch live in one buffer: level d is [begin[d], begin[d+1]).
   std::vector<Top> buf(init);
   std::vector<size_t> begin{0, buf.size()};
-  std::vector<uint8_t> esc_above{0};  // a stack escaped before reaching this depth
+  std::vector<uint8_t> esc_above{0};
+  std::vector<Top> parent_tops;  // a stack escaped before reaching this depth
   auto set_bit = [&](int32_t t) { accepted[t >> 5] |= 1u << (t & 31); };
   auto mark_uncertain = [&](int32_t from, int32_t to) {
     if (!uncertain) return;
@@ -40,14 +41,14 @@ int64_t walk_token_trie(const Grammar& g, const Vocabulary& vocab, StackPool& po
       if (s != kDead) {
         if (dfa.has_out[s]) buf.push_back({t.pos, s, t.parent});
         if (dfa.accept[s]) {
-          size_t from = buf.size();
           stepper.expand(t.pos + 1, t.parent, buf, flags);
           sort_unique_tail(buf, pe);
-          (void)from;
         }
       }
     } else {
-      stepper.advance(buf.data() + pb, pe - pb, node.byte, buf, flags);
+      // advance() appends to buf: read the parent level from a copy (buf may reallocate).
+      parent_tops.assign(buf.begin() + pb, buf.begin() + pe);
+      stepper.advance(parent_tops.data(), parent_tops.size(), node.byte, buf, flags);
     }
     const bool alive = buf.size() > pe;
     const bool above = esc_above[d - 1] != 0;
