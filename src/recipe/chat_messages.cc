@@ -74,13 +74,16 @@ void validate_conversation(const Conversation& conv, ChatVersion version) {
           (conv.reasoning_effort.value >= 1 && conv.reasoning_effort.value <= 100))
         << "reasoning effort " << conv.reasoning_effort.value << " is out of range 1-100";
   }
-  for (size_t i = 0; i < conv.tools.size(); ++i) {
-    const ToolDefinition& tool = conv.tools[i];
-    CHECK(!tool.name.empty()) << "tools[" << i << "] has an empty name";
-    CHECK(tool.parameters.is_object() || tool.parameters.is_null())
-        << "tools[" << i << "] ('" << tool.name << "'): parameters must be a JSON Schema object, "
-        << "got " << tool.parameters.type_name();
-  }
+  auto check_tools = [](const std::vector<ToolDefinition>& tools, const std::string& where) {
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const ToolDefinition& tool = tools[i];
+      CHECK(!tool.name.empty()) << where << "[" << i << "] has an empty name";
+      CHECK(tool.parameters.is_object() || tool.parameters.is_null())
+          << where << "[" << i << "] ('" << tool.name
+          << "'): parameters must be a JSON Schema object, got " << tool.parameters.type_name();
+    }
+  };
+  check_tools(conv.tools, "tools");
   if (conv.response_format == ResponseFormat::kJsonSchema) {
     CHECK(!conv.response_schema.is_null()) << "response_format json_schema needs a schema";
   }
@@ -89,6 +92,9 @@ void validate_conversation(const Conversation& conv, ChatVersion version) {
     const Message& m = conv.messages[i];
     const char* role = role_name(m.role);
     CHECK(m.n_images >= 0) << "messages[" << i << "]: negative image count";
+    CHECK(m.tools.empty() || m.role == Role::kSystem)
+        << "messages[" << i << "] (" << role << ") has tools; only system messages may";
+    check_tools(m.tools, "messages[" + std::to_string(i) + "].tools");
     if (m.role != Role::kAssistant) {
       CHECK(m.tool_calls.empty()) << "messages[" << i << "] (" << role << ") has tool_calls; "
                                   << "only assistant messages may";

@@ -65,6 +65,11 @@ Message message_from_json(const OrderedJson& j, size_t index) {
         << where << ".n_images must be a non-negative integer";
     m.n_images = static_cast<int>(it->get<int64_t>());
   }
+  if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
+    CHECK(m.role == Role::kSystem) << where << ": only system messages carry tools";
+    CHECK(it->is_array()) << where << ".tools must be an array, got " << it->type_name();
+    for (size_t k = 0; k < it->size(); ++k) m.tools.push_back(tool_from_json((*it)[k], k));
+  }
   if (auto it = j.find("tool_calls"); it != j.end() && !it->is_null()) {
     CHECK(it->is_array()) << where << ".tool_calls must be an array, got " << it->type_name();
     for (size_t k = 0; k < it->size(); ++k) {
@@ -94,6 +99,12 @@ ToolDefinition tool_from_json(const OrderedJson& j, size_t index) {
         << fn_where << ".parameters ('" << tool.name << "') must be a JSON Schema object, got "
         << it->type_name();
     tool.parameters = *it;
+  }
+  tool.defer_loading = get_bool(*fn, "defer_loading", get_bool(j, "defer_loading", false, where),
+                                fn_where);
+  if (auto it = fn->find("strict"); it != fn->end() && !it->is_null()) {
+    CHECK(it->is_boolean()) << fn_where << ".strict must be a boolean";
+    tool.strict = it->get<bool>();
   }
   return tool;
 }

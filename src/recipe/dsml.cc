@@ -16,6 +16,15 @@ void dsml_close(PromptBuilder& b, const std::string& tag) {
   b.text(">");
 }
 
+// {"name": ..., "description": ..., "parameters": ...} of one tool.
+std::string tool_schema_line(const ToolDefinition& tool, JsonFloatStyle style) {
+  OrderedJson entry = OrderedJson::object();
+  entry["name"] = tool.name;
+  entry["description"] = tool.description.value_or("");
+  entry["parameters"] = tool.parameters;
+  return dump_json(entry, style);
+}
+
 }  // namespace
 
 const DsmlTags& dsml_tags(DsmlDialect dialect) {
@@ -87,16 +96,27 @@ void render_tools_section(PromptBuilder& b, const std::vector<ToolDefinition>& t
   s += "Otherwise, output directly after " + unthink + " with tool calls or final response.\n\n";
   s += "### Available Tool Schemas\n\n";
   b.template_text(s);
+  // V4 ends every schema line with "\n"; V4.1 joins them (the two differ when all are deferred).
+  std::string lines;
   for (const ToolDefinition& tool : tools) {
-    OrderedJson entry = OrderedJson::object();
-    entry["name"] = tool.name;
-    entry["description"] = tool.description.value_or("");
-    entry["parameters"] = tool.parameters;
-    b.text(dump_json(entry, style));
-    b.text("\n");
+    if (tool.defer_loading) continue;
+    if (dialect == DsmlDialect::kV41 && !lines.empty()) lines += "\n";
+    lines += tool_schema_line(tool, style);
+    if (dialect == DsmlDialect::kV4) lines += "\n";
   }
-  b.text("\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke "
+  b.text(lines);
+  b.text(dialect == DsmlDialect::kV41 ? "\n\n" : "\n");
+  b.text("You MUST strictly follow the above defined tool name and parameter schemas to invoke "
          "tool calls.\n");
+}
+
+void render_updated_tool_schemas(PromptBuilder& b, const std::vector<ToolDefinition>& tools,
+                                 JsonFloatStyle style) {
+  b.text("\n\n### Updated Tool Schemas\n\n");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    if (i > 0) b.text("\n");
+    b.text(tool_schema_line(tools[i], style));
+  }
 }
 
 void render_required_tool_calls_opening(PromptBuilder& b, DsmlDialect dialect) {

@@ -30,9 +30,14 @@ const DsmlTags& dsml_tags(DsmlDialect dialect);
 void render_dsml_tool_calls(PromptBuilder& b, const std::vector<ToolCall>& calls,
                             DsmlDialect dialect, JsonFloatStyle style);
 
-// The "## Tools" section appended to the system prompt (without its leading "\n\n").
+// The "## Tools" section appended to the system prompt (without its leading "\n\n"); deferred
+// tools are left out.
 void render_tools_section(PromptBuilder& b, const std::vector<ToolDefinition>& tools,
                           DsmlDialect dialect, JsonFloatStyle style);
+
+// "\n\n### Updated Tool Schemas\n\n" + the schemas, one per line (V4.1 system messages).
+void render_updated_tool_schemas(PromptBuilder& b, const std::vector<ToolDefinition>& tools,
+                                 JsonFloatStyle style);
 
 // The text that opens a tool-call block in the generation prompt of a required tool choice:
 // "\n\n<｜DSML｜tool_calls>\n".

@@ -69,6 +69,9 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
       b.text("\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to "
              "reply:\n" + dump_json(conv.response_schema, kStyle));
     }
+    if (consumed_system && !msgs[0].tools.empty()) {
+      render_updated_tool_schemas(b, msgs[0].tools, kStyle);
+    }
     if (b.size() == body_begin && !consumed_system) b.strip_suffix(tokens.system);
   }
 
@@ -80,6 +83,7 @@ RenderedPrompt render_prompt_v41(const Conversation& conv, const SpecialTokens& 
       case Role::kSystem:
         b.special(tokens.system);
         b.content(m.content, m.n_images);
+        if (!m.tools.empty()) render_updated_tool_schemas(b, m.tools, kStyle);
         ++i;
         break;
       case Role::kLatestReminder:

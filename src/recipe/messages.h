@@ -39,6 +39,10 @@ struct ToolDefinition {
   std::string name;                        // must be non-empty
   std::optional<std::string> description;  // rendered as "" when absent
   OrderedJson parameters;                  // object or null; anything else is rejected
+  // Deferred tools are left out of the "## Tools" section (they are announced later, in a
+  // system message's tools). `strict` is passed through and not rendered.
+  bool defer_loading = false;
+  std::optional<bool> strict;
 };
 
 struct Message {
@@ -54,6 +58,9 @@ struct Message {
   int n_images = 0;
   // Assistant only: the message is continued by the model instead of closing the turn.
   bool prefix = false;
+  // System only: tools announced by this message. V4.1 appends them to the message as
+  // "### Updated Tool Schemas"; V4 does not render them.
+  std::vector<ToolDefinition> tools;
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired };

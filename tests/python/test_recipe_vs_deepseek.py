@@ -102,8 +102,13 @@ def rand_tools(rng):
     for i in range(rng.randint(1, 3)):
         params = None if rng.random() < 0.1 else rand_schema(rng)
         desc = None if rng.random() < 0.2 else rand_text(rng, 6)
-        tools.append({"name": rng.choice(["get_weather", "search", "run_code", "f"]) + str(i),
-                      "description": desc, "parameters": params})
+        tool = {"name": rng.choice(["get_weather", "search", "run_code", "f"]) + str(i),
+                "description": desc, "parameters": params}
+        if rng.random() < 0.1:
+            tool["defer_loading"] = True
+        if rng.random() < 0.1:
+            tool["strict"] = rng.random() < 0.5
+        tools.append(tool)
     return tools
 
 
@@ -161,12 +166,16 @@ def rand_conversation(rng, version):
     for _ in range(rng.choice([0, 1, 1, 1, 2])):
         text, n = content_with_images(rng, images)
         msgs.append({"role": "system", "content": text, "n_images": n})
+        if rng.random() < 0.1:
+            msgs[-1]["tools"] = rand_tools(rng)
     call_counter = 0
     for _turn in range(rng.randint(1, 4)):
         r = rng.random()
         if r < 0.05:
             text, n = content_with_images(rng, images)
             msgs.append({"role": "system", "content": text, "n_images": n})
+            if rng.random() < 0.3:
+                msgs[-1]["tools"] = rand_tools(rng)
         elif r < 0.1:
             msgs.append({"role": "latest_reminder", "content": rand_text(rng)})
         for _ in range(rng.choice([1, 1, 1, 2])):
@@ -232,11 +241,16 @@ def to_recipe(conv):
     def images(n):
         return [dr.DataUrlImageSource("data:image/png;base64,AAAA") for _ in range(n)]
 
+    def tool_defs(tools):
+        return [dr.ToolDefinition(t["name"], t["description"], t["parameters"], t.get("strict"),
+                                  t.get("defer_loading", False)) for t in tools]
+
     msgs = []
     for m in conv["messages"]:
         role = m["role"]
         if role == "system":
-            msgs.append(dr.SystemMessage(m["content"], images(m.get("n_images", 0))))
+            msgs.append(dr.SystemMessage(m["content"], images(m.get("n_images", 0)),
+                                         tool_defs(m["tools"]) if "tools" in m else None))
         elif role == "user":
             msgs.append(dr.UserMessage(m["content"], images(m.get("n_images", 0))))
         elif role == "tool":
@@ -249,8 +263,7 @@ def to_recipe(conv):
                      for c in m.get("tool_calls", [])] or None
             msgs.append(dr.AssistantMessage(m["content"], m.get("reasoning_content"), calls,
                                             m.get("prefix", False)))
-    tools = [dr.ToolDefinition(t["name"], t["description"], t["parameters"])
-             for t in conv["tools"]]
+    tools = tool_defs(conv["tools"])
     kw = {}
     rf = conv.get("response_format")
     if rf == "json_object":
