@@ -1,0 +1,108 @@
+// AsyncEngine: runs an engine's step loop on its own thread for the server (DESIGN.md §1
+// `engine`, `server`). Callers on any thread submit requests with a callback and abort them;
+// the loop thread adds them to the engine between steps, steps while anything is unfinished,
+// and hands every RequestOutput to its request's callback.
+//
+// Admission is bounded: at most `max_live_requests` requests are live (queued for the loop
+// thread, or inside the engine and unfinished). submit() of more answers kFull at once so the
+// server can answer 429 with Retry-After; a group (the n choices of one HTTP request) is
+// admitted whole or not at all.
+//
+// Callbacks run on the loop thread, never under AsyncEngine's lock: they must be quick (post
+// the work elsewhere) and may call submit()/abort(). Each admitted request gets exactly one
+// callback with `finished` true, which is its last:
+//   - the engine finished it ("stop", "length"), or
+//   - it was aborted (abort(), shutdown) and finish_reason is "abort", or
+//   - the engine rejected it or failed: finish_reason "error", the message in `error`.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace deepinfer {
+
+// The part of Engine the loop drives (tests put a fake behind it). Single-threaded: only the
+// loop thread calls it once AsyncEngine owns it.
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  virtual void add_request(EngineRequest request) = 0;  // throws Error when rejected
+  virtual bool abort(const std::string& id) = 0;
+  virtual std::vector<RequestOutput> step() = 0;
+  virtual bool has_unfinished() const = 0;
+};
+
+// Adapts an Engine (engine.h).
+std::unique_ptr<StepEngine> make_step_engine(std::unique_ptr<Engine> engine);
+
+struct AsyncEngineOptions {
+  int64_t max_live_requests = 256;
+};
+
+struct AsyncEngineStats {
+  int64_t n_queued = 0;         // submitted, not yet handed to the engine
+  int64_t n_live = 0;           // queued + inside the engine, unfinished
+  int64_t n_steps = 0;          // engine steps run
+  int64_t n_output_tokens = 0;  // tokens delivered to callbacks
+  double step_seconds = 0.0;    // total time inside step()
+};
+
+class AsyncEngine {
+ public:
+  using Callback = std::function<void(const RequestOutput& output, const std::string& error)>;
+  enum class Admission { kAccepted, kFull, kShuttingDown };
+
+  AsyncEngine(std::unique_ptr<StepEngine> engine, AsyncEngineOptions options);
+  ~AsyncEngine();  // shutdown(0)
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Queues the requests (ids unique among live requests, else kInvalidInput is thrown and
+  // nothing is queued). `callback` receives the outputs of every request of the group.
+  Admission submit(std::vector<EngineRequest> requests, Callback callback);
+  // Cancels a live request (queued or running); its final callback says "abort". Unknown or
+  // finished ids are ignored.
+  void abort(const std::string& id);
+  // Stops admission, lets running requests finish for up to `drain_seconds`, aborts the rest,
+  // delivers their final callbacks and joins the loop thread. Idempotent.
+  void shutdown(double drain_seconds);
+
+  AsyncEngineStats stats() const;
+  int64_t max_live_requests() const { return options_.max_live_requests; }
+
+ private:
+  struct Pending {
+    EngineRequest request;
+    std::shared_ptr<Callback> callback;
+  };
+  void loop();
+  void fail_all(const std::string& error);
+
+  std::unique_ptr<StepEngine> engine_;
+  const AsyncEngineOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;                // the loop thread waits on it
+  std::condition_variable drained_;             // shutdown() waits for n_live == 0
+  std::vector<Pending> inbox_;                  // guarded by mu_
+  std::vector<std::string> aborts_;             // guarded by mu_
+  std::unordered_map<std::string, std::shared_ptr<Callback>> live_;  // guarded by mu_
+  bool accepting_ = true;                       // guarded by mu_
+  bool stop_ = false;                           // guarded by mu_
+  AsyncEngineStats stats_;                      // guarded by mu_
+  std::mutex shutdown_mu_;
+  std::thread thread_;
+};
+
+}  // namespace deepinfer

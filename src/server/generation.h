@@ -1,0 +1,125 @@
+// Generation: one HTTP generation request (its n choices, each one engine request) turned
+// into OpenAI responses. The session feeds it every engine output; it answers with SSE
+// payloads (streaming) or, once every choice has finished, the response body.
+// Subclasses (completion_generation.h, chat_generation.h) shape the text of one choice.
+//
+// Choices that end early (a stop sequence, a closed tool-call block) are finished here at
+// once and their engine ids handed back for the session to abort; later outputs of those
+// requests are ignored.
+//
+// Thread-safety: none; the owning session calls it from its strand only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "recipe/chat_encoding.h"
+#include "recipe/detokenizer.h"
+#include "recipe/tokenizer.h"
+#include "server/openai_request.h"
+
+namespace deepinfer::server {
+
+// What every generation of one server needs to know about the model.
+struct ModelInfo {
+  const recipe::Tokenizer* tokenizer = nullptr;
+  std::string name;                  // the served model name
+  int64_t max_model_len = 0;
+  std::vector<int32_t> eos_ids;      // end-of-sequence ids: never part of the text
+  recipe::ChatVersion chat_version = recipe::ChatVersion::kV4;
+};
+
+class Generation {
+ public:
+  // Text comes from the engine's tokens through one StreamDetokenizer per choice, special
+  // tokens kept (`keep_special`, chat: the output parser needs "</think>" and DSML markers) or
+  // dropped; EOS ids and the request's stop_token_ids never become text.
+  Generation(std::string id, std::string object, const ModelInfo& model, const SamplingRequest& sampling,
+             bool keep_special);
+  virtual ~Generation() = default;
+
+  const std::string& id() const { return id_; }
+  bool stream() const { return sampling_.stream; }
+  // The engine requests to submit (moved out once).
+  std::vector<EngineRequest> take_requests() { return std::move(requests_); }
+
+  // One engine output. Appends SSE payloads (JSON text, streaming only) to `events` and engine
+  // ids to abort to `aborts`.
+  void on_output(const RequestOutput& out, const std::string& error, std::vector<std::string>& events,
+                 std::vector<std::string>& aborts);
+  bool done() const { return n_finished_ == choices_.size(); }
+  // Engine ids of choices still running (to abort when the client goes away).
+  std::vector<std::string> unfinished_ids() const;
+  // Streaming: the payloads after the last choice (the usage chunk). Empty otherwise.
+  std::vector<std::string> final_events();
+  // Non-streaming: the response body (call when done() and no error()).
+  virtual std::string response_body() = 0;
+  // Set when the engine failed a choice (the request then fails as a whole).
+  const std::optional<ApiError>& error() const { return error_; }
+
+  int64_t n_prompt_tokens() const { return n_prompt_tokens_; }
+  int64_t n_completion_tokens() const;
+  // Seconds from construction to the first token (-1 before it).
+  double ttft_seconds() const { return ttft_; }
+
+ protected:
+  struct Choice {
+    std::string engine_id;
+    bool finished = false;
+    std::string finish_reason;
+    int64_t n_tokens = 0;
+  };
+
+  // Adds a choice generating from `prompt`; its index is the number of choices before it and
+  // its seed the request's seed + that index (random without one). `count_prompt`: add the
+  // prompt to usage (once per distinct prompt, not per choice).
+  void add_choice(const std::vector<int32_t>& prompt, int64_t max_tokens, bool count_prompt);
+  // One output of choice `i` (`text`: its new text) -> choice objects of stream chunks.
+  virtual void handle_output(size_t i, const RequestOutput& out, const std::string& text,
+                             std::vector<Json>& chunks) = 0;
+  // Choice `i` finished with `reason` (the subclass may rename it, e.g. "tool_calls").
+  virtual void handle_finish(size_t i, std::string& reason, std::vector<Json>& chunks) = 0;
+  // Ends choice `i` before its engine request does (call from handle_output).
+  void end_early(size_t i, std::string reason);
+  virtual Json usage() const;
+  Json envelope(Json choices) const;
+
+  // Token text for logprobs (byte-level bytes, invalid UTF-8 replaced at dump time).
+  std::string token_text(int32_t id) const;
+
+  const std::string id_;
+  const std::string object_;
+  const ModelInfo& info_;
+  const std::string model_;
+  const SamplingRequest sampling_;
+  const recipe::Tokenizer& tokenizer_;
+  const int64_t created_;
+  std::vector<Choice> choices_;
+
+ private:
+  void finish_choice(size_t i, std::string reason, std::vector<Json>& chunks);
+
+  std::vector<EngineRequest> requests_;
+  std::vector<recipe::StreamDetokenizer> detok_;  // per choice
+  std::vector<int32_t> no_text_ids_;              // EOS + stop_token_ids (sorted)
+  std::unordered_map<std::string, size_t> index_;
+  std::vector<std::pair<size_t, std::string>> early_;  // ended by handle_output
+  bool keep_special_;
+  size_t n_finished_ = 0;
+  int64_t n_prompt_tokens_ = 0;
+  std::optional<ApiError> error_;
+  std::chrono::steady_clock::time_point start_;
+  double ttft_ = -1.0;
+};
+
+// A random request id suffix ("chatcmpl-" + 24 hex digits, ...).
+std::string random_id(const std::string& prefix);
+// Dumps JSON with invalid UTF-8 replaced (model text can hold stray bytes).
+std::string dump(const Json& j);
+
+}  // namespace deepinfer::server

@@ -1,0 +1,326 @@
+#include "server/http_session.h"
+
+#include <cstdio>
+
+#include "base/logging.h"
+#include "server/chat_generation.h"
+#include "server/completion_generation.h"
+
+namespace deepinfer::server {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+constexpr size_t kHeaderLimit = 64 * 1024;
+constexpr size_t kMaxPipelinedBytes = 1 << 20;
+
+std::string chunk(const std::string& data) {
+  char size[24];
+  std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+bool is_client_gone(beast::error_code ec) {
+  return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+         ec == beast::error::timeout || ec == net::error::operation_aborted;
+}
+
+}  // namespace
+
+HttpSession::HttpSession(net::ip::tcp::socket&& socket, ServerState& state)
+    : stream_(std::move(socket)), state_(state) {}
+
+void HttpSession::start() {
+  net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::read_header, shared_from_this()));
+}
+
+void HttpSession::read_header() {
+  if (closed_) return;
+  parser_.emplace();
+  parser_->body_limit(state_.options.max_body_bytes);
+  parser_->header_limit(kHeaderLimit);
+  stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(state_.options.idle_timeout_seconds)));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+void HttpSession::on_header(beast::error_code ec) {
+  if (closed_) return;
+  if (ec && is_client_gone(ec)) return close();
+  t0_ = std::chrono::steady_clock::now();
+  exchange_active_ = true;
+  gen_.reset();
+  status_ = 0;
+  endpoint_ = "other";
+  if (ec) {
+    keep_alive_ = false;
+    if (ec == http::error::body_limit) {
+      linger_ = true;
+      return respond_error(ApiError(413, "request body larger than " + std::to_string(state_.options.max_body_bytes) +
+                                             " bytes",
+                                    "invalid_request_error", "", "request_too_large"));
+    }
+    return respond_error(bad_request(std::string("bad HTTP request: ") + ec.message()));
+  }
+  const auto& req = parser_->get();
+  method_ = std::string(req.method_string());
+  target_ = std::string(req.target());
+  keep_alive_ = req.keep_alive();
+  if (beast::iequals(req[http::field::expect], "100-continue")) write("HTTP/1.1 100 Continue\r\n\r\n");
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+}
+
+void HttpSession::on_body(beast::error_code ec) {
+  if (closed_) return;
+  if (ec == http::error::body_limit) {
+    keep_alive_ = false;
+    linger_ = true;
+    return respond_error(ApiError(413, "request body larger than " + std::to_string(state_.options.max_body_bytes) +
+                                           " bytes",
+                                  "invalid_request_error", "", "request_too_large"));
+  }
+  if (ec) return close();
+  route();
+}
+
+void HttpSession::route() {
+  const auto& req = parser_->get();
+  const std::string path = target_.substr(0, target_.find('?'));
+  const bool get = req.method() == http::verb::get;
+  const bool post = req.method() == http::verb::post;
+  try {
+    if (path == "/health") {
+      endpoint_ = path;
+      if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
+      return respond(200, "application/json", "{\"status\":\"ok\"}");
+    }
+    if (path == "/metrics") {
+      endpoint_ = path;
+      if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
+      return respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                     state_.metrics.render(state_.engine.stats()));
+    }
+    const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions";
+    if (known) endpoint_ = path;
+    if (path.rfind("/v1/", 0) == 0 && !state_.options.api_key.empty() &&
+        req[http::field::authorization] != "Bearer " + state_.options.api_key) {
+      throw ApiError(401, "Incorrect API key provided", "authentication_error", "", "invalid_api_key");
+    }
+    if (!known) throw ApiError(404, "no route for " + method_ + " " + path, "invalid_request_error", "", "not_found");
+    if (path == "/v1/models") {
+      if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
+      Json model = {{"id", state_.options.model_name},   {"object", "model"},
+                    {"created", state_.created},          {"owned_by", "deepinfer"},
+                    {"max_model_len", state_.options.max_model_len}};
+      return respond(200, "application/json", dump(Json{{"object", "list"}, {"data", Json::array({model})}}));
+    }
+    if (!post) throw ApiError(405, "use POST " + path, "invalid_request_error");
+    handle_generation(parse_body(req.body(), state_.options.limits), path == "/v1/chat/completions");
+  } catch (const ApiError& e) {
+    gen_.reset();
+    respond_error(e);
+  } catch (const std::exception& e) {
+    gen_.reset();
+    LOG(ERROR) << method_ << " " << target_ << ": " << e.what();
+    respond_error(ApiError(500, e.what(), "server_error"));
+  }
+}
+
+void HttpSession::handle_generation(const Json& body, bool chat) {
+  const ServerOptions& o = state_.options;
+  check_model(body, o.model_name);
+  if (chat) {
+    gen_ = std::make_unique<ChatGeneration>(parse_chat_request(body, o.limits), state_.model);
+  } else {
+    gen_ = std::make_unique<CompletionGeneration>(parse_completion_request(body, state_.tokenizer, o.limits),
+                                                  state_.model);
+  }
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  auto executor = stream_.get_executor();
+  const AsyncEngine::Admission admission = state_.engine.submit(
+      gen_->take_requests(), [weak, executor](const RequestOutput& out, const std::string& error) {
+        net::post(executor, [weak, out, error] {
+          if (auto self = weak.lock()) self->on_engine_output(out, error);
+        });
+      });
+  if (admission == AsyncEngine::Admission::kFull) {
+    gen_.reset();
+    return respond_error(ApiError(429, "the server is at capacity (" + std::to_string(state_.engine.max_live_requests()) +
+                                           " requests); retry later",
+                                  "rate_limit_error", "", "rate_limit_exceeded"),
+                         {{"Retry-After", "1"}});
+  }
+  if (admission == AsyncEngine::Admission::kShuttingDown) {
+    gen_.reset();
+    return respond_error(ApiError(503, "the server is shutting down", "server_error", "", "service_unavailable"));
+  }
+  stream_.expires_never();
+  if (gen_->stream()) {
+    status_ = 200;
+    write(std::string("HTTP/1.1 200 OK\r\nServer: deepinfer\r\nContent-Type: text/event-stream\r\n") +
+          "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" +
+          (keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n") + "\r\n");
+  }
+  watch();
+}
+
+void HttpSession::on_engine_output(const RequestOutput& out, const std::string& error) {
+  if (closed_ || !gen_) return;
+  std::vector<std::string> events, aborts;
+  gen_->on_output(out, error, events, aborts);
+  for (const std::string& id : aborts) state_.engine.abort(id);
+  if (gen_->stream()) {
+    std::string data;
+    for (const std::string& e : events) data += "data: " + e + "\n\n";
+    if (gen_->done()) {
+      for (const std::string& e : gen_->final_events()) data += "data: " + e + "\n\n";
+      data += "data: [DONE]\n\n";
+    }
+    if (!data.empty()) write(chunk(data));
+    if (gen_->done()) {
+      write("0\r\n\r\n");
+      response_complete_ = true;
+      log_exchange();
+      if (!writing_) end_exchange();
+    }
+  } else if (gen_->done()) {
+    if (gen_->error()) {
+      respond_error(*gen_->error());
+    } else {
+      respond(200, "application/json", gen_->response_body());
+    }
+  }
+}
+
+void HttpSession::respond(int status, const std::string& content_type, std::string body, const Headers& extra) {
+  status_ = status;
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
+                     std::string(http::obsolete_reason(http::int_to_status(status))) + "\r\n";
+  head += "Server: deepinfer\r\nContent-Type: " + content_type + "\r\n";
+  head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  for (const auto& [name, value] : extra) head += name + ": " + value + "\r\n";
+  head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  write(head + body);
+  response_complete_ = true;
+  log_exchange();
+  if (!writing_) end_exchange();
+}
+
+void HttpSession::respond_error(const ApiError& e, const Headers& extra) {
+  respond(e.status, "application/json", e.body(), extra);
+}
+
+void HttpSession::write(std::string data) {
+  if (closed_) return;
+  writes_.push_back(std::move(data));
+  if (!writing_) do_write();
+}
+
+void HttpSession::do_write() {
+  writing_ = true;
+  net::async_write(stream_, net::buffer(writes_.front()),
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+}
+
+void HttpSession::on_write(beast::error_code ec) {
+  writing_ = false;
+  if (closed_) return;
+  if (ec) {
+    if (gen_) {
+      LOG(INFO) << "client went away during " << method_ << " " << target_ << ": " << ec.message();
+    }
+    return close();
+  }
+  writes_.pop_front();
+  if (!writes_.empty()) return do_write();
+  if (response_complete_ && exchange_active_) end_exchange();
+}
+
+void HttpSession::end_exchange() {
+  exchange_active_ = false;
+  response_complete_ = false;
+  gen_.reset();
+  if (!keep_alive_) return linger_ ? linger_close() : close();
+  if (!watching_) read_header();
+  // else: the watch read is pending; on_watch starts the next exchange when bytes come.
+}
+
+void HttpSession::watch() {
+  if (watching_ || closed_) return;
+  watching_ = true;
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->on_watch(ec, n);
+  });
+}
+
+void HttpSession::on_watch(beast::error_code ec, size_t n) {
+  watching_ = false;
+  if (closed_) return;
+  if (ec) {
+    if (exchange_active_ && gen_) {
+      LOG(INFO) << "client disconnected from " << gen_->id() << ": aborting " << gen_->unfinished_ids().size()
+                << " engine request(s)";
+    }
+    return close();
+  }
+  buffer_.commit(n);
+  if (exchange_active_) {
+    if (buffer_.size() < kMaxPipelinedBytes) watch();
+    return;
+  }
+  read_header();
+}
+
+// After refusing a body (413): stop sending, read and drop what the client still sends for a
+// moment so that it sees the response instead of a reset connection.
+void HttpSession::linger_close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  stream_.expires_after(std::chrono::seconds(5));
+  auto scratch = std::make_shared<std::array<char, 65536>>();
+  auto self = shared_from_this();
+  auto drain = std::make_shared<std::function<void(beast::error_code, size_t)>>();
+  *drain = [self, scratch, drain](beast::error_code ec, size_t) {
+    if (ec || self->closed_) {
+      *drain = nullptr;  // break the cycle
+      return self->close();
+    }
+    self->stream_.async_read_some(net::buffer(*scratch), *drain);
+  };
+  stream_.async_read_some(net::buffer(*scratch), *drain);
+}
+
+void HttpSession::close() {
+  if (closed_) return;
+  closed_ = true;
+  if (gen_) {
+    for (const std::string& id : gen_->unfinished_ids()) state_.engine.abort(id);
+    if (exchange_active_ && !response_complete_) {
+      status_ = 499;  // client closed request (nginx's convention)
+      log_exchange();
+    }
+    gen_.reset();
+  }
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+void HttpSession::log_exchange() {
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const int64_t n_prompt = gen_ ? gen_->n_prompt_tokens() : 0;
+  const int64_t n_completion = gen_ ? gen_->n_completion_tokens() : 0;
+  const double ttft = gen_ ? gen_->ttft_seconds() : -1.0;
+  state_.metrics.observe(endpoint_, status_, n_prompt, n_completion, secs, ttft);
+  char line[160];
+  std::snprintf(line, sizeof(line), " %d prompt=%lld completion=%lld ttft_ms=%.1f e2e_ms=%.1f", status_,
+                static_cast<long long>(n_prompt), static_cast<long long>(n_completion),
+                ttft >= 0 ? ttft * 1e3 : -1.0, secs * 1e3);
+  LOG(INFO) << method_ << " " << target_ << (gen_ ? " " + gen_->id() : std::string()) << line;
+}
+
+}  // namespace deepinfer::server

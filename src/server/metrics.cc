@@ -1,0 +1,77 @@
+#include "server/metrics.h"
+
+#include <sstream>
+
+namespace deepinfer::server {
+
+void Metrics::Histogram::add(double x) {
+  for (size_t b = 0; b < kBuckets.size(); ++b) {
+    if (x <= kBuckets[b]) {
+      ++counts[b];
+      break;
+    }
+  }
+  ++count;
+  sum += x;
+}
+
+void Metrics::observe(const std::string& endpoint, int status, int64_t prompt_tokens,
+                      int64_t completion_tokens, double e2e_seconds, double ttft_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, status}];
+  prompt_tokens_ += prompt_tokens;
+  generation_tokens_ += completion_tokens;
+  if (ttft_seconds >= 0) ttft_.add(ttft_seconds);
+  if (completion_tokens > 0 || prompt_tokens > 0) e2e_.add(e2e_seconds);
+}
+
+void Metrics::render_histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
+  std::ostringstream s;
+  s << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+  int64_t cumulative = 0;
+  for (size_t b = 0; b < kBuckets.size(); ++b) {
+    cumulative += h.counts[b];
+    s << name << "_bucket{le=\"" << kBuckets[b] << "\"} " << cumulative << "\n";
+  }
+  s << name << "_bucket{le=\"+Inf\"} " << h.count << "\n";
+  s << name << "_sum " << h.sum << "\n" << name << "_count " << h.count << "\n";
+  out += s.str();
+}
+
+std::string Metrics::render(const AsyncEngineStats& engine) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream s;
+  s << "# HELP deepinfer_requests_total HTTP requests by endpoint and status.\n"
+    << "# TYPE deepinfer_requests_total counter\n";
+  for (const auto& [key, n] : requests_) {
+    s << "deepinfer_requests_total{endpoint=\"" << key.first << "\",status=\"" << key.second << "\"} " << n
+      << "\n";
+  }
+  s << "# HELP deepinfer_prompt_tokens_total Prompt tokens of finished requests.\n"
+    << "# TYPE deepinfer_prompt_tokens_total counter\n"
+    << "deepinfer_prompt_tokens_total " << prompt_tokens_ << "\n"
+    << "# HELP deepinfer_generation_tokens_total Tokens generated for finished requests.\n"
+    << "# TYPE deepinfer_generation_tokens_total counter\n"
+    << "deepinfer_generation_tokens_total " << generation_tokens_ << "\n"
+    << "# HELP deepinfer_requests_running Engine requests admitted and unfinished.\n"
+    << "# TYPE deepinfer_requests_running gauge\n"
+    << "deepinfer_requests_running " << engine.n_live << "\n"
+    << "# HELP deepinfer_requests_queued Engine requests not yet handed to the engine.\n"
+    << "# TYPE deepinfer_requests_queued gauge\n"
+    << "deepinfer_requests_queued " << engine.n_queued << "\n"
+    << "# HELP deepinfer_engine_steps_total Engine steps run.\n"
+    << "# TYPE deepinfer_engine_steps_total counter\n"
+    << "deepinfer_engine_steps_total " << engine.n_steps << "\n"
+    << "# HELP deepinfer_engine_step_seconds_total Time spent inside engine steps.\n"
+    << "# TYPE deepinfer_engine_step_seconds_total counter\n"
+    << "deepinfer_engine_step_seconds_total " << engine.step_seconds << "\n"
+    << "# HELP deepinfer_engine_output_tokens_total Tokens the engine delivered.\n"
+    << "# TYPE deepinfer_engine_output_tokens_total counter\n"
+    << "deepinfer_engine_output_tokens_total " << engine.n_output_tokens << "\n";
+  std::string out = s.str();
+  render_histogram(out, "deepinfer_time_to_first_token_seconds", "Time to the first token.", ttft_);
+  render_histogram(out, "deepinfer_e2e_request_latency_seconds", "Request latency, end to end.", e2e_);
+  return out;
+}
+
+}  // namespace deepinfer::server

@@ -1,0 +1,371 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "recipe/chat_request.h"
+
+namespace deepinfer::server {
+namespace {
+
+struct TooDeep {};
+
+const Json* find(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<double> get_number(const Json& obj, const char* key, double lo, double hi) {
+  const Json* v = find(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw bad_request(std::string(key) + " must be a number", key);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) {
+    throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "], got " + v->dump(),
+                      key);
+  }
+  return x;
+}
+
+std::optional<int64_t> get_int(const Json& obj, const char* key, int64_t lo, int64_t hi) {
+  const Json* v = find(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) throw bad_request(std::string(key) + " must be an integer", key);
+  // Unsigned values above INT64_MAX read as negative through get<int64_t>.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    throw bad_request(std::string(key) + " is out of range", key);
+  }
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) {
+    throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "], got " + std::to_string(x),
+                      key);
+  }
+  return x;
+}
+
+std::optional<bool> get_bool(const Json& obj, const char* key) {
+  const Json* v = find(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw bad_request(std::string(key) + " must be a boolean", key);
+  return v->get<bool>();
+}
+
+// OpenAI content: a string, null, or an array of {"type": "text", "text": ...} parts.
+std::string content_text(const Json& content, const std::string& where) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw bad_request(where + " must be a string or an array of parts", where);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string pw = where + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) throw bad_request(pw + " must be an object", where);
+    const Json* type = find(part, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "text") {
+      throw bad_request(pw + ": only text content parts are supported", where);
+    }
+    const Json* t = find(part, "text");
+    if (!t || !t->is_string()) throw bad_request(pw + ".text must be a string", where);
+    if (!text.empty()) text += "\n";
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string ApiError::body() const {
+  Json err = {{"message", what()}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) err["param"] = param;
+  if (!code.empty()) err["code"] = code;
+  return Json{{"error", err}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Json parse_body(const std::string& body, const RequestLimits& limits) {
+  Json j;
+  try {
+    j = Json::parse(body, [&](int depth, Json::parse_event_t, Json&) {
+      if (depth > limits.max_json_depth) throw TooDeep{};
+      return true;
+    });
+  } catch (const TooDeep&) {
+    throw bad_request("JSON nesting deeper than " + std::to_string(limits.max_json_depth));
+  } catch (const Json::exception& e) {
+    throw bad_request(std::string("malformed JSON body: ") + e.what());
+  }
+  if (!j.is_object()) throw bad_request("the request body must be a JSON object");
+  return j;
+}
+
+void check_model(const Json& request, const std::string& served) {
+  const Json* m = find(request, "model");
+  if (!m) return;
+  if (!m->is_string()) throw bad_request("model must be a string", "model");
+  if (m->get<std::string>() != served) {
+    throw ApiError(404, "The model '" + m->get<std::string>() + "' does not exist (this server serves '" +
+                            served + "')",
+                   "invalid_request_error", "model", "model_not_found");
+  }
+}
+
+SamplingRequest parse_sampling(const Json& r, bool chat, const RequestLimits& limits) {
+  SamplingRequest s;
+  s.n = get_int(r, "n", 1, limits.max_n).value_or(1);
+  s.max_tokens = get_int(r, "max_tokens", 1, INT64_MAX);
+  if (chat) {
+    if (auto m = get_int(r, "max_completion_tokens", 1, INT64_MAX)) s.max_tokens = m;
+  }
+  s.params.temperature = static_cast<float>(get_number(r, "temperature", 0.0, 2.0).value_or(1.0));
+  s.params.top_p = static_cast<float>(get_number(r, "top_p", 0.0, 1.0).value_or(1.0));
+  if (s.params.top_p <= 0.0f) throw bad_request("top_p must be in (0, 1]", "top_p");
+  s.params.top_k = get_int(r, "top_k", -1, INT32_MAX).value_or(0);
+  if (s.params.top_k < 0) s.params.top_k = 0;  // vLLM spells "off" as -1
+  s.params.min_p = static_cast<float>(get_number(r, "min_p", 0.0, 1.0).value_or(0.0));
+  s.params.presence_penalty = static_cast<float>(get_number(r, "presence_penalty", -2.0, 2.0).value_or(0.0));
+  s.params.frequency_penalty = static_cast<float>(get_number(r, "frequency_penalty", -2.0, 2.0).value_or(0.0));
+  s.params.repetition_penalty =
+      static_cast<float>(get_number(r, "repetition_penalty", 1e-3, 100.0).value_or(1.0));
+  s.params.min_tokens = get_int(r, "min_tokens", 0, INT32_MAX).value_or(0);
+  s.params.ignore_eos = get_bool(r, "ignore_eos").value_or(false);
+  if (const Json* v = find(r, "seed")) {
+    if (!v->is_number_integer()) throw bad_request("seed must be an integer", "seed");
+    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+  }
+  if (const Json* v = find(r, "stop")) {
+    if (v->is_string()) {
+      s.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const Json& x : *v) {
+        if (!x.is_string()) throw bad_request("stop must be a string or an array of strings", "stop");
+        s.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw bad_request("stop must be a string or an array of strings", "stop");
+    }
+    if (static_cast<int64_t>(s.stop.size()) > limits.max_stop) {
+      throw bad_request("at most " + std::to_string(limits.max_stop) + " stop sequences", "stop");
+    }
+    std::erase(s.stop, std::string());
+  }
+  if (const Json* v = find(r, "stop_token_ids")) {
+    if (!v->is_array()) throw bad_request("stop_token_ids must be an array of integers", "stop_token_ids");
+    for (const Json& x : *v) {
+      if (!x.is_number_integer()) throw bad_request("stop_token_ids must be integers", "stop_token_ids");
+      s.params.stop_token_ids.push_back(x.get<int32_t>());
+    }
+  }
+  s.stream = get_bool(r, "stream").value_or(false);
+  if (const Json* so = find(r, "stream_options")) {
+    if (!so->is_object()) throw bad_request("stream_options must be an object", "stream_options");
+    if (!s.stream) throw bad_request("stream_options is only allowed with stream", "stream_options");
+    s.include_usage = get_bool(*so, "include_usage").value_or(false);
+  }
+  if (chat) {
+    const bool logprobs = get_bool(r, "logprobs").value_or(false);
+    const auto top = get_int(r, "top_logprobs", 0, limits.max_top_logprobs);
+    if (top && !logprobs) throw bad_request("top_logprobs requires logprobs", "top_logprobs");
+    if (logprobs) s.n_logprobs = top.value_or(0);
+  } else {
+    if (auto k = get_int(r, "logprobs", 0, limits.max_top_logprobs)) s.n_logprobs = *k;
+  }
+  if (const Json* lb = find(r, "logit_bias"); lb && !lb->empty()) {
+    throw bad_request("logit_bias is not supported", "logit_bias");
+  }
+  if (auto best_of = get_int(r, "best_of", 1, limits.max_n); best_of && *best_of != s.n) {
+    throw bad_request("best_of other than n is not supported", "best_of");
+  }
+  try {
+    s.params.validate();
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
+  return s;
+}
+
+int64_t resolve_max_tokens(const SamplingRequest& s, int64_t n_prompt, int64_t max_model_len,
+                           int64_t default_max) {
+  const int64_t room = max_model_len - n_prompt;
+  if (room < 1) {
+    throw bad_request("the prompt has " + std::to_string(n_prompt) +
+                          " tokens, which leaves no room in the context of " +
+                          std::to_string(max_model_len) + " tokens",
+                      "messages");
+  }
+  if (s.max_tokens) {
+    if (*s.max_tokens > room) {
+      throw bad_request("max_tokens " + std::to_string(*s.max_tokens) + " + " + std::to_string(n_prompt) +
+                            " prompt tokens exceed the context of " + std::to_string(max_model_len) +
+                            " tokens",
+                        "max_tokens");
+    }
+    return *s.max_tokens;
+  }
+  return std::min(default_max, room);
+}
+
+CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenizer& tokenizer,
+                                           const RequestLimits& limits) {
+  CompletionRequest c;
+  c.sampling = parse_sampling(r, /*chat=*/false, limits);
+  if (get_bool(r, "echo").value_or(false)) throw bad_request("echo is not supported", "echo");
+  if (find(r, "suffix")) throw bad_request("suffix is not supported", "suffix");
+  const Json* p = find(r, "prompt");
+  if (!p) throw bad_request("prompt is required", "prompt");
+  auto encode = [&](const std::string& text) {
+    try {
+      return tokenizer.encode(text, /*add_special_tokens=*/true);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "prompt");
+    }
+  };
+  auto ids = [&](const Json& arr) {
+    std::vector<int32_t> out;
+    for (const Json& x : arr) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tokenizer.vocab_size()) {
+        throw bad_request("prompt token ids must be integers in [0, " +
+                              std::to_string(tokenizer.vocab_size()) + ")",
+                          "prompt");
+      }
+      out.push_back(x.get<int32_t>());
+    }
+    return out;
+  };
+  if (p->is_string()) {
+    c.prompts.push_back(encode(p->get<std::string>()));
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+    c.prompts.push_back(ids(*p));
+  } else if (p->is_array()) {
+    for (const Json& x : *p) {
+      if (x.is_string()) {
+        c.prompts.push_back(encode(x.get<std::string>()));
+      } else if (x.is_array()) {
+        c.prompts.push_back(ids(x));
+      } else {
+        throw bad_request("prompt must be a string, an array of strings, token ids or arrays of ids",
+                          "prompt");
+      }
+    }
+  } else {
+    throw bad_request("prompt must be a string, an array of strings, token ids or arrays of ids",
+                      "prompt");
+  }
+  if (c.prompts.empty()) throw bad_request("prompt is empty", "prompt");
+  for (const auto& ids_ : c.prompts) {
+    if (ids_.empty()) throw bad_request("a prompt encodes to no tokens", "prompt");
+  }
+  if (static_cast<int64_t>(c.prompts.size()) * c.sampling.n > limits.max_n * 8) {
+    throw bad_request("too many prompts times n", "prompt");
+  }
+  return c;
+}
+
+ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits) {
+  ChatRequest c;
+  c.sampling = parse_sampling(r, /*chat=*/true, limits);
+  const Json* messages = find(r, "messages");
+  if (!messages || !messages->is_array() || messages->empty()) {
+    throw bad_request("messages must be a non-empty array", "messages");
+  }
+  if (static_cast<int64_t>(messages->size()) > limits.max_messages) {
+    throw bad_request("more than " + std::to_string(limits.max_messages) + " messages", "messages");
+  }
+  // Rewrite into the recipe layer's conversation JSON (recipe/chat_request.h).
+  Json conv = Json::object();
+  Json msgs = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& m = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_request(where + " must be an object", "messages");
+    Json out = m;
+    if (const Json* role = find(m, "role"); role && role->is_string() && role->get<std::string>() == "developer") {
+      out["role"] = "system";
+    }
+    if (auto it = m.find("content"); it != m.end()) out["content"] = content_text(*it, where + ".content");
+    out.erase("name");
+    msgs.push_back(std::move(out));
+  }
+  conv["messages"] = std::move(msgs);
+
+  bool thinking = false;
+  Json effort;
+  if (const Json* kw = find(r, "chat_template_kwargs")) {
+    if (!kw->is_object()) throw bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+    for (const char* key : {"thinking", "enable_thinking"}) {
+      if (auto t = get_bool(*kw, key)) thinking = *t;
+    }
+    if (const Json* e = find(*kw, "reasoning_effort")) effort = *e;
+  }
+  if (const Json* e = find(r, "reasoning_effort")) effort = *e;
+  conv["thinking_mode"] = thinking;
+  if (!effort.is_null()) conv["reasoning_effort"] = effort;
+
+  std::string choice = "auto";
+  const Json* tools = find(r, "tools");
+  Json tool_list = tools ? *tools : Json::array();
+  if (tools && !tools->is_array()) throw bad_request("tools must be an array", "tools");
+  if (const Json* tc = find(r, "tool_choice")) {
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+      if (choice != "auto" && choice != "none" && choice != "required") {
+        throw bad_request("tool_choice must be auto, none, required or a named function", "tool_choice");
+      }
+    } else if (tc->is_object()) {
+      // A named function: offer only that tool and require a call.
+      const Json* fn = find(*tc, "function");
+      const Json* name = fn && fn->is_object() ? find(*fn, "name") : nullptr;
+      if (!name || !name->is_string()) throw bad_request("tool_choice.function.name is required", "tool_choice");
+      Json kept = Json::array();
+      for (const Json& t : tool_list) {
+        const Json* tf = t.is_object() ? find(t, "function") : nullptr;
+        const Json* tn = tf && tf->is_object() ? find(*tf, "name") : nullptr;
+        if (tn && *tn == *name) kept.push_back(t);
+      }
+      if (kept.empty()) {
+        throw bad_request("tool_choice names '" + name->get<std::string>() + "', which is not in tools",
+                          "tool_choice");
+      }
+      tool_list = std::move(kept);
+      choice = "required";
+    } else {
+      throw bad_request("tool_choice must be a string or an object", "tool_choice");
+    }
+  }
+  if ((choice == "required") && tool_list.empty()) {
+    throw bad_request("tool_choice required needs tools", "tool_choice");
+  }
+  conv["tools"] = tool_list;
+  conv["tool_choice"] = choice;
+
+  bool json_output = false;
+  if (const Json* rf = find(r, "response_format")) {
+    const Json* type = rf->is_object() ? find(*rf, "type") : nullptr;
+    if (!type || !type->is_string()) throw bad_request("response_format.type is required", "response_format");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      json_output = true;
+      conv["response_format"] = "json_object";
+    } else if (t == "json_schema") {
+      throw ApiError(400, "response_format json_schema is not supported yet (structured output is not wired in)",
+                     "invalid_request_error", "response_format", "unsupported");
+    } else if (t != "text") {
+      throw bad_request("unknown response_format type '" + t + "'", "response_format");
+    }
+  }
+  try {
+    c.conversation = recipe::conversation_from_json(conv);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), "messages");
+  }
+  c.thinking = thinking && c.conversation.reasoning_effort.tier != recipe::ReasoningEffort::Tier::kNone;
+  const bool has_tools = choice != "none" && !tool_list.empty();
+  c.parser.parse_tool_calls = has_tools;
+  c.parser.starts_in_tool_calls = has_tools && choice == "required";
+  c.parser.parse_json_output = json_output;
+  c.parser.start = c.thinking ? recipe::ParseStart::kReasoningStart : recipe::ParseStart::kAnswer;
+  c.parser.stop_sequences = c.sampling.stop;
+  return c;
+}
+
+}  // namespace deepinfer::server

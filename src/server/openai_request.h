@@ -1,0 +1,79 @@
+// Parsing of OpenAI request bodies (Chat Completions, Completions) into what the engine and
+// the recipe layer take. Every refusal is an ApiError (api_error.h) naming the field: 400 for
+// malformed JSON, wrong types, out-of-range values and unsupported features, 404 for an
+// unknown model. Field names and defaults follow the OpenAI API; vLLM's extensions top_k,
+// min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids are accepted too.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "recipe/messages.h"
+#include "recipe/output_parser.h"
+#include "recipe/tokenizer.h"
+#include "server/api_error.h"
+
+namespace deepinfer::server {
+
+using Json = nlohmann::ordered_json;
+
+struct RequestLimits {
+  int max_json_depth = 64;
+  int64_t max_n = 16;
+  int64_t max_messages = 4096;
+  int64_t max_stop = 16;
+  int64_t max_top_logprobs = 20;
+};
+
+// Parses the body; malformed JSON, a non-object or nesting deeper than max_json_depth -> 400.
+Json parse_body(const std::string& body, const RequestLimits& limits);
+
+// A "model" other than `served` -> 404 (model_not_found). A missing model is accepted.
+void check_model(const Json& request, const std::string& served);
+
+// The sampling fields shared by both endpoints.
+struct SamplingRequest {
+  int64_t n = 1;
+  std::optional<int64_t> max_tokens;  // max_tokens / max_completion_tokens
+  SamplingParams params;              // everything but max_tokens and seed
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  int64_t n_logprobs = -1;            // -1: none; k: chosen token + top-k
+};
+
+SamplingRequest parse_sampling(const Json& request, bool chat, const RequestLimits& limits);
+
+// max_tokens for a prompt of `n_prompt` tokens: the request's (prompt + max_tokens must fit
+// max_model_len, else 400) or, when absent, `default_max` capped by what fits.
+int64_t resolve_max_tokens(const SamplingRequest& s, int64_t n_prompt, int64_t max_model_len,
+                           int64_t default_max);
+
+struct CompletionRequest {
+  SamplingRequest sampling;
+  std::vector<std::vector<int32_t>> prompts;  // one or more prompts, tokenized
+};
+
+CompletionRequest parse_completion_request(const Json& request, const recipe::Tokenizer& tokenizer,
+                                           const RequestLimits& limits);
+
+struct ChatRequest {
+  SamplingRequest sampling;
+  recipe::Conversation conversation;
+  recipe::ParserOptions parser;  // how to read the model's output
+  bool thinking = false;
+};
+
+// Chat messages in the OpenAI form (string or text-part content, "developer" role, tool
+// calls, tool results), tools and tool_choice (auto / none / required / a named function),
+// chat_template_kwargs {thinking, reasoning_effort}, reasoning_effort, response_format
+// (text, json_object; json_schema is refused until structured output is wired in).
+// Thinking is off unless requested.
+ChatRequest parse_chat_request(const Json& request, const RequestLimits& limits);
+
+}  // namespace deepinfer::server

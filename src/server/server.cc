@@ -1,0 +1,122 @@
+#include "server/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "server/http_session.h"
+#include "server/server_state.h"
+
+namespace deepinfer::server {
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+struct Server::Impl {
+  Impl(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+       AsyncEngine& engine)
+      : state{std::move(options), tokenizer, engine, {}, {}, 0},
+        ioc(std::max(1, state.options.n_io_threads)),
+        acceptor(ioc),
+        signals(ioc) {
+    state.model.tokenizer = &tokenizer;
+    state.model.name = state.options.model_name;
+    state.model.max_model_len = state.options.max_model_len;
+    state.model.eos_ids = std::move(eos_ids);
+    state.model.chat_version = state.options.chat_version;
+  }
+
+  void accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec) {
+        if (ec != net::error::operation_aborted) {
+          LOG(WARNING) << "accept failed: " << ec.message();
+        }
+        if (!acceptor.is_open()) return;
+      } else {
+        socket.set_option(tcp::no_delay(true), ec);
+        std::make_shared<HttpSession>(std::move(socket), state)->start();
+      }
+      accept();
+    });
+  }
+
+  // Stops accepting; lets the engine drain on a helper thread (the io threads keep delivering
+  // outputs meanwhile), then stops the io_context once the final writes had a moment.
+  void begin_shutdown() {
+    if (shutting_down.exchange(true)) return;
+    LOG(INFO) << "shutting down: draining requests for up to " << state.options.drain_seconds << " s";
+    net::post(ioc, [this] {
+      boost::system::error_code ec;
+      acceptor.close(ec);
+      signals.cancel(ec);
+    });
+    drainer = std::thread([this] {
+      state.engine.shutdown(state.options.drain_seconds);
+      auto timer = std::make_shared<net::steady_timer>(ioc, std::chrono::milliseconds(300));
+      timer->async_wait([this, timer](boost::system::error_code) { ioc.stop(); });
+    });
+  }
+
+  ServerState state;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::signal_set signals;
+  std::atomic<bool> shutting_down{false};
+  std::thread drainer;
+};
+
+Server::Server(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+               AsyncEngine& engine)
+    : impl_(std::make_unique<Impl>(std::move(options), tokenizer, std::move(eos_ids), engine)) {
+  const ServerOptions& o = impl_->state.options;
+  CHECK(o.max_model_len > 0) << "max_model_len must be positive";
+  impl_->state.created = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  boost::system::error_code ec;
+  const net::ip::address address = net::ip::make_address(o.host, ec);
+  CHECK(!ec) << "--host '" << o.host << "' is not an IP address";
+  const tcp::endpoint endpoint(address, o.port);
+  auto& acceptor = impl_->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  CHECK(!ec) << "cannot listen on " << o.host << ":" << o.port << ": " << ec.message();
+}
+
+Server::~Server() {
+  if (impl_->drainer.joinable()) impl_->drainer.join();
+}
+
+uint16_t Server::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void Server::run() {
+  Impl& s = *impl_;
+  if (s.state.options.handle_signals) {
+    s.signals.add(SIGINT);
+    s.signals.add(SIGTERM);
+    s.signals.async_wait([&s](boost::system::error_code ec, int) {
+      if (!ec) s.begin_shutdown();
+    });
+  }
+  s.accept();
+  LOG(INFO) << "serving " << s.state.options.model_name << " on http://" << s.state.options.host << ":" << port()
+            << " (max_model_len " << s.state.options.max_model_len << ", up to "
+            << s.state.engine.max_live_requests() << " live requests, " << s.state.options.n_io_threads
+            << " io thread(s))";
+  std::vector<std::thread> threads;
+  for (int i = 1; i < s.state.options.n_io_threads; ++i) threads.emplace_back([&s] { s.ioc.run(); });
+  s.ioc.run();
+  for (std::thread& t : threads) t.join();
+  if (s.drainer.joinable()) s.drainer.join();
+  LOG(INFO) << "server stopped";
+}
+
+void Server::stop() { impl_->begin_shutdown(); }
+
+}  // namespace deepinfer::server

@@ -1,0 +1,64 @@
+// Server: the OpenAI-compatible HTTP server (`deepinfer serve`, GitHub issue 6).
+//
+// Endpoints: GET /health, GET /v1/models, GET /metrics, POST /v1/completions,
+// POST /v1/chat/completions (stream and non-stream; SSE `data: {...}\n\n` ... `data: [DONE]\n\n`).
+// Asynchronous (Boost.Asio/Beast): `n_io_threads` threads serve every connection, one strand
+// per connection; the engine runs on the AsyncEngine's own thread.
+// Errors use the OpenAI format: 400 malformed/invalid, 401 wrong API key, 404 unknown model or
+// path, 405 method, 413 body over max_body_bytes, 429 (Retry-After) when the engine's admission
+// is full, 503 while shutting down, 500 engine failure. A client that disconnects has its
+// requests aborted. One log line per request.
+//
+// Thread-safety: construct and run() on one thread; stop() from any thread or a signal.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "recipe/chat_encoding.h"
+#include "recipe/tokenizer.h"
+#include "server/openai_request.h"
+
+namespace deepinfer::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;              // 0: any free port (see Server::port())
+  std::string api_key;               // non-empty: /v1/* needs "Authorization: Bearer KEY"
+  std::string model_name = "deepinfer";
+  int64_t max_model_len = 0;         // prompt + output limit (required, > 0)
+  size_t max_body_bytes = 8u << 20;
+  RequestLimits limits;
+  recipe::ChatVersion chat_version = recipe::ChatVersion::kV4;
+  int n_io_threads = 1;
+  double drain_seconds = 30.0;       // graceful shutdown: let running requests finish this long
+  double idle_timeout_seconds = 120.0;
+  bool handle_signals = true;        // SIGINT/SIGTERM -> graceful shutdown
+};
+
+// What every connection shares.
+struct ServerState;
+
+class Server {
+ public:
+  // Binds the listening socket (throws Error naming the address when it cannot). `eos_ids`:
+  // the model's end-of-sequence ids (never part of response text).
+  Server(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+         AsyncEngine& engine);
+  ~Server();
+
+  uint16_t port() const;
+  // Serves until stop() or a signal; then stops accepting, drains the engine
+  // (drain_seconds, then aborts) and returns once the final responses are written.
+  void run();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::server

@@ -1,0 +1,22 @@
+// State shared by the server's connections (server.h). Immutable except `metrics` and the
+// engine, both thread-safe.
+#pragma once
+
+#include "engine/async_engine.h"
+#include "recipe/tokenizer.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace deepinfer::server {
+
+struct ServerState {
+  ServerOptions options;
+  const recipe::Tokenizer& tokenizer;
+  AsyncEngine& engine;
+  ModelInfo model;  // tokenizer, name, max_model_len, EOS ids, chat version
+  Metrics metrics;
+  int64_t created = 0;  // unix seconds the server started (GET /v1/models)
+};
+
+}  // namespace deepinfer::server
