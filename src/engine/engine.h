@@ -7,6 +7,15 @@
 //   detokenizer finds stop strings.
 // With overlap on, the CPU schedules step t+1 while step t executes.
 //
+// Overlap on the CPU backend: a worker thread runs Model::forward of step t while the
+// calling thread schedules step t+1, then (after sampling step t) updates the scheduler and
+// detokenizes step t while step t+1 runs. step() then returns the outputs of the step that
+// just completed. Results are identical with overlap on or off.
+//
+// Determinism: a request's sampled tokens depend only on its prompt, parameters and seed
+// (the sampler's RNG is keyed by (seed, output index)); with ModelOptions::batch_invariant
+// its logits are bitwise the same in any batch composition, chunking or after preemption.
+//
 // Thread-safety: Engine is single-threaded (one caller drives add_request/step/abort).
 // AsyncEngine (async_engine.h) runs the loop on its own thread for the server.
 #pragma once
@@ -14,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +31,11 @@
 #include "model/model.h"
 
 namespace deepinfer {
+
+namespace recipe {
+class Tokenizer;
+}
+class StateCache;
 
 struct EngineArgs {
   std::string model_dir;               // empty: the built-in tiny model
@@ -32,6 +47,17 @@ struct EngineArgs {
   int64_t state_budget_bytes = 0;      // 0: a default CPU budget; sizes the state pools
   bool overlap = true;                 // schedule step t+1 while step t runs
   bool priority = false;               // priority scheduling instead of FCFS
+  // tokenizer.json for detokenization and stop strings. Empty: model_dir/tokenizer.json,
+  // or for the built-in tiny model $DEEPINFER_TINY_TOKENIZER or the repository's
+  // models/tiny/tokenizer.json; without a tokenizer new_text stays empty and stop strings
+  // are refused.
+  std::string tokenizer_path;
+  int64_t block_size = 64;             // state-cache block, in entries
+  uint64_t dummy_seed = 0;             // seed of the --dummy-weights random weights
+  // Test/debug hook: sees the raw fp32 logits row (before penalties) every time a request
+  // samples, with the index of the output token being sampled.
+  std::function<void(const std::string& id, int64_t output_index, std::span<const float> logits)>
+      on_logits;
 };
 
 struct EngineRequest {
@@ -41,12 +67,14 @@ struct EngineRequest {
   std::vector<std::string> stop;       // stop strings (matched on detokenized text)
   int64_t priority = 0;
   int64_t n_logprobs = -1;             // -1: none; k >= 0: chosen token + top-k logprobs
+  bool skip_special_tokens = true;     // in new_text
 };
 
+// Log-softmax of the model's raw logits row (before penalties and temperature).
 struct TokenLogprob {
   int32_t token;
   float logprob;
-  std::vector<std::pair<int32_t, float>> top;  // top-k (id, logprob)
+  std::vector<std::pair<int32_t, float>> top;  // top-k (id, logprob), best first, ties by id
 };
 
 struct RequestOutput {
@@ -56,26 +84,48 @@ struct RequestOutput {
   std::vector<TokenLogprob> logprobs;  // one per new token when requested
   bool finished = false;
   std::string finish_reason;           // "stop", "length", "abort" when finished
+  std::string stop_reason;             // the stop string that ended it, if one did
   int64_t n_prompt_tokens = 0;
-  int64_t n_output_tokens = 0;
+  int64_t n_output_tokens = 0;         // outputs so far, all outputs included
+  int64_t n_preemptions = 0;           // times its state was dropped and recomputed
+};
+
+struct EngineStats {
+  int64_t n_steps = 0;                 // forward calls
+  int64_t n_scheduled_tokens = 0;      // tokens computed, recomputation included
+  int64_t n_preemptions = 0;
+  int64_t max_running = 0;             // most chunks in one step
 };
 
 class Engine {
  public:
+  // Loads the model named by args (model_dir with real or dummy weights, or the tiny model).
   explicit Engine(const EngineArgs& args);
+  // Serves a given model (args.model_dir, dummy_weights and model_options are ignored);
+  // `tokenizer` may be null (see EngineArgs::tokenizer_path).
+  Engine(const EngineArgs& args, std::unique_ptr<Model> model,
+         std::shared_ptr<const recipe::Tokenizer> tokenizer);
   ~Engine();
 
   const ModelConfig& model_config() const;
+  const Model& model() const;
+  const recipe::Tokenizer* tokenizer() const;  // null without one
+  // Block accounting of the scheduler's state cache (tests check it returns to all_free()).
+  const StateCache& state_cache() const;
+  const EngineStats& stats() const;
   // Validates and queues a request; throws Error (bad params, prompt too long, duplicate id)
   // and leaves the engine unchanged.
   void add_request(EngineRequest request);
   // Cancels a request at any time, freeing its state. False if unknown or finished.
   bool abort(const std::string& id);
-  // Runs one step; returns outputs for requests that produced tokens or finished.
+  // Runs one step; returns outputs for requests that produced tokens or finished (an
+  // aborted request's final output comes from the next step()). New text is held back
+  // while it could be the start of a stop string.
   std::vector<RequestOutput> step();
   bool has_unfinished() const;
   // Blocking convenience: runs until every given request finishes; outputs in input order
-  // with all tokens accumulated.
+  // with all tokens, text and logprobs accumulated. Other live requests advance too; their
+  // outputs are returned by the next step().
   std::vector<RequestOutput> generate(std::vector<EngineRequest> requests);
 
  private:

@@ -1,0 +1,477 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <unordered_map>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "cache/cache_layout.h"
+#include "cache/pool_plan.h"
+#include "engine/logprobs.h"
+#include "engine/step_worker.h"
+#include "engine/text_stream.h"
+#include "io/config_parser.h"
+#include "model/tiny_model.h"
+#include "model/weight_source.h"
+#include "recipe/tokenizer.h"
+#include "scheduler/scheduler.h"
+
+namespace deepinfer {
+namespace {
+
+// The CPU state pools are accounting only (the model keeps each sequence's state in host
+// memory); this default bounds concurrency like a modest device budget would.
+constexpr int64_t kDefaultCpuStateBudget = int64_t(1) << 30;
+
+std::unique_ptr<Model> load_engine_model(const EngineArgs& args) {
+  if (args.model_dir.empty()) {
+    const ModelConfig config = tiny_model_config();
+    auto source = random_weights(config, kTinySeed);
+    LOG(INFO) << "engine: built-in tiny model (random weights, seed " << kTinySeed << ")";
+    return Model::from_source(config, *source, args.model_options);
+  }
+  if (args.dummy_weights) {
+    const ModelConfig config = load_model_config(args.model_dir + "/config.json");
+    auto source = random_weights(config, args.dummy_seed);
+    LOG(INFO) << "engine: " << args.model_dir << "/config.json with dummy weights (seed "
+              << args.dummy_seed << ")";
+    return Model::from_source(config, *source, args.model_options);
+  }
+  return Model::load(args.model_dir, args.model_options);
+}
+
+std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs& args) {
+  std::string path = args.tokenizer_path;
+  if (path.empty()) {
+    if (!args.model_dir.empty()) {
+      path = args.model_dir + "/tokenizer.json";
+    } else if (const char* env = std::getenv("DEEPINFER_TINY_TOKENIZER")) {
+      path = env;
+    } else {
+      path = std::string(DEEPINFER_SOURCE_DIR) + "/models/tiny/tokenizer.json";
+    }
+    if (!std::filesystem::exists(path)) {
+      LOG(INFO) << "engine: no tokenizer at " << path << " (token ids only)";
+      return nullptr;
+    }
+  }
+  return std::make_shared<const recipe::Tokenizer>(recipe::Tokenizer::from_file(path));
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  // Engine-side state of a live request (the scheduler holds its tokens and counters).
+  struct Live {
+    std::string id;
+    SamplingParams params;
+    int64_t n_logprobs = -1;
+    int64_t n_prompt = 0;
+    std::unique_ptr<SequenceState> state;
+    std::unique_ptr<TextStream> text;
+    std::vector<TokenLogprob> logprobs;  // by output index, when requested
+    int64_t n_emitted = 0;               // output tokens already reported
+  };
+  // One step between schedule() and update(): its chunks' inputs and, once run, logits.
+  struct InFlight {
+    SchedulerOutput sched;
+    std::vector<std::vector<int32_t>> tokens;  // per chunk
+    std::vector<SequenceChunk> chunks;
+    Tensor logits;                             // [n_chunks, V], last row of each chunk
+  };
+
+  EngineArgs args;
+  std::unique_ptr<Model> model;
+  std::shared_ptr<const recipe::Tokenizer> tokenizer;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unordered_map<int64_t, Live> live;        // by scheduler id
+  std::unordered_map<std::string, int64_t> ids;  // request id -> scheduler id
+  int64_t next_num = 0;
+  std::vector<RequestOutput> pending;            // returned first by the next step()
+  // States of finished or preempted requests that a step in flight may still read.
+  std::vector<std::unique_ptr<SequenceState>> graveyard;
+  std::unique_ptr<InFlight> inflight;            // overlap: the step the worker runs
+  std::unique_ptr<StepWorker> worker;
+  EngineStats stats;
+  std::vector<float> row;
+
+  void init();
+  std::unique_ptr<InFlight> prepare(SchedulerOutput so,
+                                    const std::unordered_map<int64_t, int32_t>& in_flight_samples);
+  void note_preempted(const SchedulerOutput& so);
+  void run(InFlight& f) const { f.logits = model->forward(f.chunks); }
+  std::vector<std::vector<int32_t>> sample(const InFlight& f);
+  int32_t sample_one(Live& l, const Request& r, const float* logits);
+  void update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
+              std::vector<RequestOutput>& out);
+  RequestOutput emit(Live& l, std::span<const int32_t> outputs, std::optional<FinishReason> reason,
+                     int64_t n_preemptions);
+  void retire(int64_t num);
+};
+
+void Engine::Impl::init() {
+  const ModelConfig& cfg = model->config();
+  const int64_t limit = cfg.max_position_embeddings;
+  const int64_t max_model_len = args.max_model_len > 0 ? args.max_model_len : limit;
+  CHECK(max_model_len > 0) << "engine: max_model_len is unknown (set it, or the config's "
+                              "max_position_embeddings)";
+  CHECK(limit <= 0 || max_model_len <= limit)
+      << "engine: max_model_len " << max_model_len << " exceeds the model's " << limit;
+  CHECK(args.max_num_seqs > 0 && args.max_num_batched_tokens > 0 && args.block_size > 0)
+      << "engine: max_num_seqs, max_num_batched_tokens and block_size must be positive";
+  const int64_t f32 = int64_t(sizeof(float));
+  CacheLayout layout = v4_cache_layout(cfg.compress_ratios, cfg.sliding_window, args.block_size,
+                                       cfg.head_dim, cfg.index_head_dim, cfg.head_dim * f32,
+                                       cfg.head_dim * f32, cfg.index_head_dim * f32);
+  PoolPlanOptions po;
+  po.max_num_seqs = args.max_num_seqs;
+  po.max_num_batched_tokens = args.max_num_batched_tokens;
+  po.max_model_len = max_model_len;
+  const int64_t budget = args.state_budget_bytes > 0 ? args.state_budget_bytes : kDefaultCpuStateBudget;
+  const PoolPlan plan = plan_pools(layout, budget, po);
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = args.max_num_batched_tokens;
+  sc.max_num_seqs = std::min(args.max_num_seqs, plan.max_concurrent_requests);
+  sc.max_model_len = max_model_len;
+  sc.priority = args.priority;
+  scheduler = std::make_unique<Scheduler>(sc, std::move(layout), plan);
+  if (args.overlap) worker = std::make_unique<StepWorker>();
+  row.resize(size_t(cfg.vocab_size));
+}
+
+void Engine::Impl::note_preempted(const SchedulerOutput& so) {
+  for (int64_t num : so.preempted_ids) {
+    ++stats.n_preemptions;
+    auto it = live.find(num);
+    if (it != live.end() && it->second.state) graveyard.push_back(std::move(it->second.state));
+  }
+}
+
+std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
+    SchedulerOutput so, const std::unordered_map<int64_t, int32_t>& in_flight_samples) {
+  note_preempted(so);
+  auto f = std::make_unique<InFlight>();
+  f->sched = std::move(so);
+  const size_t n = f->sched.scheduled.size();
+  f->tokens.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledChunk& c = f->sched.scheduled[i];
+    ICHECK(c.draft_token_ids.empty()) << "engine: draft tokens are not supported";
+    const Request* r = scheduler->find(c.request_id);
+    ICHECK(r != nullptr) << "engine: scheduled request " << c.request_id << " is not live";
+    Live& l = live.at(c.request_id);
+    if (c.start_position == 0) {
+      if (l.state) graveyard.push_back(std::move(l.state));
+      l.state = model->new_state();
+    }
+    ICHECK(l.state && l.state->n_tokens == c.start_position)
+        << "engine: request " << l.id << " state at " << (l.state ? l.state->n_tokens : -1)
+        << ", chunk starts at " << c.start_position;
+    std::vector<int32_t>& t = f->tokens[i];
+    t.reserve(size_t(c.n_tokens));
+    for (int64_t p = c.start_position; p < c.start_position + c.n_tokens; ++p) {
+      if (p < r->num_tokens()) {
+        t.push_back(r->token_ids[size_t(p)]);
+      } else {
+        // The sample of the step still being updated (overlap scheduling).
+        auto s = in_flight_samples.find(c.request_id);
+        ICHECK(p == r->num_tokens() && s != in_flight_samples.end())
+            << "engine: request " << l.id << " position " << p << " has no input token";
+        t.push_back(s->second);
+      }
+    }
+    f->chunks.push_back({l.state.get(), t, false});
+  }
+  ++stats.n_steps;
+  stats.n_scheduled_tokens += f->sched.n_scheduled_tokens;
+  stats.max_running = std::max<int64_t>(stats.max_running, int64_t(n));
+  return f;
+}
+
+int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits) {
+  const ModelConfig& cfg = model->config();
+  const int64_t position = r.num_output_tokens();
+  const std::span<const float> raw(logits, size_t(cfg.vocab_size));
+  if (args.on_logits) args.on_logits(l.id, position, raw);
+  std::copy(raw.begin(), raw.end(), row.begin());
+  const std::span<const int32_t> history(r.token_ids.data() + r.num_prompt_tokens,
+                                         size_t(r.num_output_tokens()));
+  apply_penalties(row, l.params, history);
+  if (position < l.params.min_tokens || l.params.ignore_eos) {
+    for (int64_t eos : cfg.eos_token_ids) row[size_t(eos)] = -INFINITY;
+  }
+  const int32_t token = sample_token(row, l.params, position);
+  if (l.n_logprobs >= 0) {
+    if (int64_t(l.logprobs.size()) <= position) l.logprobs.resize(size_t(position + 1));
+    l.logprobs[size_t(position)] = token_logprob(raw, token, l.n_logprobs);
+  }
+  return token;
+}
+
+std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
+  const int64_t V = model->config().vocab_size;
+  std::vector<std::vector<int32_t>> sampled(f.sched.scheduled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const ScheduledChunk& c = f.sched.scheduled[i];
+    if (!c.samples) continue;
+    const Request* r = scheduler->find(c.request_id);
+    auto it = live.find(c.request_id);
+    if (r == nullptr || it == live.end()) continue;  // finished while the step ran
+    sampled[i].push_back(sample_one(it->second, *r, f.logits.f32() + int64_t(i) * V));
+  }
+  return sampled;
+}
+
+RequestOutput Engine::Impl::emit(Live& l, std::span<const int32_t> outputs,
+                                 std::optional<FinishReason> reason, int64_t n_preemptions) {
+  RequestOutput o;
+  o.id = l.id;
+  o.n_prompt_tokens = l.n_prompt;
+  o.n_preemptions = n_preemptions;
+  bool stopped = false;
+  while (l.n_emitted < int64_t(outputs.size()) && !stopped) {
+    const int32_t token = outputs[size_t(l.n_emitted)];
+    o.new_tokens.push_back(token);
+    if (l.n_logprobs >= 0) o.logprobs.push_back(l.logprobs.at(size_t(l.n_emitted)));
+    ++l.n_emitted;
+    stopped = l.text->push(token);
+  }
+  if (stopped) {
+    scheduler->finish(ids.at(l.id), FinishReason::kStop);  // nullopt if it just finished
+    o.finished = true;
+    o.finish_reason = finish_reason_name(FinishReason::kStop);
+    o.stop_reason = l.text->stop_reason();
+  } else if (reason) {
+    l.text->finish();
+    o.finished = true;
+    o.finish_reason = finish_reason_name(*reason);
+  }
+  o.new_text = l.text->take();
+  o.n_output_tokens = l.n_emitted;
+  return o;
+}
+
+void Engine::Impl::update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
+                          std::vector<RequestOutput>& out) {
+  std::vector<FinishedRequest> finished = scheduler->update(f.sched, sampled);
+  std::unordered_map<int64_t, const FinishedRequest*> done;
+  for (const FinishedRequest& fr : finished) done[fr.id] = &fr;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    if (sampled[i].empty()) continue;
+    const int64_t num = f.sched.scheduled[i].request_id;
+    auto it = live.find(num);
+    if (it == live.end()) continue;
+    Live& l = it->second;
+    RequestOutput o;
+    auto d = done.find(num);
+    if (d != done.end()) {
+      o = emit(l, d->second->output_token_ids, d->second->reason, d->second->num_preemptions);
+    } else {
+      const Request* r = scheduler->find(num);
+      ICHECK(r != nullptr);
+      const std::span<const int32_t> outputs(r->token_ids.data() + r->num_prompt_tokens,
+                                             size_t(r->num_output_tokens()));
+      o = emit(l, outputs, std::nullopt, r->num_preemptions);
+    }
+    const bool fin = o.finished;
+    if (!o.new_tokens.empty() || fin) out.push_back(std::move(o));
+    if (fin) retire(num);
+  }
+}
+
+void Engine::Impl::retire(int64_t num) {
+  auto it = live.find(num);
+  if (it == live.end()) return;
+  if (it->second.state) graveyard.push_back(std::move(it->second.state));
+  ids.erase(it->second.id);
+  live.erase(it);
+}
+
+Engine::Engine(const EngineArgs& args)
+    : Engine(args, load_engine_model(args), load_engine_tokenizer(args)) {}
+
+Engine::Engine(const EngineArgs& args, std::unique_ptr<Model> model,
+               std::shared_ptr<const recipe::Tokenizer> tokenizer)
+    : impl_(std::make_unique<Impl>()) {
+  CHECK(model != nullptr) << "engine: no model";
+  impl_->args = args;
+  impl_->model = std::move(model);
+  impl_->tokenizer = std::move(tokenizer);
+  impl_->init();
+}
+
+Engine::~Engine() {
+  if (impl_ && impl_->worker) {
+    try {
+      impl_->worker->wait();
+    } catch (...) {
+    }
+  }
+}
+
+const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
+const Model& Engine::model() const { return *impl_->model; }
+const recipe::Tokenizer* Engine::tokenizer() const { return impl_->tokenizer.get(); }
+const StateCache& Engine::state_cache() const { return impl_->scheduler->cache(); }
+const EngineStats& Engine::stats() const { return impl_->stats; }
+
+void Engine::add_request(EngineRequest request) {
+  Impl& m = *impl_;
+  const ModelConfig& cfg = m.model->config();
+  CHECK(!request.id.empty()) << "engine: request id is empty";
+  CHECK(m.ids.count(request.id) == 0) << "engine: request id '" << request.id << "' is already live";
+  request.params.validate();
+  CHECK(!request.prompt.empty()) << "engine: request '" << request.id << "' has an empty prompt";
+  for (int32_t t : request.prompt) {
+    CHECK(t >= 0 && t < cfg.vocab_size) << "engine: request '" << request.id << "' has token id "
+                                        << t << " outside the vocabulary of " << cfg.vocab_size;
+  }
+  CHECK(request.n_logprobs >= -1 && request.n_logprobs <= cfg.vocab_size)
+      << "engine: request '" << request.id << "' asks for " << request.n_logprobs << " logprobs";
+  for (int32_t t : request.params.stop_token_ids) {
+    CHECK(t >= 0 && t < cfg.vocab_size) << "engine: stop token id " << t << " outside the vocabulary";
+  }
+  auto text = std::make_unique<TextStream>(m.tokenizer.get(), request.skip_special_tokens,
+                                           request.stop);
+  RequestSpec spec;
+  spec.id = m.next_num;
+  spec.prompt_token_ids = request.prompt;
+  spec.max_tokens = request.params.max_tokens;
+  spec.min_tokens = request.params.min_tokens;
+  spec.stop_token_ids = request.params.stop_token_ids;
+  if (!request.params.ignore_eos) {
+    for (int64_t eos : cfg.eos_token_ids) spec.stop_token_ids.push_back(int32_t(eos));
+  }
+  spec.priority = request.priority;
+  m.scheduler->add_request(std::move(spec));  // throws before any change of ours
+  Impl::Live l;
+  l.id = request.id;
+  l.params = std::move(request.params);
+  l.n_logprobs = request.n_logprobs;
+  l.n_prompt = int64_t(request.prompt.size());
+  l.text = std::move(text);
+  m.ids.emplace(l.id, m.next_num);
+  m.live.emplace(m.next_num, std::move(l));
+  ++m.next_num;
+}
+
+bool Engine::abort(const std::string& id) {
+  Impl& m = *impl_;
+  auto it = m.ids.find(id);
+  if (it == m.ids.end()) return false;
+  const int64_t num = it->second;
+  auto fin = m.scheduler->abort(num);
+  ICHECK(fin.has_value()) << "engine: live request '" << id << "' unknown to the scheduler";
+  Impl::Live& l = m.live.at(num);
+  RequestOutput o = m.emit(l, {}, FinishReason::kAbort, fin->num_preemptions);
+  m.pending.push_back(std::move(o));
+  m.retire(num);
+  return true;
+}
+
+bool Engine::has_unfinished() const {
+  return impl_->scheduler->has_unfinished() || impl_->inflight != nullptr || !impl_->pending.empty();
+}
+
+std::vector<RequestOutput> Engine::step() {
+  Impl& m = *impl_;
+  std::vector<RequestOutput> out = std::move(m.pending);
+  m.pending.clear();
+  if (!m.args.overlap) {
+    m.graveyard.clear();
+    SchedulerOutput so = m.scheduler->schedule();
+    if (so.scheduled.empty()) {
+      m.note_preempted(so);
+      return out;
+    }
+    auto f = m.prepare(std::move(so), {});
+    m.run(*f);
+    const auto sampled = m.sample(*f);
+    m.update(*f, sampled, out);
+    return out;
+  }
+  // Overlap: step t (m.inflight) runs on the worker while step t+1 is scheduled here.
+  if (m.inflight == nullptr) {
+    m.graveyard.clear();
+    SchedulerOutput so = m.scheduler->schedule();
+    if (so.scheduled.empty()) {
+      m.note_preempted(so);
+      return out;
+    }
+    m.inflight = m.prepare(std::move(so), {});
+    m.worker->submit([&m, f = m.inflight.get()] { m.run(*f); });
+  }
+  SchedulerOutput next = m.scheduler->schedule();
+  m.worker->wait();
+  m.graveyard.clear();
+  const auto sampled = m.sample(*m.inflight);
+  std::unique_ptr<Impl::InFlight> launched;
+  if (!next.scheduled.empty()) {
+    std::unordered_map<int64_t, int32_t> samples;
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      if (!sampled[i].empty()) samples[m.inflight->sched.scheduled[i].request_id] = sampled[i][0];
+    }
+    launched = m.prepare(std::move(next), samples);
+    m.worker->submit([&m, f = launched.get()] { m.run(*f); });
+  } else {
+    m.note_preempted(next);
+  }
+  m.update(*m.inflight, sampled, out);
+  m.inflight = std::move(launched);
+  return out;
+}
+
+std::vector<RequestOutput> Engine::generate(std::vector<EngineRequest> requests) {
+  Impl& m = *impl_;
+  std::unordered_map<std::string, size_t> index;
+  std::vector<RequestOutput> results(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    CHECK(index.emplace(requests[i].id, i).second)
+        << "engine: request id '" << requests[i].id << "' appears twice";
+  }
+  size_t n_added = 0;
+  try {
+    for (EngineRequest& r : requests) {
+      results[n_added].id = r.id;
+      results[n_added].n_prompt_tokens = int64_t(r.prompt.size());
+      add_request(std::move(r));
+      ++n_added;
+    }
+  } catch (...) {
+    for (size_t i = 0; i < n_added; ++i) abort(results[i].id);
+    std::erase_if(m.pending, [&](const RequestOutput& o) { return index.count(o.id) != 0; });
+    throw;
+  }
+  std::vector<RequestOutput> others;
+  size_t remaining = results.size();
+  while (remaining > 0) {
+    ICHECK(has_unfinished()) << "engine: requests left but nothing to run";
+    for (RequestOutput& o : step()) {
+      auto it = index.find(o.id);
+      if (it == index.end() || results[it->second].finished) {
+        others.push_back(std::move(o));
+        continue;
+      }
+      RequestOutput& acc = results[it->second];
+      acc.new_tokens.insert(acc.new_tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      acc.new_text += o.new_text;
+      acc.logprobs.insert(acc.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      acc.n_output_tokens = o.n_output_tokens;
+      acc.n_preemptions = o.n_preemptions;
+      if (o.finished) {
+        acc.finished = true;
+        acc.finish_reason = o.finish_reason;
+        acc.stop_reason = o.stop_reason;
+        --remaining;
+      }
+    }
+  }
+  m.pending.insert(m.pending.begin(), std::make_move_iterator(others.begin()),
+                   std::make_move_iterator(others.end()));
+  return results;
+}
+
+}  // namespace deepinfer

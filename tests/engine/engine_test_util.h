@@ -1,0 +1,100 @@
+// Helpers for engine tests: a small random-weight model (tests/model's small_config) and
+// the single-sequence reference loop.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../model/model_test_util.h"
+#include "cache/state_cache.h"
+#include "engine/engine.h"
+#include "engine/generate_loop.h"
+#include "model/weight_source.h"
+
+namespace deepinfer::testing {
+
+constexpr uint64_t kEngineTestSeed = 7;
+
+inline std::unique_ptr<Model> small_model(bool batch_invariant = true) {
+  auto source = random_weights(small_config(), kEngineTestSeed);
+  return Model::from_source(small_config(), *source, {Numerics::kOfficial, batch_invariant});
+}
+
+// Engine args with tiny pools: a few requests fill them, so preemption happens.
+inline EngineArgs tiny_pool_args(bool overlap) {
+  EngineArgs a;
+  a.overlap = overlap;
+  a.max_num_seqs = 24;
+  a.max_num_batched_tokens = 64;
+  a.max_model_len = 160;
+  a.block_size = 8;
+  a.state_budget_bytes = 4 << 20;
+  return a;
+}
+
+inline std::unique_ptr<Engine> small_engine(const EngineArgs& args, bool batch_invariant = true) {
+  return std::make_unique<Engine>(args, small_model(batch_invariant), nullptr);
+}
+
+struct Job {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+// n jobs with prompts of 1..max_prompt tokens and 1..max_out outputs.
+inline std::vector<Job> random_jobs(int n, int max_prompt, int max_out, uint32_t seed,
+                                    float temperature) {
+  std::mt19937 gen(seed);
+  std::vector<Job> jobs;
+  for (int i = 0; i < n; ++i) {
+    Job j;
+    j.id = "r" + std::to_string(i);
+    const int len = 1 + int(gen() % uint32_t(max_prompt));
+    j.prompt = random_tokens(len, small_config().vocab_size, seed * 1000 + uint32_t(i));
+    j.params.temperature = temperature;
+    j.params.top_p = temperature > 0 ? 0.9f : 1.0f;
+    j.params.seed = 100 + uint64_t(i);
+    j.params.max_tokens = 1 + int64_t(gen() % uint32_t(max_out));
+    j.params.ignore_eos = (i % 3 == 0);
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+inline EngineRequest to_request(const Job& j) {
+  EngineRequest r;
+  r.id = j.id;
+  r.prompt = j.prompt;
+  r.params = j.params;
+  return r;
+}
+
+// What each job produces alone: the single-sequence loop (whole-prompt prefill, then one
+// token per forward), which shares nothing with the engine but the model and the sampler.
+inline std::map<std::string, GenerateResult> solo_results(const Model& model,
+                                                          const std::vector<Job>& jobs) {
+  std::map<std::string, GenerateResult> out;
+  for (const Job& j : jobs) out[j.id] = generate_tokens(model, j.prompt, j.params);
+  return out;
+}
+
+// Drives the engine with step() until it is idle; returns all outputs per id, in order.
+inline std::map<std::string, std::vector<RequestOutput>> drain(Engine& engine, int max_steps = 100000) {
+  std::map<std::string, std::vector<RequestOutput>> out;
+  for (int s = 0; s < max_steps && engine.has_unfinished(); ++s) {
+    for (RequestOutput& o : engine.step()) out[o.id].push_back(std::move(o));
+  }
+  return out;
+}
+
+inline std::vector<int32_t> all_tokens(const std::vector<RequestOutput>& outs) {
+  std::vector<int32_t> t;
+  for (const RequestOutput& o : outs) t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+  return t;
+}
+
+}  // namespace deepinfer::testing

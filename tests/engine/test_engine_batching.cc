@@ -1,0 +1,171 @@
+// Engine under load: many concurrent requests of different lengths with pools so small
+// that requests are preempted and recomputed, some cancelled midway. Every request must
+// produce exactly what the single-sequence loop produces for it alone (batch-invariant
+// mode makes that bitwise), and the pools must return to empty.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <set>
+
+#include "engine_test_util.h"
+
+namespace deepinfer::testing {
+namespace {
+
+class EngineBatching : public ::testing::TestWithParam<bool> {};  // overlap on/off
+
+void check_against_solo(bool overlap, float temperature, uint32_t seed) {
+  auto engine = small_engine(tiny_pool_args(overlap));
+  const auto jobs = random_jobs(64, 40, 16, seed, temperature);
+  const auto solo = solo_results(engine->model(), jobs);
+  for (const Job& j : jobs) engine->add_request(to_request(j));
+
+  // Cancel every 9th request after a few steps (some mid-prefill, some mid-decode).
+  std::set<std::string> aborted;
+  std::map<std::string, std::vector<RequestOutput>> outs;
+  int step = 0;
+  while (engine->has_unfinished()) {
+    ASSERT_LT(step, 20000) << "engine does not finish";
+    for (RequestOutput& o : engine->step()) outs[o.id].push_back(std::move(o));
+    if (++step == 6) {
+      for (size_t i = 4; i < jobs.size(); i += 9) {
+        if (engine->abort(jobs[i].id)) aborted.insert(jobs[i].id);
+      }
+    }
+  }
+  EXPECT_GT(engine->stats().n_preemptions, 0) << "the pools were meant to force preemption";
+  EXPECT_GT(aborted.size(), 3u);
+  EXPECT_GE(engine->stats().max_running, 8);
+  std::cout << "steps " << engine->stats().n_steps << " preemptions " << engine->stats().n_preemptions
+            << " max running " << engine->stats().max_running << " aborted " << aborted.size() << "\n";
+  EXPECT_TRUE(engine->state_cache().all_free()) << "blocks leaked";
+
+  for (const Job& j : jobs) {
+    SCOPED_TRACE(j.id);
+    ASSERT_TRUE(outs.count(j.id)) << "request lost";
+    const auto& o = outs.at(j.id);
+    int n_finished = 0;
+    for (const RequestOutput& x : o) n_finished += x.finished;
+    ASSERT_EQ(n_finished, 1);
+    ASSERT_TRUE(o.back().finished);
+    const std::vector<int32_t> got = all_tokens(o);
+    const std::vector<int32_t>& want = solo.at(j.id).tokens;
+    EXPECT_EQ(o.back().n_output_tokens, int64_t(got.size()));
+    if (aborted.count(j.id)) {
+      EXPECT_EQ(o.back().finish_reason, "abort");
+      ASSERT_LE(got.size(), want.size());
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "aborted run diverged";
+    } else {
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(o.back().finish_reason, solo.at(j.id).finish_reason);
+    }
+  }
+}
+
+TEST_P(EngineBatching, GreedyEqualsSoloWithPreemptionAndAborts) {
+  check_against_solo(GetParam(), 0.0f, 11);
+}
+
+TEST_P(EngineBatching, SeededSamplingEqualsSolo) {
+  check_against_solo(GetParam(), 0.9f, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, EngineBatching, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "on" : "off"; });
+
+TEST(EngineBatching, SeededSamplingIndependentOfOrderAndComposition) {
+  // The same seeded requests, submitted in opposite orders with other budgets and
+  // unrelated requests mixed in, give the same tokens.
+  const auto jobs = random_jobs(20, 40, 16, 21, 1.0f);
+  auto run = [&](bool reverse, int64_t budget, int n_extra) {
+    EngineArgs a = tiny_pool_args(reverse);
+    a.max_num_batched_tokens = budget;
+    auto engine = small_engine(a);
+    std::vector<Job> order = jobs;
+    if (reverse) std::reverse(order.begin(), order.end());
+    for (const Job& j : random_jobs(n_extra, 30, 10, 99, 0.7f)) {
+      Job x = j;
+      x.id = "extra" + j.id;
+      order.insert(order.begin() + (order.size() / 2), x);
+    }
+    std::vector<EngineRequest> reqs;
+    for (const Job& j : order) reqs.push_back(to_request(j));
+    std::map<std::string, std::vector<int32_t>> tokens;
+    for (const RequestOutput& o : engine->generate(reqs)) tokens[o.id] = o.new_tokens;
+    EXPECT_TRUE(engine->state_cache().all_free());
+    return tokens;
+  };
+  const auto a = run(false, 48, 0);
+  const auto b = run(true, 17, 7);
+  for (const Job& j : jobs) EXPECT_EQ(a.at(j.id), b.at(j.id)) << j.id;
+}
+
+TEST(EngineBatching, LogitsBitwiseEqualAloneAndBatched) {
+  // The raw logits row of every sample of one request, inside a busy batch with chunked
+  // prefill and preemption, equals the model's own full-sequence forward bitwise.
+  std::map<int64_t, std::vector<float>> rows;
+  EngineArgs a = tiny_pool_args(true);
+  a.on_logits = [&](const std::string& id, int64_t index, std::span<const float> logits) {
+    if (id == "probe") rows[index].assign(logits.begin(), logits.end());
+  };
+  auto engine = small_engine(a);
+  Job probe{"probe", random_tokens(57, small_config().vocab_size, 5), {}};
+  probe.params.temperature = 0.0f;
+  probe.params.max_tokens = 12;
+  probe.params.ignore_eos = true;
+  std::vector<EngineRequest> reqs;
+  for (const Job& j : random_jobs(30, 60, 20, 31, 0.0f)) reqs.push_back(to_request(j));
+  reqs.insert(reqs.begin() + 10, to_request(probe));
+  std::vector<int32_t> out;
+  for (const RequestOutput& o : engine->generate(reqs)) {
+    if (o.id == "probe") out = o.new_tokens;
+  }
+  ASSERT_EQ(out.size(), 12u);
+  EXPECT_GT(engine->stats().n_preemptions, 0);
+  std::vector<int32_t> seq = probe.prompt;
+  seq.insert(seq.end(), out.begin(), out.end() - 1);
+  const auto full = run_chunked(engine->model(), seq, int64_t(seq.size()));
+  const int64_t V = small_config().vocab_size;
+  ASSERT_EQ(rows.size(), 12u);
+  for (int64_t i = 0; i < 12; ++i) {
+    const float* want = full.data() + (int64_t(probe.prompt.size()) - 1 + i) * V;
+    for (int64_t v = 0; v < V; ++v) {
+      ASSERT_EQ(rows.at(i)[size_t(v)], want[v]) << "output " << i << " logit " << v;
+    }
+  }
+}
+
+TEST(EngineBatching, PoolExhaustionPreemptsAndCompletesEveryRequest) {
+  // Long requests that cannot all fit at once: each is preempted at least once by the
+  // others and still completes with its solo result.
+  EngineArgs a = tiny_pool_args(false);
+  a.state_budget_bytes = 3 << 20;
+  auto engine = small_engine(a);
+  std::vector<Job> jobs;
+  for (int i = 0; i < 8; ++i) {
+    Job j{"long" + std::to_string(i), random_tokens(60, small_config().vocab_size, 70 + i), {}};
+    j.params.temperature = 0.0f;
+    j.params.max_tokens = 30;
+    j.params.ignore_eos = true;
+    jobs.push_back(j);
+  }
+  const auto solo = solo_results(engine->model(), jobs);
+  std::vector<EngineRequest> reqs;
+  for (const Job& j : jobs) reqs.push_back(to_request(j));
+  const auto outs = engine->generate(reqs);
+  EXPECT_GT(engine->stats().n_preemptions, 0);
+  int64_t preempted = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_EQ(outs[i].id, jobs[i].id);
+    EXPECT_TRUE(outs[i].finished);
+    EXPECT_EQ(outs[i].finish_reason, "length");
+    EXPECT_EQ(outs[i].new_tokens, solo.at(jobs[i].id).tokens) << jobs[i].id;
+    preempted += outs[i].n_preemptions > 0;
+  }
+  EXPECT_GT(preempted, 0);
+  EXPECT_TRUE(engine->state_cache().all_free());
+  EXPECT_FALSE(engine->has_unfinished());
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
