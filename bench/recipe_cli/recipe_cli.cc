@@ -10,6 +10,8 @@
 //                       "reasoning_start" | "reasoning_continuation" | "content_continuation",
 //                       "stop_sequences": [...]}}; output line: {"whole": R, "bytewise": R}
 //                       where R is the result of feeding the text at once / one byte at a time.
+//   recipe_cli parser-options   each input line: a conversation (+ "stop_sequences"); output
+//                       line: parser_options_for() of it.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -64,6 +66,27 @@ recipe::ParserOptions parser_options(const OrderedJson& j) {
   return o;
 }
 
+const char* start_name(recipe::ParseStart start) {
+  switch (start) {
+    case recipe::ParseStart::kAnswer: return "answer";
+    case recipe::ParseStart::kReasoningStart: return "reasoning_start";
+    case recipe::ParseStart::kReasoningContinuation: return "reasoning_continuation";
+    case recipe::ParseStart::kContentContinuation: return "content_continuation";
+  }
+  return "?";
+}
+
+OrderedJson options_line(const OrderedJson& req) {
+  const recipe::ParserOptions o = recipe::parser_options_for(
+      recipe::conversation_from_json(req),
+      req.value("stop_sequences", std::vector<std::string>()));
+  return {{"parse_tool_calls", o.parse_tool_calls},
+          {"starts_in_tool_calls", o.starts_in_tool_calls},
+          {"parse_json_output", o.parse_json_output},
+          {"start", start_name(o.start)},
+          {"stop_sequences", o.stop_sequences}};
+}
+
 OrderedJson result_json(const recipe::ParsedOutput& r) {
   OrderedJson out;
   out["reasoning_content"] = r.reasoning_content;
@@ -101,8 +124,8 @@ OrderedJson parse_line(const OrderedJson& req) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "render" && mode != "parse") {
-    std::cerr << "usage: recipe_cli render|parse < requests.jsonl > results.jsonl\n";
+  if (mode != "render" && mode != "parse" && mode != "parser-options") {
+    std::cerr << "usage: recipe_cli render|parse|parser-options < requests.jsonl > results.jsonl\n";
     return 2;
   }
   std::unique_ptr<recipe::Tokenizer> tokenizer;
@@ -120,7 +143,13 @@ int main(int argc, char** argv) {
     OrderedJson out;
     try {
       const OrderedJson req = OrderedJson::parse(line);
-      out = mode == "render" ? render_line(req, tokenizer.get()) : parse_line(req);
+      if (mode == "render") {
+        out = render_line(req, tokenizer.get());
+      } else if (mode == "parse") {
+        out = parse_line(req);
+      } else {
+        out = options_line(req);
+      }
     } catch (const deepinfer::Error& e) {
       out = {{"error", e.what()}, {"kind", deepinfer::error_kind_name(e.kind())}};
     } catch (const std::exception& e) {

@@ -13,6 +13,32 @@ RenderedPrompt render_prompt(const Conversation& conv, ChatVersion version,
                                      : render_prompt_v41(conv, tokens);
 }
 
+ParserOptions parser_options_for(const Conversation& conv,
+                                 std::vector<std::string> stop_sequences) {
+  ParserOptions o;
+  const bool has_tools = conv.tool_choice != ToolChoice::kNone && !conv.tools.empty();
+  const bool thinking =
+      conv.thinking_mode && conv.reasoning_effort.tier != ReasoningEffort::Tier::kNone;
+  o.parse_tool_calls = has_tools;
+  o.starts_in_tool_calls = has_tools && conv.tool_choice == ToolChoice::kRequired;
+  o.parse_json_output = conv.response_format == ResponseFormat::kJsonObject;
+  o.start = ParseStart::kAnswer;
+  if (thinking) {
+    o.start = ParseStart::kReasoningStart;
+    if (!conv.messages.empty() && conv.messages.back().role == Role::kAssistant &&
+        conv.messages.back().prefix) {
+      const Message& m = conv.messages.back();
+      if (!m.content.empty()) {
+        o.start = ParseStart::kContentContinuation;
+      } else if (m.reasoning_content && !m.reasoning_content->empty()) {
+        o.start = ParseStart::kReasoningContinuation;
+      }
+    }
+  }
+  o.stop_sequences = std::move(stop_sequences);
+  return o;
+}
+
 std::vector<int32_t> encode_prompt(const RenderedPrompt& prompt, const Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
   const std::string_view text = prompt.prompt;

@@ -21,6 +21,7 @@
 
 #include "recipe/chat_prompt.h"
 #include "recipe/messages.h"
+#include "recipe/output_parser.h"
 
 namespace deepinfer::recipe {
 
@@ -37,6 +38,15 @@ void validate_conversation(const Conversation& conv, ChatVersion version);
 
 RenderedPrompt render_prompt(const Conversation& conv, ChatVersion version,
                              const SpecialTokens& tokens = SpecialTokens());
+
+// How to parse the completion of a prompt rendered from `conv` (deepseek-recipe's request
+// conversion): tool calls are parsed when tools are declared (tool_choice not "none"); a
+// "required" choice starts inside the tool-call block the prompt opened; json_object output
+// is recognised; in thinking mode parsing starts in the reasoning, or, after a trailing prefix
+// message, continues its reasoning (empty content, non-empty reasoning) or its answer
+// (non-empty content). Chat mode always starts at the answer.
+ParserOptions parser_options_for(const Conversation& conv,
+                                 std::vector<std::string> stop_sequences = {});
 
 class Tokenizer;
 

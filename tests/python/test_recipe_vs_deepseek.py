@@ -469,3 +469,51 @@ def test_parsed_outputs_match():
             f"ours whole:    {json.dumps(whole, ensure_ascii=False)}\n"
             f"ours bytewise: {json.dumps(bytewise, ensure_ascii=False)}\n"
             f"recipe:        {json.dumps(want, ensure_ascii=False)}")
+
+
+def test_parser_options_follow_the_request():
+    """parser_options_for(conversation) equals the parsing options deepseek-recipe's Chat
+    Completions conversion derives from the same request."""
+    rng = random.Random(77)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    bodies = []
+    for _ in range(200):
+        thinking = rng.random() < 0.5
+        msgs = [{"role": "user", "content": "answer in json"}]
+        if rng.random() < 0.5:
+            prefix = {"role": "assistant", "prefix": True, "content": rng.choice(["", "c"])}
+            if rng.random() < 0.7:
+                prefix["reasoning_content"] = rng.choice(["", "r"])
+            msgs.append(prefix)
+        body = {"model": "DeepSeek-V4-Pro", "messages": msgs,
+                "thinking": {"type": "enabled" if thinking else "disabled"}}
+        if rng.random() < 0.5 and len(msgs) == 1:  # deepseek-recipe rejects tools + prefix
+            body["tools"] = tools
+            choices = ["auto", "none"] + ([] if thinking else ["required"])
+            body["tool_choice"] = rng.choice(choices)
+        if rng.random() < 0.3 and len(msgs) == 1:  # nor json_object + prefix
+            body["response_format"] = {"type": "json_object"}
+        if rng.random() < 0.3:
+            body["stop"] = rng.sample(["X", "\n\n", "END"], rng.randint(1, 2))
+        bodies.append(body)
+    ours_in = []
+    for body in bodies:
+        conv = {"messages": body["messages"], "tools": body.get("tools", []),
+                "tool_choice": body.get("tool_choice", "auto"),
+                "thinking_mode": body["thinking"]["type"] == "enabled",
+                "stop_sequences": body.get("stop", [])}
+        if "response_format" in body:
+            conv["response_format"] = body["response_format"]
+        ours_in.append(conv)
+    ours = run_cli("parser-options", ours_in)
+    for body, got in zip(bodies, ours):
+        po = dr.ChatCompletionRequest(body).convert(dr.ConversionOptions()).parsing_options
+        stage = po.thinking_initial_stage
+        want = {
+            "parse_tool_calls": po.parse_tool_calls,
+            "starts_in_tool_calls": po.starts_in_tool_calls,
+            "parse_json_output": po.parse_json_output,
+            "start": {v: k for k, v in STARTS.items()}[str(stage).split(".")[-1] if stage else None],
+            "stop_sequences": po.stop_sequences,
+        }
+        assert got == want, (body, got, want)
