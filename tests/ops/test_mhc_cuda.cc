@@ -1,10 +1,11 @@
 // mHC CUDA ops vs the references at V4-Flash width (n_hc 4, D 4096) and an awkward D.
 // Mix outputs are O(1) values after sigmoid / Sinkhorn: max abs difference < 2e-5 (fp32
-// reductions in another order feed 20 Sinkhorn steps). Collapse / expand: NMSE < 1e-12.
+// reductions in another order feed 20 Sinkhorn steps). N up to 257 (a prefill chunk). Collapse / expand: NMSE < 1e-12.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "cuda/device_context.h"
 #include "cuda_test_util.h"
 #include "op_test_util.h"
 #include "ops/mhc/mhc.h"
@@ -25,7 +26,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(MhcCuda, MixMatchesReference) {
   auto rng = test::fresh_rng();
   for (int64_t dim : {4096, 333})
-    for (int64_t n : {1, 3, 17}) {
+    for (int64_t n : {1, 3, 17, 257}) {
       SCOPED_TRACE(testing::Message() << "N " << n << " D " << dim);
       HcMixParams p;
       p.dim = dim;
@@ -40,9 +41,11 @@ TEST(MhcCuda, MixMatchesReference) {
       const Tensor xd = test::upload_f32(x), fd = test::upload_f32(fn), bd = test::upload_f32(base),
                    sd = test::upload_f32(scale);
       Tensor pr = test::poisoned_f32(n * hc), po = test::poisoned_f32(n * hc),
-             co = test::poisoned_f32(n * hc * hc);
-      hc_mix_cuda(nullptr, xd.data<float>(), n, fd.data<float>(), bd.data<float>(),
-                  sd.data<float>(), p, pr.data<float>(), po.data<float>(), co.data<float>());
+             co = test::poisoned_f32(n * hc * hc), mix = test::poisoned_f32(n * n_mix);
+      cuda::DeviceContext ctx;
+      hc_mix_cuda(ctx, xd.data<float>(), n, fd.data<float>(), bd.data<float>(), sd.data<float>(),
+                  p, mix.data<float>(), pr.data<float>(), po.data<float>(), co.data<float>());
+      ctx.synchronize();
       EXPECT_LT(max_abs_diff(test::download_f32(pr), pre), 2e-5);
       EXPECT_LT(max_abs_diff(test::download_f32(po), post), 2e-5);
       EXPECT_LT(max_abs_diff(test::download_f32(co), comb), 2e-5);
@@ -56,8 +59,9 @@ TEST(MhcCuda, MixMatchesReference) {
       const Tensor hf = test::upload_f32(hfn), hb = test::upload_f32(hbase),
                    hs = test::upload_f32(hscale);
       Tensor scratch = test::poisoned_f32(n * hc), hd = test::poisoned_f32(n * dim);
-      hc_head_cuda(nullptr, xd.data<float>(), n, hf.data<float>(), hb.data<float>(),
-                   hs.data<float>(), p, scratch.data<float>(), hd.data<float>());
+      hc_head_cuda(ctx, xd.data<float>(), n, hf.data<float>(), hb.data<float>(),
+                   hs.data<float>(), p, mix.data<float>(), scratch.data<float>(), hd.data<float>());
+      ctx.synchronize();
       const auto hout = test::download_f32(hd);
       EXPECT_LT(test::nmse(hout.data(), h.data(), n * dim), 1e-10);
     }

@@ -18,7 +18,7 @@
 namespace deepinfer {
 namespace {
 
-enum class Kind : int { kBf16, kFp8Block };
+enum class Kind : int { kBf16, kFp8Block, kF32 };
 
 struct PlanKey {
   cublasLtHandle_t handle;
@@ -65,7 +65,9 @@ cudaDataType_t out_type(DType y_dtype) {
   return y_dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-const char* kind_name(Kind kind) { return kind == Kind::kBf16 ? "bf16" : "fp8 block-scaled"; }
+const char* kind_name(Kind kind) {
+  return kind == Kind::kBf16 ? "bf16" : kind == Kind::kF32 ? "fp32" : "fp8 block-scaled";
+}
 
 std::unique_ptr<Plan> make_plan(const PlanKey& key, const float* sw, const float* sx) {
   auto plan = std::make_unique<Plan>();
@@ -75,7 +77,7 @@ std::unique_ptr<Plan> make_plan(const PlanKey& key, const float* sw, const float
                                               sizeof(trans_a)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
                                               sizeof(trans_b)));
-  cudaDataType_t in_type = CUDA_R_16BF;
+  cudaDataType_t in_type = key.kind == Kind::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   if (key.kind == Kind::kFp8Block) {
     in_type = CUDA_R_8F_E4M3;
     const int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
@@ -269,6 +271,13 @@ void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int6
   out_type(y_dtype);
   if (trivial(ctx, m, n, k, y, y_dtype)) return;
   const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kBf16, m, n, k, y_dtype};
+  run_plan(ctx, get_plan(key, nullptr, nullptr), w, x, y);
+}
+
+void gemm_f32_cuda(cuda::DeviceContext& ctx, const float* x, const float* w, int64_t m, int64_t n,
+                   int64_t k, float* y) {
+  if (trivial(ctx, m, n, k, y, DType::F32)) return;
+  const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kF32, m, n, k, DType::F32};
   run_plan(ctx, get_plan(key, nullptr, nullptr), w, x, y);
 }
 

@@ -66,6 +66,10 @@ constexpr int64_t kFp8SimtMaxM = 0;
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
 void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
                     int64_t k, void* y, DType y_dtype);
+// FP32 x FP32 -> FP32 with full fp32 arithmetic (CUBLAS_COMPUTE_32F, never TF32): for the
+// small fp32 projections of the official forward (mHC mixes, router, head).
+void gemm_f32_cuda(cuda::DeviceContext& ctx, const float* x, const float* w, int64_t m, int64_t n,
+                   int64_t k, float* y);
 void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* sx_block_major,
                          const void* wq, const float* sw_padded, int64_t m, int64_t n, int64_t k,
                          void* y, DType y_dtype, Fp8GemmImpl impl = Fp8GemmImpl::kAuto);

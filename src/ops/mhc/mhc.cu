@@ -1,8 +1,10 @@
-// mHC kernels. The mix kernel keeps n_mix + 1 running sums per thread (24 projections and the
-// sum of squares), reduces them across the block, and finishes the 4x4 Sinkhorn on one
-// thread: 20 iterations of 16 values cost nothing next to reading the 64 KB token row.
+// mHC kernels. The mix is an fp32 GEMM (ops/gemm) followed by a finishing kernel: one block
+// per token reduces the sum of squares of its n_hc*D values, then one thread applies the
+// sigmoids, the row softmax and the 4x4 Sinkhorn (20 iterations of 16 values cost nothing
+// next to reading the 64 KB token row).
 #include "base/error.h"
 #include "cuda/cuda_check.h"
+#include "ops/gemm/gemm.h"
 #include "ops/mhc/mhc_cuda.h"
 
 namespace deepinfer {
@@ -14,8 +16,8 @@ constexpr int kMixThreads = 256;
 
 struct MixParams {
   const float* x;
+  const float* mixes;  // [n_rows, n_mix], un-normalised projections
   int64_t n_rows;
-  const float* fn;
   const float* base;
   const float* scale;
   int n_hc, n_mix;  // n_mix = (2 + n_hc) * n_hc, or n_hc for the head
@@ -29,40 +31,24 @@ struct MixParams {
 
 __device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-template <int kMix>
-__global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(MixParams p) {
-  __shared__ float red[kMix + 1][kMixThreads / 32];
+__global__ void __launch_bounds__(kMixThreads) hc_mix_finish_kernel(MixParams p) {
+  __shared__ float red[kMixThreads / 32];
   const int64_t row = blockIdx.x;
   const int64_t width = p.n_hc * p.dim;
   const float* x = p.x + row * width;
-  float acc[kMix + 1];
-#pragma unroll
-  for (int m = 0; m <= kMix; ++m) acc[m] = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += kMixThreads) {
-    const float v = x[i];
-    acc[kMix] = fmaf(v, v, acc[kMix]);
-#pragma unroll
-    for (int m = 0; m < kMix; ++m)
-      if (m < p.n_mix) acc[m] = fmaf(__ldg(p.fn + m * width + i), v, acc[m]);
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int m = 0; m <= kMix; ++m) {
-    float v = acc[m];
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if (lane == 0) red[m][warp] = v;
-  }
+  float sumsq = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += kMixThreads) sumsq = fmaf(x[i], x[i], sumsq);
+  for (int offset = 16; offset > 0; offset /= 2)
+    sumsq += __shfl_xor_sync(0xffffffffu, sumsq, offset);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sumsq;
   __syncthreads();
   if (threadIdx.x != 0) return;
-  float mix[kMix + 1];
-  for (int m = 0; m <= kMix; ++m) {
-    float v = 0.0f;
-    for (int w = 0; w < kMixThreads / 32; ++w) v += red[m][w];
-    mix[m] = v;
-  }
-  const float inv = rsqrtf(mix[kMix] / static_cast<float>(width) + p.norm_eps);
+  float total = 0.0f;
+  for (int w = 0; w < kMixThreads / 32; ++w) total += red[w];
+  const float inv = rsqrtf(total / static_cast<float>(width) + p.norm_eps);
   const int hc = p.n_hc;
-  for (int m = 0; m < p.n_mix; ++m) mix[m] *= inv;
+  float mix[kMaxMix];
+  for (int m = 0; m < p.n_mix; ++m) mix[m] = p.mixes[row * p.n_mix + m] * inv;
   for (int j = 0; j < hc; ++j) p.pre[row * hc + j] = sigmoidf(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
   if (p.post == nullptr) return;  // head: pre only
   for (int j = 0; j < hc; ++j)
@@ -133,30 +119,28 @@ unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>(b);
 }
 
-void launch_mix(cudaStream_t stream, const MixParams& p) {
+void launch_mix(cuda::DeviceContext& ctx, const float* fn, float* mix_scratch, MixParams p) {
   CHECK_KIND(kUnsupported, p.n_hc >= 1 && p.n_hc <= kMaxHc)
       << "mhc: n_hc " << p.n_hc << " (at most " << kMaxHc << ")";
   CHECK(p.dim > 0 && p.sinkhorn_iters >= 1) << "mhc: dim " << p.dim << ", sinkhorn_iters "
                                             << p.sinkhorn_iters;
   if (p.n_rows == 0) return;
   CHECK_KIND(kUnsupported, p.n_rows < (int64_t{1} << 31)) << "mhc: too many rows";
-  if (p.n_mix <= kMaxHc) {
-    hc_mix_kernel<kMaxHc><<<static_cast<unsigned>(p.n_rows), kMixThreads, 0, stream>>>(p);
-  } else {
-    hc_mix_kernel<kMaxMix><<<static_cast<unsigned>(p.n_rows), kMixThreads, 0, stream>>>(p);
-  }
+  gemm_f32_cuda(ctx, p.x, fn, p.n_rows, p.n_mix, p.n_hc * p.dim, mix_scratch);
+  p.mixes = mix_scratch;
+  hc_mix_finish_kernel<<<static_cast<unsigned>(p.n_rows), kMixThreads, 0, ctx.stream()>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void hc_mix_cuda(cudaStream_t stream, const float* x, int64_t n_rows, const float* fn,
-                 const float* base, const float* scale, const HcMixParams& p, float* pre,
-                 float* post, float* comb) {
+void hc_mix_cuda(cuda::DeviceContext& ctx, const float* x, int64_t n_rows, const float* fn,
+                 const float* base, const float* scale, const HcMixParams& p, float* mix_scratch,
+                 float* pre, float* post, float* comb) {
   const int hc = static_cast<int>(p.n_hc);
-  launch_mix(stream, MixParams{x, n_rows, fn, base, scale, hc, (2 + hc) * hc, p.dim,
-                               static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps, pre,
-                               post, comb});
+  launch_mix(ctx, fn, mix_scratch,
+             MixParams{x, nullptr, n_rows, base, scale, hc, (2 + hc) * hc, p.dim,
+                       static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps, pre, post, comb});
 }
 
 void hc_collapse_cuda(cudaStream_t stream, const float* x, const float* pre, int64_t n_rows,
@@ -177,14 +161,15 @@ void hc_expand_cuda(cudaStream_t stream, const float* x, const float* y, const f
   CUDA_CHECK_LAUNCH();
 }
 
-void hc_head_cuda(cudaStream_t stream, const float* x, int64_t n_rows, const float* fn,
-                  const float* base, const float* scale, const HcMixParams& p, float* pre_scratch,
-                  float* h) {
+void hc_head_cuda(cuda::DeviceContext& ctx, const float* x, int64_t n_rows, const float* fn,
+                  const float* base, const float* scale, const HcMixParams& p, float* mix_scratch,
+                  float* pre_scratch, float* h) {
   const int hc = static_cast<int>(p.n_hc);
-  launch_mix(stream, MixParams{x, n_rows, fn, base, scale, hc, hc, p.dim,
-                               static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
-                               pre_scratch, nullptr, nullptr});
-  hc_collapse_cuda(stream, x, pre_scratch, n_rows, p.n_hc, p.dim, h);
+  launch_mix(ctx, fn, mix_scratch,
+             MixParams{x, nullptr, n_rows, base, scale, hc, hc, p.dim,
+                       static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps, pre_scratch,
+                       nullptr, nullptr});
+  hc_collapse_cuda(ctx.stream(), x, pre_scratch, n_rows, p.n_hc, p.dim, h);
 }
 
 }  // namespace deepinfer
