@@ -32,7 +32,12 @@ std::string dump(const OrderedJson& j) {
 }
 
 OrderedJson render_line(const OrderedJson& req, const recipe::Tokenizer* tokenizer) {
-  const std::string version = req.value("version", std::string("v4.1"));
+  CHECK(req.is_object()) << "request must be a JSON object";
+  std::string version = "v4.1";
+  if (auto it = req.find("version"); it != req.end()) {
+    CHECK(it->is_string()) << "version must be a string";
+    version = it->get<std::string>();
+  }
   const recipe::Conversation conv = recipe::conversation_from_json(req);
   const recipe::RenderedPrompt r = recipe::render_prompt(conv, recipe::parse_chat_version(version));
   OrderedJson out;
