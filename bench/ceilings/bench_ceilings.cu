@@ -334,16 +334,23 @@ void bench_memory_ops(cuda::DeviceContext& ctx, const Ceilings& c) {
     float* x_out = f32(tokens * hc * dim);
     HcMixParams p;
     p.dim = dim;
-    float* mix = f32(tokens * 24);
-    const double ms_mix = time_ms(ctx, 10, [&](int) {
-      hc_mix_cuda(ctx, x, tokens, fn, base, scale, p, mix, pre, post, comb);
-    });
-    report("hc_mix (fp32 GEMM + Sinkhorn)", "4096 tok x 4 x 4096", ms_mix,
-           4.0 * tokens * hc * dim);
-    const double ms_mix1 = time_ms(ctx, 20, [&](int) {
-      hc_mix_cuda(ctx, x, 1, fn, base, scale, p, mix, pre, post, comb);
-    });
-    report("hc_mix decode (fn 1.5 MB)", "1 tok x 4 x 4096", ms_mix1, 4.0 * 25 * hc * dim);
+    float* mix = f32(hc_mix_scratch_floats(tokens, p));
+    for (HcMixImpl impl : {HcMixImpl::kSplitK, HcMixImpl::kGemm}) {
+      const bool split = impl == HcMixImpl::kSplitK;
+      const double ms_mix = time_ms(ctx, 10, [&](int) {
+        hc_mix_cuda(ctx, x, tokens, fn, base, scale, p, mix, pre, post, comb, impl);
+      });
+      report(split ? "hc_mix split-K (+Sinkhorn)" : "hc_mix fp32 GEMM (+Sinkhorn)",
+             "4096 tok x 4 x 4096", ms_mix, 4.0 * tokens * hc * dim);
+      for (int64_t n_tok : {1, 64}) {
+        const double ms_mix1 = time_ms(ctx, 20, [&](int) {
+          hc_mix_cuda(ctx, x, n_tok, fn, base, scale, p, mix, pre, post, comb, impl);
+        });
+        report(split ? "hc_mix split-K decode" : "hc_mix fp32 GEMM decode",
+               n_tok == 1 ? "1 tok (fn 1.5 MB)" : "64 tok (fn 1.5 MB)", ms_mix1,
+               4.0 * (24 + n_tok) * hc * dim);
+      }
+    }
     const double ms_col = time_ms(ctx, 10, [&](int) {
       hc_collapse_cuda(ctx.stream(), x, pre, tokens, hc, dim, y);
     });

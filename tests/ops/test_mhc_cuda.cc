@@ -40,15 +40,20 @@ TEST(MhcCuda, MixMatchesReference) {
                  comb.data());
       const Tensor xd = test::upload_f32(x), fd = test::upload_f32(fn), bd = test::upload_f32(base),
                    sd = test::upload_f32(scale);
-      Tensor pr = test::poisoned_f32(n * hc), po = test::poisoned_f32(n * hc),
-             co = test::poisoned_f32(n * hc * hc), mix = test::poisoned_f32(n * n_mix);
       cuda::DeviceContext ctx;
-      hc_mix_cuda(ctx, xd.data<float>(), n, fd.data<float>(), bd.data<float>(), sd.data<float>(),
-                  p, mix.data<float>(), pr.data<float>(), po.data<float>(), co.data<float>());
-      ctx.synchronize();
-      EXPECT_LT(max_abs_diff(test::download_f32(pr), pre), 2e-5);
-      EXPECT_LT(max_abs_diff(test::download_f32(po), post), 2e-5);
-      EXPECT_LT(max_abs_diff(test::download_f32(co), comb), 2e-5);
+      Tensor mix = test::poisoned_f32(hc_mix_scratch_floats(n, p));
+      for (HcMixImpl impl : {HcMixImpl::kSplitK, HcMixImpl::kGemm}) {
+        SCOPED_TRACE(impl == HcMixImpl::kSplitK ? "split-K" : "GEMM");
+        Tensor pr = test::poisoned_f32(n * hc), po = test::poisoned_f32(n * hc),
+               co = test::poisoned_f32(n * hc * hc);
+        hc_mix_cuda(ctx, xd.data<float>(), n, fd.data<float>(), bd.data<float>(),
+                    sd.data<float>(), p, mix.data<float>(), pr.data<float>(), po.data<float>(),
+                    co.data<float>(), impl);
+        ctx.synchronize();
+        EXPECT_LT(max_abs_diff(test::download_f32(pr), pre), 2e-5);
+        EXPECT_LT(max_abs_diff(test::download_f32(po), post), 2e-5);
+        EXPECT_LT(max_abs_diff(test::download_f32(co), comb), 2e-5);
+      }
 
       // Head: n_hc projections, then the collapse.
       const auto hfn = test::randn(rng, hc * width, 1.0f / std::sqrt(float(width)));
@@ -58,12 +63,16 @@ TEST(MhcCuda, MixMatchesReference) {
       hc_head_ref(x.data(), n, hfn.data(), hbase.data(), hscale.data(), p, h.data());
       const Tensor hf = test::upload_f32(hfn), hb = test::upload_f32(hbase),
                    hs = test::upload_f32(hscale);
-      Tensor scratch = test::poisoned_f32(n * hc), hd = test::poisoned_f32(n * dim);
-      hc_head_cuda(ctx, xd.data<float>(), n, hf.data<float>(), hb.data<float>(),
-                   hs.data<float>(), p, mix.data<float>(), scratch.data<float>(), hd.data<float>());
-      ctx.synchronize();
-      const auto hout = test::download_f32(hd);
-      EXPECT_LT(test::nmse(hout.data(), h.data(), n * dim), 1e-10);
+      for (HcMixImpl impl : {HcMixImpl::kSplitK, HcMixImpl::kGemm}) {
+        SCOPED_TRACE(impl == HcMixImpl::kSplitK ? "head split-K" : "head GEMM");
+        Tensor scratch = test::poisoned_f32(n * hc), hd = test::poisoned_f32(n * dim);
+        hc_head_cuda(ctx, xd.data<float>(), n, hf.data<float>(), hb.data<float>(),
+                     hs.data<float>(), p, mix.data<float>(), scratch.data<float>(),
+                     hd.data<float>(), impl);
+        ctx.synchronize();
+        const auto hout = test::download_f32(hd);
+        EXPECT_LT(test::nmse(hout.data(), h.data(), n * dim), 1e-10);
+      }
     }
 }
 

@@ -1,7 +1,15 @@
-// mHC kernels. The mix is an fp32 GEMM (ops/gemm) followed by a finishing kernel: one block
-// per token reduces the sum of squares of its n_hc*D values, then one thread applies the
-// sigmoids, the row softmax and the 4x4 Sinkhorn (20 iterations of 16 values cost nothing
-// next to reading the 64 KB token row).
+// mHC kernels.
+//
+// Mix, default (kSplitK): the (n_mix = 24) projections and the sum of squares of a token's
+// n_hc*D values are split along the width into 256-wide chunks; one block computes, for 8
+// tokens and one chunk, all 8 x 25 partial dot products from shared memory (the fn chunk is
+// read once per 8 tokens), and a finishing kernel sums the partials in a fixed order (so the
+// result does not depend on the batch) and applies the sigmoids, the row softmax and the 4x4
+// Sinkhorn on one thread. Decode (N = 1) spreads the 1.5 MB of fn over 64 blocks.
+// Alternative (kGemm, the unfused composition): an fp32 cuBLASLt GEMM for the projections,
+// then the finishing kernel computes the sum of squares itself.
+#include <algorithm>
+
 #include "base/error.h"
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
@@ -12,16 +20,20 @@ namespace {
 
 constexpr int kMaxHc = 4;
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;  // 24
-constexpr int kMixThreads = 256;
+constexpr int kChunk = 256;                     // width per split
+constexpr int kTokTile = 8;                     // tokens per partial block
+constexpr int kPartialThreads = 256;            // >= kTokTile * (kMaxMix + 1) = 200
 
 struct MixParams {
   const float* x;
-  const float* mixes;  // [n_rows, n_mix], un-normalised projections
+  const float* fn;
+  float* scratch;
   int64_t n_rows;
   const float* base;
   const float* scale;
   int n_hc, n_mix;  // n_mix = (2 + n_hc) * n_hc, or n_hc for the head
   int64_t dim;
+  int n_split;      // > 0: scratch holds partials [n_split, n_rows, n_mix + 1]; 0: mixes [n_rows, n_mix]
   int sinkhorn_iters;
   float hc_eps, norm_eps;
   float* pre;
@@ -31,24 +43,41 @@ struct MixParams {
 
 __device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-__global__ void __launch_bounds__(kMixThreads) hc_mix_finish_kernel(MixParams p) {
-  __shared__ float red[kMixThreads / 32];
-  const int64_t row = blockIdx.x;
+__global__ void __launch_bounds__(kPartialThreads) hc_mix_partial_kernel(MixParams p) {
+  __shared__ float xs[kTokTile][kChunk + 1];
+  __shared__ float fs[kMaxMix][kChunk + 1];
   const int64_t width = p.n_hc * p.dim;
-  const float* x = p.x + row * width;
-  float sumsq = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += kMixThreads) sumsq = fmaf(x[i], x[i], sumsq);
-  for (int offset = 16; offset > 0; offset /= 2)
-    sumsq += __shfl_xor_sync(0xffffffffu, sumsq, offset);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sumsq;
+  const int split = blockIdx.x;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokTile;
+  const int64_t k0 = static_cast<int64_t>(split) * kChunk;
+  const int len = static_cast<int>(min(static_cast<int64_t>(kChunk), width - k0));
+  for (int idx = threadIdx.x; idx < kTokTile * kChunk; idx += kPartialThreads) {
+    const int t = idx / kChunk, i = idx % kChunk;
+    xs[t][i] = (t0 + t < p.n_rows && i < len) ? p.x[(t0 + t) * width + k0 + i] : 0.0f;
+  }
+  for (int idx = threadIdx.x; idx < p.n_mix * kChunk; idx += kPartialThreads) {
+    const int m = idx / kChunk, i = idx % kChunk;
+    fs[m][i] = i < len ? __ldg(p.fn + m * width + k0 + i) : 0.0f;
+  }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  float total = 0.0f;
-  for (int w = 0; w < kMixThreads / 32; ++w) total += red[w];
-  const float inv = rsqrtf(total / static_cast<float>(width) + p.norm_eps);
+  const int n_out = p.n_mix + 1;  // the last output is the sum of squares
+  if (threadIdx.x >= kTokTile * n_out) return;
+  const int t = threadIdx.x / n_out, m = threadIdx.x % n_out;
+  if (t0 + t >= p.n_rows) return;
+  const float* a = xs[t];
+  const float* b = m < p.n_mix ? fs[m] : xs[t];
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int i = 0; i < kChunk; ++i) acc = fmaf(a[i], b[i], acc);
+  p.scratch[(static_cast<int64_t>(split) * p.n_rows + t0 + t) * n_out + m] = acc;
+}
+
+// Sigmoids, softmax and Sinkhorn of one token, on one thread, in the reference's order.
+__device__ void finish_row(const MixParams& p, int64_t row, float* mix, float sumsq) {
+  const int64_t width = p.n_hc * p.dim;
+  const float inv = rsqrtf(sumsq / static_cast<float>(width) + p.norm_eps);
   const int hc = p.n_hc;
-  float mix[kMaxMix];
-  for (int m = 0; m < p.n_mix; ++m) mix[m] = p.mixes[row * p.n_mix + m] * inv;
+  for (int m = 0; m < p.n_mix; ++m) mix[m] *= inv;
   for (int j = 0; j < hc; ++j) p.pre[row * hc + j] = sigmoidf(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
   if (p.post == nullptr) return;  // head: pre only
   for (int j = 0; j < hc; ++j)
@@ -82,6 +111,46 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_finish_kernel(MixParams p)
     }
   }
   for (int e = 0; e < hc * hc; ++e) p.comb[row * hc * hc + e] = c[e];
+}
+
+// One warp per token: lane m < n_mix + 1 sums the partials of output m over the splits.
+__global__ void hc_mix_finish_split_kernel(MixParams p) {
+  __shared__ float red[kMaxMix + 1];
+  const int64_t row = blockIdx.x;
+  const int n_out = p.n_mix + 1;
+  if (threadIdx.x < n_out) {
+    float v = 0.0f;
+    for (int s = 0; s < p.n_split; ++s)
+      v += p.scratch[(static_cast<int64_t>(s) * p.n_rows + row) * n_out + threadIdx.x];
+    red[threadIdx.x] = v;
+  }
+  __syncwarp();
+  if (threadIdx.x != 0) return;
+  float mix[kMaxMix];
+  for (int m = 0; m < p.n_mix; ++m) mix[m] = red[m];
+  finish_row(p, row, mix, red[p.n_mix]);
+}
+
+constexpr int kFinishThreads = 256;
+
+// After the GEMM: one block per token reduces the sum of squares itself.
+__global__ void __launch_bounds__(kFinishThreads) hc_mix_finish_gemm_kernel(MixParams p) {
+  __shared__ float red[kFinishThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int64_t width = p.n_hc * p.dim;
+  const float* x = p.x + row * width;
+  float sumsq = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += kFinishThreads) sumsq = fmaf(x[i], x[i], sumsq);
+  for (int offset = 16; offset > 0; offset /= 2)
+    sumsq += __shfl_xor_sync(0xffffffffu, sumsq, offset);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sumsq;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float total = 0.0f;
+  for (int w = 0; w < kFinishThreads / 32; ++w) total += red[w];
+  float mix[kMaxMix];
+  for (int m = 0; m < p.n_mix; ++m) mix[m] = p.scratch[row * p.n_mix + m];
+  finish_row(p, row, mix, total);
 }
 
 __global__ void hc_collapse_kernel(const float* x, const float* pre, int64_t n_rows, int n_hc,
@@ -119,28 +188,47 @@ unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>(b);
 }
 
-void launch_mix(cuda::DeviceContext& ctx, const float* fn, float* mix_scratch, MixParams p) {
+int64_t n_splits(int64_t n_hc, int64_t dim) { return (n_hc * dim + kChunk - 1) / kChunk; }
+
+void launch_mix(cuda::DeviceContext& ctx, MixParams p, HcMixImpl impl) {
   CHECK_KIND(kUnsupported, p.n_hc >= 1 && p.n_hc <= kMaxHc)
       << "mhc: n_hc " << p.n_hc << " (at most " << kMaxHc << ")";
   CHECK(p.dim > 0 && p.sinkhorn_iters >= 1) << "mhc: dim " << p.dim << ", sinkhorn_iters "
                                             << p.sinkhorn_iters;
   if (p.n_rows == 0) return;
-  CHECK_KIND(kUnsupported, p.n_rows < (int64_t{1} << 31)) << "mhc: too many rows";
-  gemm_f32_cuda(ctx, p.x, fn, p.n_rows, p.n_mix, p.n_hc * p.dim, mix_scratch);
-  p.mixes = mix_scratch;
-  hc_mix_finish_kernel<<<static_cast<unsigned>(p.n_rows), kMixThreads, 0, ctx.stream()>>>(p);
+  CHECK_KIND(kUnsupported, p.n_rows < (int64_t{1} << 31) && p.n_rows / kTokTile < 65535)
+      << "mhc: too many rows (" << p.n_rows << ")";
+  if (impl == HcMixImpl::kGemm) {
+    p.n_split = 0;
+    gemm_f32_cuda(ctx, p.x, p.fn, p.n_rows, p.n_mix, p.n_hc * p.dim, p.scratch);
+    hc_mix_finish_gemm_kernel<<<static_cast<unsigned>(p.n_rows), kFinishThreads, 0,
+                                ctx.stream()>>>(p);
+  } else {
+    p.n_split = static_cast<int>(n_splits(p.n_hc, p.dim));
+    const dim3 grid(static_cast<unsigned>(p.n_split),
+                    static_cast<unsigned>((p.n_rows + kTokTile - 1) / kTokTile));
+    hc_mix_partial_kernel<<<grid, kPartialThreads, 0, ctx.stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+    hc_mix_finish_split_kernel<<<static_cast<unsigned>(p.n_rows), 32, 0, ctx.stream()>>>(p);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
+int64_t hc_mix_scratch_floats(int64_t n_rows, const HcMixParams& p) {
+  const int64_t n_mix = (2 + p.n_hc) * p.n_hc;
+  return std::max(n_rows * n_mix, n_splits(p.n_hc, p.dim) * n_rows * (n_mix + 1));
+}
+
 void hc_mix_cuda(cuda::DeviceContext& ctx, const float* x, int64_t n_rows, const float* fn,
                  const float* base, const float* scale, const HcMixParams& p, float* mix_scratch,
-                 float* pre, float* post, float* comb) {
+                 float* pre, float* post, float* comb, HcMixImpl impl) {
   const int hc = static_cast<int>(p.n_hc);
-  launch_mix(ctx, fn, mix_scratch,
-             MixParams{x, nullptr, n_rows, base, scale, hc, (2 + hc) * hc, p.dim,
-                       static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps, pre, post, comb});
+  launch_mix(ctx,
+             MixParams{x, fn, mix_scratch, n_rows, base, scale, hc, (2 + hc) * hc, p.dim, 0,
+                       static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps, pre, post, comb},
+             impl);
 }
 
 void hc_collapse_cuda(cudaStream_t stream, const float* x, const float* pre, int64_t n_rows,
@@ -163,12 +251,13 @@ void hc_expand_cuda(cudaStream_t stream, const float* x, const float* y, const f
 
 void hc_head_cuda(cuda::DeviceContext& ctx, const float* x, int64_t n_rows, const float* fn,
                   const float* base, const float* scale, const HcMixParams& p, float* mix_scratch,
-                  float* pre_scratch, float* h) {
+                  float* pre_scratch, float* h, HcMixImpl impl) {
   const int hc = static_cast<int>(p.n_hc);
-  launch_mix(ctx, fn, mix_scratch,
-             MixParams{x, nullptr, n_rows, base, scale, hc, hc, p.dim,
+  launch_mix(ctx,
+             MixParams{x, fn, mix_scratch, n_rows, base, scale, hc, hc, p.dim, 0,
                        static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps, pre_scratch,
-                       nullptr, nullptr});
+                       nullptr, nullptr},
+             impl);
   hc_collapse_cuda(ctx.stream(), x, pre_scratch, n_rows, p.n_hc, p.dim, h);
 }
 
