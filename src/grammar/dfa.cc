@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "base/error.h"
@@ -207,7 +209,116 @@ uint64_t Dfa::fingerprint() const {
   return h;
 }
 
+namespace {
+
+// A·B without an NFA when deterministic: no accepting state of A has a live byte that B's
+// start also uses. Returns an empty optional on conflict.
+std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
+  if (a.empty() || b.empty()) return Dfa{};
+  const int32_t na = a.n_states();
+  for (int32_t s = 0; s < na; ++s) {
+    if (!a.accept[s]) continue;
+    for (int c = 0; c < 256; ++c)
+      if (a.next[s * 256 + c] != kDead && b.next[b.start * 256 + c] != kDead) return std::nullopt;
+  }
+  Dfa d;
+  d.start = a.start;
+  d.next.assign(static_cast<size_t>(na + b.n_states()) * 256, kDead);
+  d.accept.assign(na + b.n_states(), 0);
+  for (int32_t s = 0; s < na; ++s) {
+    d.accept[s] = a.accept[s] && b.accept[b.start];
+    for (int c = 0; c < 256; ++c) {
+      int32_t t = a.next[s * 256 + c];
+      if (t != kDead) d.next[s * 256 + c] = t;
+      else if (a.accept[s] && b.next[b.start * 256 + c] != kDead) d.next[s * 256 + c] = na + b.next[b.start * 256 + c];
+    }
+  }
+  for (int32_t s = 0; s < b.n_states(); ++s) {
+    d.accept[na + s] = b.accept[s];
+    for (int c = 0; c < 256; ++c) {
+      int32_t t = b.next[s * 256 + c];
+      if (t != kDead) d.next[static_cast<size_t>(na + s) * 256 + c] = na + t;
+    }
+  }
+  return trim_dfa(d);
+}
+
+Dfa build_dfa_nfa(const Expr& e, const std::string& what);
+Dfa build_dfa_uncached(const Expr& e, const std::string& what);
+
+}  // namespace
+
+namespace {
+
+// Structural key of a regular expression without automata (for the process-wide memo).
+bool expr_key(const Expr& e, std::string& out) {
+  out += static_cast<char>('A' + static_cast<int>(e.kind));
+  switch (e.kind) {
+    case ExprKind::kAutomaton: case ExprKind::kRef: return false;
+    case ExprKind::kClass:
+      for (const auto& r : e.ranges) { out += std::to_string(r.first); out += '-'; out += std::to_string(r.second); out += ','; }
+      break;
+    case ExprKind::kBytes: out += std::to_string(e.bytes.size()); out += ':'; out += e.bytes; break;
+    case ExprKind::kRepeat: out += std::to_string(e.min); out += ','; out += std::to_string(e.max); break;
+    default: break;
+  }
+  out += '(';
+  for (const auto& c : e.children)
+    if (!expr_key(*c, out)) return false;
+  out += ')';
+  return true;
+}
+
+constexpr size_t kMaxMemoEntries = 50000;
+std::mutex g_memo_mu;
+std::unordered_map<std::string, std::shared_ptr<const Dfa>> g_memo;
+
+}  // namespace
+
 Dfa build_dfa(const Expr& e, const std::string& what) {
+  // Common fragments (numbers, key literals, string bodies) recur within and across grammars:
+  // memoise the automata of small regular expressions process-wide.
+  std::string key;
+  const bool memo = e.kind != ExprKind::kBytes && expr_key(e, key) && key.size() < 4096;
+  if (memo) {
+    std::lock_guard<std::mutex> lock(g_memo_mu);
+    auto it = g_memo.find(key);
+    if (it != g_memo.end()) return *it->second;
+  }
+  Dfa d = build_dfa_uncached(e, what);
+  if (memo) {
+    std::lock_guard<std::mutex> lock(g_memo_mu);
+    if (g_memo.size() < kMaxMemoEntries) g_memo.emplace(std::move(key), std::make_shared<const Dfa>(d));
+  }
+  return d;
+}
+
+namespace {
+Dfa build_dfa_uncached(const Expr& e, const std::string& what) {
+  // Sequences holding prebuilt automata: concatenate piecewise when deterministic (cheap), so a
+  // large automaton is not re-determinised.
+  if (e.kind == ExprKind::kSeq) {
+    bool has_automaton = false;
+    for (const auto& c : e.children) has_automaton = has_automaton || c->kind == ExprKind::kAutomaton;
+    if (has_automaton) {
+      std::optional<Dfa> acc;
+      for (const auto& c : e.children) {
+        Dfa part = c->kind == ExprKind::kAutomaton ? *c->dfa : build_dfa_nfa(*c, what);
+        if (!acc) { acc = std::move(part); continue; }
+        acc = concat_dfa(*acc, part);
+        if (!acc) return build_dfa_nfa(e, what);
+      }
+      return *acc;
+    }
+  }
+  if (e.kind == ExprKind::kAutomaton) return *e.dfa;
+  return build_dfa_nfa(e, what);
+}
+}  // namespace
+
+namespace {
+
+Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
   Nfa nfa;
   nfa.what = &what;
   int32_t s0 = nfa.add();
@@ -225,7 +336,14 @@ Dfa build_dfa(const Expr& e, const std::string& what) {
     if (cut[b]) reps.push_back(b);
 
   std::vector<uint8_t> mark(nfa.eps.size(), 0);
-  std::map<std::vector<int32_t>, int32_t> ids;
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+      return h;
+    }
+  };
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
   std::vector<std::vector<int32_t>> sets;
   Dfa d;
   std::vector<int32_t> init{s0};
@@ -263,6 +381,8 @@ Dfa build_dfa(const Expr& e, const std::string& what) {
   }
   return minimize_dfa(trim_dfa(d));
 }
+
+}  // namespace
 
 Dfa trim_dfa(const Dfa& d) {
   int32_t n = d.n_states();
@@ -314,7 +434,7 @@ Dfa trim_dfa(const Dfa& d) {
 Dfa minimize_dfa(const Dfa& d) {
   int32_t n = d.n_states();
   if (n <= 1) return d;
-  if (n > 8000) return d;
+  if (n > 3000) return d;
   // Bytes whose columns agree in every state behave alike: sign states over one byte per class.
   std::vector<int> reps;
   for (int b = 0; b < 256; ++b) {
@@ -326,7 +446,7 @@ Dfa minimize_dfa(const Dfa& d) {
   std::vector<int32_t> cls(n);
   for (int32_t s = 0; s < n; ++s) cls[s] = d.accept[s];
   int32_t n_cls = 0;
-  for (int round = 0; round < 64; ++round) {
+  for (int round = 0; round < 32; ++round) {
     std::unordered_map<std::string, int32_t> sig_ids;
     std::vector<int32_t> next_cls(n);
     std::string sig;
@@ -344,7 +464,7 @@ Dfa minimize_dfa(const Dfa& d) {
     cls.swap(next_cls);
     if (count == n_cls) break;
     n_cls = count;
-    if (round == 63) return d;  // not converged: keep the unminimised (still correct) automaton
+    if (round == 31) return d;  // not converged: keep the unminimised (still correct) automaton
   }
   if (n_cls == n) return d;
   Dfa out;
@@ -398,6 +518,48 @@ Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) 
 }
 
 }  // namespace
+
+Dfa repeat_prefix_free_dfa(const Dfa& unit, int32_t min, int32_t max, const std::string& what) {
+  ICHECK(!unit.empty());
+  for (int32_t s = 0; s < unit.n_states(); ++s)
+    ICHECK(!(unit.accept[s] && unit.has_out[s])) << "repeat_prefix_free_dfa: unit is not prefix-free";
+  ICHECK(!unit.accept[unit.start]) << "repeat_prefix_free_dfa: unit accepts the empty string";
+  // Counter c in [0, top]: completed units, saturating at `top` when unbounded.
+  const int32_t top = max == kUnbounded ? min : max;
+  const int32_t n_unit = unit.n_states();
+  // States (c, u) for u != accepting units; finishing a unit moves to (c + 1, start).
+  std::vector<int32_t> id(static_cast<size_t>(top + 1) * n_unit, -1);
+  Dfa d;
+  int32_t n = 0;
+  for (int32_t c = 0; c <= top; ++c)
+    for (int32_t u = 0; u < n_unit; ++u)
+      if (!unit.accept[u]) id[static_cast<size_t>(c) * n_unit + u] = n++;
+  CHECK_KIND(kUnsupported, n < 4 * kMaxDfaStates) << what << " is too complex (" << n << " automaton states)";
+  d.next.assign(static_cast<size_t>(n) * 256, kDead);
+  d.accept.assign(n, 0);
+  for (int32_t c = 0; c <= top; ++c)
+    for (int32_t u = 0; u < n_unit; ++u) {
+      int32_t me = id[static_cast<size_t>(c) * n_unit + u];
+      if (me < 0) continue;
+      if (u == unit.start) d.accept[me] = c >= min;
+      for (int b = 0; b < 256; ++b) {
+        int32_t v = unit.next[u * 256 + b];
+        if (v == kDead) continue;
+        if (unit.accept[v]) {
+          int32_t c2 = c + 1;
+          if (c2 > top) {
+            if (max != kUnbounded) continue;
+            c2 = top;
+          }
+          d.next[static_cast<size_t>(me) * 256 + b] = id[static_cast<size_t>(c2) * n_unit + unit.start];
+        } else {
+          d.next[static_cast<size_t>(me) * 256 + b] = id[static_cast<size_t>(c) * n_unit + v];
+        }
+      }
+    }
+  d.start = id[unit.start];
+  return trim_dfa(d);
+}
 
 Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what) {
   return product(a, b, false, what);

@@ -36,6 +36,10 @@ Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what);
 Dfa subtract_dfa(const Dfa& a, const Dfa& b, const std::string& what);  // L(a) \ L(b)
 // Removes states that cannot reach acceptance and renumbers; an empty language gives an empty Dfa.
 Dfa trim_dfa(const Dfa& d);
+// `unit` repeated [min, max] times (max == kUnbounded: no bound). `unit` must be prefix-free (no
+// accepting state has a live transition), e.g. one JSON-encoded code point; built directly as a
+// counter x unit-state product, much faster than NFA expansion for long bounds.
+Dfa repeat_prefix_free_dfa(const Dfa& unit, int32_t min, int32_t max, const std::string& what);
 // Merges equivalent states (Moore partition refinement, bounded rounds).
 Dfa minimize_dfa(const Dfa& d);
 

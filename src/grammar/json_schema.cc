@@ -346,8 +346,10 @@ class JsonSchemaCompiler {
     CHECK_KIND(kUnsupported, !min_len || *min_len <= 10000)
         << "JSON Schema at '" << path << "': minLength above 10000 is not supported";
     std::vector<ExprPtr> constraints;
-    constraints.push_back(repeat(cls({{0, kMaxCodePoint}}), static_cast<int32_t>(min_len.value_or(0)),
-                                 max_len ? static_cast<int32_t>(*max_len) : kUnbounded));
+    static const Dfa unit = build_dfa(*json_char(), "JSON string character");
+    constraints.push_back(automaton(std::make_shared<const Dfa>(repeat_prefix_free_dfa(
+        unit, static_cast<int32_t>(min_len.value_or(0)), max_len ? static_cast<int32_t>(*max_len) : kUnbounded,
+        "string length at '" + path + "'"))));
     std::vector<std::string> patterns;
     if (s.contains("pattern")) patterns.push_back(s["pattern"].get<std::string>());
     if (s.contains(kExtraPatterns))
@@ -367,7 +369,7 @@ class JsonSchemaCompiler {
     }
     std::shared_ptr<const Dfa> acc;
     for (const auto& c : constraints) {
-      Dfa d = build_dfa(*json_encode(c), "string constraints at '" + path + "'");
+      Dfa d = c->kind == ExprKind::kAutomaton ? *c->dfa : build_dfa(*json_encode(c), "string constraints at '" + path + "'");
       acc = acc ? std::make_shared<const Dfa>(intersect_dfa(*acc, d, "string constraints at '" + path + "'"))
                 : std::make_shared<const Dfa>(std::move(d));
     }
