@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "recipe/bpe.h"
 #include "recipe/byte_level.h"
 #include "recipe/pretokenizer.h"
@@ -42,6 +43,36 @@ bool get_flag(const nlohmann::json& t, const char* key, bool fallback) {
   if (!t.contains(key)) return fallback;
   CHECK(t[key].is_boolean()) << "tokenizer.json: added token field '" << key << "' must be a boolean";
   return t[key].get<bool>();
+}
+
+// HF ignores the ids written in "added_tokens": it re-adds the tokens in file order and
+// gives each the id of an earlier added token with the same content, or of the same
+// content in the model vocabulary, or else the model vocabulary's entry count, or one
+// past the largest added id so far once that reaches the entry count. For DeepSeek files this reproduces the
+// written ids; where it does not, HF's ids win (with a warning, as HF prints one).
+void assign_added_ids(const BpeModel& model, std::vector<AddedToken>& added) {
+  const auto model_size = static_cast<int64_t>(model.vocab().size());
+  std::unordered_map<std::string, int32_t> seen;
+  int64_t max_added = -1;
+  for (AddedToken& a : added) {
+    int32_t id;
+    if (auto it = seen.find(a.content); it != seen.end()) {
+      id = it->second;
+    } else if (auto m = model.token_to_id(a.content)) {
+      id = *m;
+    } else {
+      id = static_cast<int32_t>(max_added < 0 ? model_size
+                                : (max_added >= model_size || model_size == 0) ? max_added + 1
+                                                                               : model_size);
+    }
+    if (id != a.id) {
+      LOG(WARNING) << "tokenizer.json: added token '" << a.content << "' is written with id " << a.id
+                   << " but HF tokenizers gives it id " << id << "; using " << id;
+      a.id = id;
+    }
+    seen.emplace(a.content, id);
+    max_added = std::max<int64_t>(max_added, id);
+  }
 }
 
 }  // namespace
@@ -107,6 +138,8 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
       a.single_word = get_flag(t, "single_word", false);
       added.push_back(std::move(a));
     }
+
+    assign_added_ids(*tok.model_, added);
 
     int32_t n_ids = 0;
     for (const auto& [token, id] : tok.model_->vocab()) n_ids = std::max(n_ids, id + 1);

@@ -14,7 +14,9 @@
 //   truncation, padding: null
 //
 // Ids are int32_t in [0, vocab_size()); the id space may have holes (no token), which
-// encode never produces and decode skips.
+// encode never produces and decode skips. Added-token ids follow HF's assignment (file
+// order after the model vocabulary), which for DeepSeek files equals the written ids; a
+// file whose written ids differ loads with a warning and HF's ids.
 //
 // Thread-safety: a Tokenizer is immutable after loading, except its internal BPE word
 // cache which is locked; every const method may be called from any number of threads.

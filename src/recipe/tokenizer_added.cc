@@ -8,9 +8,10 @@
 namespace deepinfer::recipe {
 namespace {
 
-// Rust's char::is_alphanumeric, approximated by the L and N general categories.
+// A word character for single_word tokens: HF tests it with the Rust regex \w, which is
+// Alphabetic, marks, decimal digits, connector punctuation and the join controls.
 bool is_word_char(std::string_view ch) {
-  static const Regex word("^[\\p{L}\\p{N}]", false);
+  static const Regex word("^[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", false);
   thread_local std::vector<size_t> m;
   m.clear();
   word.find_all(ch, m);

@@ -216,3 +216,79 @@ def test_bad_tokenizer_files_are_rejected(setup, tmp_path):
         r = subprocess.run([str(exe), "encode", str(tmp_path / name), str(tmp_path / "in.bin"),
                             str(tmp_path / "o.bin")], capture_output=True, text=True)
         assert r.returncode == 1 and "deepinfer_tokenize:" in r.stderr, (name, r.stderr)
+
+
+def _variant_matches_hf(setup, spec, docs, label):
+    tmp, exe = setup["tmp"], setup["exe"]
+    path = tmp / f"variant_{label}.json"
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    _write_texts(tmp / "variant_docs.bin", docs)
+    _run(exe, "encode", path, tmp / "variant_docs.bin", tmp / "variant_ids.bin")
+    hf = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    ours, theirs = _read_ids(tmp / "variant_ids.bin"), [e.ids for e in hf.encode_batch(docs)]
+    bad = [i for i in range(len(docs)) if ours[i] != theirs[i]]
+    assert not bad, f"{label}: {len(bad)} docs differ, first {docs[bad[0]][:120]!r}"
+
+
+def _small_spec(spec, n_keep=8000):
+    """The spec with its vocabulary cut to ids < n_keep (plus the 256 byte tokens) and the
+    merges that stay inside it: same pipeline, much faster to load for variant tests."""
+    spec = json.loads(json.dumps(spec))
+    vocab = spec["model"]["vocab"]
+    keep = {t: i for t, i in vocab.items() if i < n_keep or len(t) == 1}
+    merges = []
+    for m in spec["model"]["merges"]:
+        a, b = m.split(" ") if isinstance(m, str) else m
+        if a in keep and b in keep and a + b in keep:
+            merges.append(m)
+    spec["model"]["vocab"], spec["model"]["merges"] = keep, merges
+    return spec
+
+
+def test_split_behaviors_and_byte_level_regex_match_hf(setup):
+    """Pre-tokenizer options DeepSeek files do not use but we accept: every Split
+    behavior with and without invert, a String pattern, ByteLevel(use_regex=true)."""
+    if setup["name"] != "v4":
+        pytest.skip("run for one tokenizer only")
+    docs = corpus.make_corpus(99, 60_000, [], ("english", "digits", "whitespace", "code", "unicode"))
+    small = _small_spec(setup["spec"])
+    for behavior in ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"]:
+        for invert in [False, True]:
+            spec = json.loads(json.dumps(small))
+            step = spec["pre_tokenizer"]["pretokenizers"][0]
+            step["behavior"], step["invert"] = behavior, invert
+            _variant_matches_hf(setup, spec, docs, f"{behavior}_{invert}")
+    spec = json.loads(json.dumps(small))
+    spec["pre_tokenizer"]["pretokenizers"][1] = {"type": "Split", "pattern": {"String": "e "},
+                                                 "behavior": "MergedWithNext", "invert": False}
+    _variant_matches_hf(setup, spec, docs, "string_pattern")
+    spec = json.loads(json.dumps(small))
+    spec["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                             "use_regex": True}
+    _variant_matches_hf(setup, spec, docs, "gpt2_byte_level")
+
+
+def test_added_token_flags_match_hf(setup):
+    """lstrip / rstrip / single_word / normalized on added tokens (DeepSeek files set none
+    of them): flip them on a few tokens and compare on text full of added tokens."""
+    if setup["name"] != "v4":
+        pytest.skip("run for one tokenizer only")
+    spec = _small_spec(setup["spec"])
+    flags = {"<｜User｜>": "lstrip", "<｜Assistant｜>": "rstrip", "<think>": "single_word",
+             "</think>": "single_word", "｜DSML｜": "lstrip", "<｜end▁of▁sentence｜>": "rstrip"}
+    for t in spec["added_tokens"]:
+        if t["content"] in flags:
+            t[flags[t["content"]]] = True
+        if t["content"] == "<｜begin▁of▁sentence｜>":
+            t["normalized"] = True
+    added = list(flags) + ["<｜begin▁of▁sentence｜>", "<｜tool▁sep｜>"]
+    r = random.Random(5)
+    docs = []
+    for _ in range(400):
+        parts = []
+        for _ in range(r.randint(1, 12)):
+            parts.append(r.choice(["", " ", "  ", "\n", "\t \n", "x", "word", "字", "1", "_", "é", "\u3000"]))
+            parts.append(r.choice(added))
+        parts.append(r.choice(["", " ", "  x", "\n", "y"]))
+        docs.append("".join(parts))
+    _variant_matches_hf(setup, spec, docs, "flags")

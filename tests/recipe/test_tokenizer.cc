@@ -124,21 +124,36 @@ TEST(Bpe, MergesLowestRankFirst) {
 
 TEST(AddedTokens, LongestMatchFirstAndFlags) {
   nlohmann::json list = nlohmann::json::array();
-  list.push_back(added(300, "<s>", true));
-  list.push_back(added(301, "<s>x", true));
-  list.push_back(added(302, "[L]", false, /*lstrip=*/true));
-  list.push_back(added(303, "[R]", false, false, /*rstrip=*/true));
-  list.push_back(added(304, "w", false, false, false, /*single_word=*/true, /*normalized=*/true));
+  list.push_back(added(261, "<s>", true));
+  list.push_back(added(262, "<s>x", true));
+  list.push_back(added(263, "[L]", false, /*lstrip=*/true));
+  list.push_back(added(264, "[R]", false, false, /*rstrip=*/true));
+  list.push_back(added(265, "qq", false, false, false, /*single_word=*/true, /*normalized=*/true));
   const Tokenizer tok = tiny(list);
-  EXPECT_EQ(tok.encode("<s>x<s>"), (Ids{301, 300}));
-  EXPECT_EQ(tok.encode("a  [L]"), (Ids{'a', 302}));
-  EXPECT_EQ(tok.encode("[R]  a"), (Ids{303, 'a'}));
-  EXPECT_EQ(tok.encode("w aw w"), (Ids{304, byte_level_byte(0x120), 'a', 'w', byte_level_byte(0x120), 304}));
-  EXPECT_TRUE(tok.is_special(300));
-  EXPECT_FALSE(tok.is_special(302));
-  EXPECT_EQ(tok.decode(Ids{'a', 300, 'b'}, true), "ab");
-  EXPECT_EQ(tok.decode(Ids{'a', 300, 'b'}, false), "a<s>b");
+  EXPECT_EQ(tok.encode("<s>x<s>"), (Ids{262, 261}));
+  EXPECT_EQ(tok.encode("a  [L]"), (Ids{'a', 263}));
+  EXPECT_EQ(tok.encode("[R]  a"), (Ids{264, 'a'}));
+  EXPECT_EQ(tok.encode("qq aqq qq"), (Ids{265, byte_level_byte(0x120), 'a', 'q', 'q', byte_level_byte(0x120), 265}));
+  EXPECT_TRUE(tok.is_special(261));
+  EXPECT_FALSE(tok.is_special(263));
+  EXPECT_EQ(tok.decode(Ids{'a', 261, 'b'}, true), "ab");
+  EXPECT_EQ(tok.decode(Ids{'a', 261, 'b'}, false), "a<s>b");
   EXPECT_EQ(tok.encode_ordinary("<s>"), (Ids{'<', 's', '>'}));
+}
+
+TEST(AddedTokens, IdsFollowHfAssignment) {
+  // HF re-adds added tokens in file order after the model vocabulary (261 entries here),
+  // whatever ids the file writes; content already in the vocabulary keeps its id.
+  nlohmann::json list = nlohmann::json::array();
+  list.push_back(added(500, "<x>", true));
+  list.push_back(added(7, "ab", false));
+  list.push_back(added(9, "<y>", false));
+  const Tokenizer tok = tiny(list);
+  EXPECT_EQ(tok.token_to_id("<x>"), 261);
+  EXPECT_EQ(tok.token_to_id("ab"), 256);
+  EXPECT_EQ(tok.token_to_id("<y>"), 262);
+  EXPECT_EQ(tok.vocab_size(), 263);
+  EXPECT_FALSE(tok.has_token(500));
 }
 
 TEST(Errors, MalformedAndUnsupportedFilesAreRejected) {
