@@ -1,0 +1,314 @@
+"""deepinfer: offline inference for the DeepSeek-V4 family.
+
+    import deepinfer
+    llm = deepinfer.LLM()                       # the built-in tiny model (random weights)
+    out = llm.generate(["hi"], deepinfer.SamplingParams(temperature=0, max_tokens=8))
+    print(out[0].text, out[0].token_ids, out[0].finish_reason)
+
+`LLM(model=None, **engine_args)`: `model` is a checkpoint directory (config.json,
+safetensors, tokenizer.json) or None for the built-in tiny model. Engine arguments:
+batch_invariant, numerics ("official" | "reference"), dummy_weights, dummy_seed, max_num_seqs,
+max_num_batched_tokens, max_model_len, state_budget_bytes, overlap, priority, tokenizer_path,
+block_size (see src/engine/engine.h).
+
+The C++ core is `deepinfer._core`; with a source checkout, set PYTHONPATH=python and
+DEEPINFER_BUILD=<cmake build dir> to use the extension built there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import threading
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+
+
+def _load_core():
+    try:
+        from . import _core  # installed next to this file (pip install .)
+        return _core
+    except ImportError:
+        build = os.environ.get("DEEPINFER_BUILD")
+        where = os.path.join(build, "python", "deepinfer") if build else None
+        if not where or not os.path.isdir(where):
+            raise
+        __path__.append(where)  # the extension of a CMake build directory
+        from . import _core
+        return _core
+
+
+_core = _load_core()
+Error = _core.Error  # a ValueError: bad arguments, requests or inputs
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "Error"]
+
+
+class SamplingParams:
+    """How to sample one request. `seed=None` draws a fresh random seed, so only requests
+    with an explicit seed are reproducible (the sampled tokens then depend only on the
+    prompt, the parameters and the seed, never on the batch). `logprobs=k` returns the
+    chosen token's and the top-k log-probabilities of the raw model distribution."""
+
+    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 min_p: float = 0.0, max_tokens: int = 16, min_tokens: int = 0,
+                 seed: Optional[int] = None, stop: Union[None, str, Sequence[str]] = None,
+                 stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
+                 repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+                 frequency_penalty: float = 0.0, logprobs: Optional[int] = None,
+                 skip_special_tokens: bool = True, priority: int = 0):
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.min_p = min_p
+        self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
+        self.seed = seed
+        self.stop = [stop] if isinstance(stop, str) else list(stop or [])
+        self.stop_token_ids = list(stop_token_ids or [])
+        self.ignore_eos = ignore_eos
+        self.repetition_penalty = repetition_penalty
+        self.presence_penalty = presence_penalty
+        self.frequency_penalty = frequency_penalty
+        self.logprobs = logprobs
+        self.skip_special_tokens = skip_special_tokens
+        self.priority = priority
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"SamplingParams({fields})"
+
+    def _core(self) -> Any:
+        p = _core.SamplingParams()
+        p.temperature = float(self.temperature)
+        p.top_p = float(self.top_p)
+        p.top_k = int(self.top_k)
+        p.min_p = float(self.min_p)
+        p.max_tokens = int(self.max_tokens)
+        p.min_tokens = int(self.min_tokens)
+        p.seed = int(self.seed) if self.seed is not None else secrets.randbits(63)
+        p.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        p.ignore_eos = bool(self.ignore_eos)
+        p.repetition_penalty = float(self.repetition_penalty)
+        p.presence_penalty = float(self.presence_penalty)
+        p.frequency_penalty = float(self.frequency_penalty)
+        p.validate()
+        return p
+
+
+class RequestOutput:
+    """The result of one prompt: `text`, `token_ids`, `finish_reason` ("stop", "length",
+    "abort"), `stop_reason` (the stop string, if one ended it), `prompt_token_ids`,
+    `logprobs` (per token: {token_id: logprob} of the chosen and top-k tokens, or None).
+    Chat results also have `content`, `reasoning_content` and `tool_calls`.
+    `outputs[0]` is the object itself (vLLM-style access)."""
+
+    def __init__(self, request_id: str, prompt: Optional[str], prompt_token_ids: list[int]):
+        self.request_id = request_id
+        self.prompt = prompt
+        self.prompt_token_ids = prompt_token_ids
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.logprobs: Optional[list[dict[int, float]]] = None
+        self.finished = False
+        self.finish_reason: Optional[str] = None
+        self.stop_reason: Optional[str] = None
+        self.num_preemptions = 0
+
+    @property
+    def outputs(self) -> list["RequestOutput"]:
+        return [self]
+
+    def _add(self, o: Any, want_logprobs: bool) -> None:
+        self.text += o.new_text
+        self.token_ids.extend(o.new_tokens)
+        if want_logprobs:
+            if self.logprobs is None:
+                self.logprobs = []
+            for lp in o.logprobs:
+                d = {tok: val for tok, val in lp.top}
+                d[lp.token] = lp.logprob
+                self.logprobs.append(d)
+        self.num_preemptions = o.n_preemptions
+        if o.finished:
+            self.finished = True
+            self.finish_reason = o.finish_reason
+            self.stop_reason = o.stop_reason or None
+
+    def __repr__(self) -> str:
+        return (f"RequestOutput(request_id={self.request_id!r}, text={self.text!r}, "
+                f"token_ids={self.token_ids!r}, finish_reason={self.finish_reason!r})")
+
+
+class StreamDelta:
+    """One streamed piece of a request: the new `text` and `token_ids` since the previous
+    piece; the last piece has `finished` True and a `finish_reason`."""
+
+    def __init__(self, request_id: str, text: str, token_ids: list[int], finished: bool,
+                 finish_reason: Optional[str]):
+        self.request_id = request_id
+        self.text = text
+        self.token_ids = token_ids
+        self.finished = finished
+        self.finish_reason = finish_reason
+
+    def __repr__(self) -> str:
+        return (f"StreamDelta(text={self.text!r}, token_ids={self.token_ids!r}, "
+                f"finished={self.finished}, finish_reason={self.finish_reason!r})")
+
+
+def _packaged_tiny_tokenizer() -> Optional[str]:
+    path = os.path.join(os.path.dirname(__file__), "data", "tiny_tokenizer.json")
+    return path if os.path.exists(path) else None
+
+
+Prompt = Union[str, Sequence[int], dict]
+
+
+class LLM:
+    """An engine serving one model in this process. Calls are serialized by a lock; one
+    LLM may be used from several threads, but they take turns."""
+
+    def __init__(self, model: Optional[str] = None, **engine_args: Any):
+        args = _core.EngineArgs()
+        if model:
+            args.model_dir = os.fspath(model)
+        elif not engine_args.get("tokenizer_path") and not os.environ.get("DEEPINFER_TINY_TOKENIZER"):
+            packaged = _packaged_tiny_tokenizer()
+            if packaged:
+                args.tokenizer_path = packaged
+        for key, value in engine_args.items():
+            if key == "numerics" and isinstance(value, str):
+                value = getattr(_core.Numerics, value)
+            if key.startswith("_") or not hasattr(args, key):
+                raise TypeError(f"LLM: unknown engine argument {key!r}")
+            setattr(args, key, value)
+        self._engine = _core.Engine(args)
+        self._lock = threading.RLock()
+        self._ids = itertools.count()
+        self._buffered: dict[str, list[Any]] = {}  # outputs of streams not being read now
+
+    # -- tokenizer -------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._engine.encode(text, add_special_tokens)
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._engine.decode(list(token_ids), skip_special_tokens)
+
+    # -- requests --------------------------------------------------------------------------
+    def _request(self, prompt: Prompt, params: SamplingParams) -> tuple[Any, Optional[str]]:
+        text: Optional[str] = None
+        if isinstance(prompt, str):
+            text = prompt
+            ids = self._engine.encode(prompt, True)
+        elif isinstance(prompt, dict):
+            ids = list(prompt["prompt_token_ids"])
+        else:
+            ids = [int(t) for t in prompt]
+        r = _core.EngineRequest()
+        r.id = f"req-{next(self._ids)}"
+        r.prompt = ids
+        r.params = params._core()
+        r.stop = list(params.stop)
+        r.priority = int(params.priority)
+        r.n_logprobs = -1 if params.logprobs is None else int(params.logprobs)
+        r.skip_special_tokens = bool(params.skip_special_tokens)
+        return r, text
+
+    def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
+                 sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None
+                 ) -> list[RequestOutput]:
+        """Runs every prompt (text, token ids, or {"prompt_token_ids": [...]}) to completion,
+        batched; returns one RequestOutput per prompt, in order."""
+        if isinstance(prompts, (str, dict)) or (
+                isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params_list = [sampling_params or SamplingParams()] * len(prompts)
+        else:
+            params_list = list(sampling_params)
+            if len(params_list) != len(prompts):
+                raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
+        reqs, results = [], []
+        for prompt, params in zip(prompts, params_list):
+            r, text = self._request(prompt, params)
+            reqs.append(r)
+            results.append((RequestOutput(r.id, text, list(r.prompt)), params.logprobs is not None))
+        if not reqs:
+            return []
+        with self._lock:
+            outs = self._engine.generate(reqs)
+        for (res, want_lp), o in zip(results, outs):
+            res._add(o, want_lp)
+        return [res for res, _ in results]
+
+    def generate_stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None
+                        ) -> Iterator[StreamDelta]:
+        """Yields StreamDelta pieces of one prompt as they are produced. Closing the
+        iterator early aborts the request. Several streams may be read in turns."""
+        r, _ = self._request(prompt, sampling_params or SamplingParams())
+        with self._lock:
+            self._engine.add_request(r)
+            self._buffered[r.id] = []
+        finished = False
+        try:
+            while not finished:
+                with self._lock:
+                    mine = self._buffered[r.id]
+                    if not mine:
+                        for o in self._engine.step():
+                            if o.id in self._buffered:
+                                self._buffered[o.id].append(o)
+                    pending, self._buffered[r.id] = self._buffered[r.id], []
+                for o in pending:
+                    finished = finished or o.finished
+                    yield StreamDelta(r.id, o.new_text, list(o.new_tokens), o.finished,
+                                      o.finish_reason if o.finished else None)
+        finally:
+            with self._lock:
+                if not finished:
+                    self._engine.abort(r.id)
+                self._buffered.pop(r.id, None)
+
+    # -- chat ------------------------------------------------------------------------------
+    def chat(self, messages: Union[Sequence[dict], Sequence[Sequence[dict]]],
+             sampling_params: Optional[SamplingParams] = None, *, thinking: bool = False,
+             tools: Optional[Sequence[dict]] = None, chat_version: str = "v4",
+             **request_fields: Any) -> list[RequestOutput]:
+        """Chat completion through the DeepSeek V4/V4.1 chat encoding. `messages` is one
+        conversation (a list of {"role", "content", ...}) or a list of them. Further
+        request fields (tool_choice, reasoning_effort, response_format, ...) are those of
+        recipe/chat_request.h. Each output also has `content`, `reasoning_content` and
+        `tool_calls` ([{"name", "arguments"}]) parsed from the completion."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        params = sampling_params or SamplingParams()
+        reqs, prompts = [], []
+        eos = set(self._engine.eos_token_ids)
+        for conv in conversations:
+            body = dict(request_fields, messages=list(conv), thinking_mode=bool(thinking))
+            if tools:
+                body["tools"] = list(tools)
+            request_json = json.dumps(body)
+            ids = self._engine.encode_chat(request_json, chat_version)
+            reqs.append(request_json)
+            prompts.append({"prompt_token_ids": ids})
+        outs = self.generate(prompts, params)
+        for out, request_json in zip(outs, reqs):
+            ids = list(out.token_ids)
+            if ids and ids[-1] in eos and out.finish_reason == "stop":
+                ids = ids[:-1]
+            raw = self._engine.decode(ids, False)
+            if out.stop_reason:
+                cut = raw.find(out.stop_reason)
+                raw = raw[:cut] if cut >= 0 else raw
+            reasoning, content, calls = _core.parse_chat_output(request_json, raw)
+            out.reasoning_content = reasoning
+            out.content = content
+            out.tool_calls = [{"name": n, "arguments": a} for n, a in calls]
+        return outs
+
+    def abort(self, request_id: str) -> bool:
+        with self._lock:
+            return self._engine.abort(request_id)

@@ -1,0 +1,149 @@
+// deepinfer._core: thin pybind11 bindings of the offline Engine, its argument and output
+// types, the tokenizer and the chat recipe. The Pythonic API (LLM, SamplingParams, ...)
+// lives in python/deepinfer/__init__.py. Long calls release the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "base/error.h"
+#include "engine/engine.h"
+#include "recipe/chat_encoding.h"
+#include "recipe/chat_request.h"
+#include "recipe/output_parser.h"
+#include "recipe/tokenizer.h"
+
+namespace py = pybind11;
+using namespace deepinfer;
+
+namespace {
+
+const recipe::Tokenizer& need_tokenizer(const Engine& e) {
+  CHECK(e.tokenizer() != nullptr) << "this model has no tokenizer.json: pass token ids";
+  return *e.tokenizer();
+}
+
+recipe::Conversation conversation(const std::string& request_json) {
+  return recipe::conversation_from_json(recipe::OrderedJson::parse(request_json));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "deepinfer C++ core (use the deepinfer package)";
+  py::register_exception<Error>(m, "Error", PyExc_ValueError);
+
+  py::class_<SamplingParams>(m, "SamplingParams")
+      .def(py::init<>())
+      .def_readwrite("temperature", &SamplingParams::temperature)
+      .def_readwrite("top_k", &SamplingParams::top_k)
+      .def_readwrite("top_p", &SamplingParams::top_p)
+      .def_readwrite("min_p", &SamplingParams::min_p)
+      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
+      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
+      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
+      .def_readwrite("seed", &SamplingParams::seed)
+      .def_readwrite("max_tokens", &SamplingParams::max_tokens)
+      .def_readwrite("min_tokens", &SamplingParams::min_tokens)
+      .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
+      .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
+      .def("validate", &SamplingParams::validate);
+
+  py::enum_<Numerics>(m, "Numerics")
+      .value("official", Numerics::kOfficial)
+      .value("reference", Numerics::kReference);
+
+  py::class_<EngineArgs>(m, "EngineArgs")
+      .def(py::init<>())
+      .def_readwrite("model_dir", &EngineArgs::model_dir)
+      .def_property(
+          "numerics", [](const EngineArgs& a) { return a.model_options.numerics; },
+          [](EngineArgs& a, Numerics n) { a.model_options.numerics = n; })
+      .def_property(
+          "batch_invariant", [](const EngineArgs& a) { return a.model_options.batch_invariant; },
+          [](EngineArgs& a, bool b) { a.model_options.batch_invariant = b; })
+      .def_readwrite("dummy_weights", &EngineArgs::dummy_weights)
+      .def_readwrite("dummy_seed", &EngineArgs::dummy_seed)
+      .def_readwrite("max_num_seqs", &EngineArgs::max_num_seqs)
+      .def_readwrite("max_num_batched_tokens", &EngineArgs::max_num_batched_tokens)
+      .def_readwrite("max_model_len", &EngineArgs::max_model_len)
+      .def_readwrite("state_budget_bytes", &EngineArgs::state_budget_bytes)
+      .def_readwrite("overlap", &EngineArgs::overlap)
+      .def_readwrite("priority", &EngineArgs::priority)
+      .def_readwrite("tokenizer_path", &EngineArgs::tokenizer_path)
+      .def_readwrite("block_size", &EngineArgs::block_size);
+
+  py::class_<EngineRequest>(m, "EngineRequest")
+      .def(py::init<>())
+      .def_readwrite("id", &EngineRequest::id)
+      .def_readwrite("prompt", &EngineRequest::prompt)
+      .def_readwrite("params", &EngineRequest::params)
+      .def_readwrite("stop", &EngineRequest::stop)
+      .def_readwrite("priority", &EngineRequest::priority)
+      .def_readwrite("n_logprobs", &EngineRequest::n_logprobs)
+      .def_readwrite("skip_special_tokens", &EngineRequest::skip_special_tokens);
+
+  py::class_<TokenLogprob>(m, "TokenLogprob")
+      .def_readonly("token", &TokenLogprob::token)
+      .def_readonly("logprob", &TokenLogprob::logprob)
+      .def_readonly("top", &TokenLogprob::top);
+
+  py::class_<RequestOutput>(m, "RequestOutput")
+      .def_readonly("id", &RequestOutput::id)
+      .def_readonly("new_tokens", &RequestOutput::new_tokens)
+      .def_property_readonly("new_text",
+                             [](const RequestOutput& o) {
+                               return py::str(PyUnicode_DecodeUTF8(o.new_text.data(),
+                                                                   py::ssize_t(o.new_text.size()),
+                                                                   "replace"));
+                             })
+      .def_readonly("logprobs", &RequestOutput::logprobs)
+      .def_readonly("finished", &RequestOutput::finished)
+      .def_readonly("finish_reason", &RequestOutput::finish_reason)
+      .def_readonly("stop_reason", &RequestOutput::stop_reason)
+      .def_readonly("n_prompt_tokens", &RequestOutput::n_prompt_tokens)
+      .def_readonly("n_output_tokens", &RequestOutput::n_output_tokens)
+      .def_readonly("n_preemptions", &RequestOutput::n_preemptions);
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init<const EngineArgs&>(), py::call_guard<py::gil_scoped_release>())
+      .def("add_request", &Engine::add_request)
+      .def("abort", &Engine::abort)
+      .def("step", &Engine::step, py::call_guard<py::gil_scoped_release>())
+      .def("has_unfinished", &Engine::has_unfinished)
+      .def("generate", &Engine::generate, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("vocab_size", [](const Engine& e) { return e.model_config().vocab_size; })
+      .def_property_readonly("max_position_embeddings",
+                             [](const Engine& e) { return e.model_config().max_position_embeddings; })
+      .def_property_readonly("eos_token_ids",
+                             [](const Engine& e) { return e.model_config().eos_token_ids; })
+      .def_property_readonly("has_tokenizer", [](const Engine& e) { return e.tokenizer() != nullptr; })
+      .def("encode",
+           [](const Engine& e, const std::string& text, bool add_special_tokens) {
+             return need_tokenizer(e).encode(text, add_special_tokens);
+           },
+           py::arg("text"), py::arg("add_special_tokens") = true)
+      .def("decode",
+           [](const Engine& e, const std::vector<int32_t>& ids, bool skip_special_tokens) {
+             const std::string s = need_tokenizer(e).decode(ids, skip_special_tokens);
+             return py::str(PyUnicode_DecodeUTF8(s.data(), py::ssize_t(s.size()), "replace"));
+           },
+           py::arg("ids"), py::arg("skip_special_tokens") = true)
+      // Chat: `request_json` is a chat request (recipe/chat_request.h: messages, thinking_mode,
+      // tools, ...); returns the prompt's token ids.
+      .def("encode_chat",
+           [](const Engine& e, const std::string& request_json, const std::string& version) {
+             return recipe::encode_conversation(conversation(request_json),
+                                                recipe::parse_chat_version(version),
+                                                need_tokenizer(e));
+           },
+           py::arg("request_json"), py::arg("version") = "v4");
+
+  // Parses a completion of the chat request: (reasoning_content, content, [(name, arguments)]).
+  m.def("parse_chat_output", [](const std::string& request_json, const std::string& text) {
+    const recipe::ParsedOutput out =
+        recipe::parse_output(text, recipe::parser_options_for(conversation(request_json)));
+    std::vector<std::pair<std::string, std::string>> calls;
+    for (const auto& c : out.tool_calls) calls.emplace_back(c.name, c.arguments);
+    return py::make_tuple(out.reasoning_content, out.content, calls);
+  });
+}
