@@ -38,8 +38,14 @@ OrderedJson render_line(const OrderedJson& req, const recipe::Tokenizer* tokeniz
     CHECK(it->is_string()) << "version must be a string";
     version = it->get<std::string>();
   }
-  const recipe::Conversation conv = recipe::conversation_from_json(req);
-  const recipe::RenderedPrompt r = recipe::render_prompt(conv, recipe::parse_chat_version(version));
+  const recipe::ChatVersion chat_version = recipe::parse_chat_version(version);
+  // "openai": true reads the request the way deepseek-recipe's Chat Completions conversion does.
+  const recipe::ChatRequestOptions options =
+      req.value("openai", false)
+          ? recipe::chat_completions_request_options(chat_version == recipe::ChatVersion::kV41)
+          : recipe::ChatRequestOptions();
+  const recipe::Conversation conv = recipe::conversation_from_json(req, options);
+  const recipe::RenderedPrompt r = recipe::render_prompt(conv, chat_version);
   OrderedJson out;
   out["prompt"] = r.prompt;
   out["special_ranges"] = OrderedJson::array();

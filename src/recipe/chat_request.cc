@@ -28,6 +28,40 @@ bool get_bool(const OrderedJson& obj, const char* key, bool fallback, const std:
   return it->get<bool>();
 }
 
+// A string, null, or a list of text / image parts.
+void read_content(const OrderedJson& obj, const std::string& where,
+                  const ChatRequestOptions& options, Message& m) {
+  auto it = obj.find("content");
+  if (it == obj.end() || it->is_null()) return;
+  if (it->is_string()) {
+    m.content = it->get<std::string>();
+    return;
+  }
+  CHECK(it->is_array()) << where << ".content must be a string or a list of parts, got "
+                        << it->type_name();
+  std::string text;
+  for (size_t k = 0; k < it->size(); ++k) {
+    const OrderedJson& part = (*it)[k];
+    const std::string part_where = where + ".content[" + std::to_string(k) + "]";
+    CHECK(part.is_object()) << part_where << " must be an object";
+    const std::string type = get_string(part, "type", part_where);
+    if (k > 0) text += "\n\n";
+    if (type == "text") {
+      text += get_string(part, "text", part_where);
+    } else if (type == "image_url" || type == "image") {
+      if (options.image_placeholders) {
+        text += options.image_token;
+        ++m.n_images;
+      } else {
+        text += "[Unsupported Image]";
+      }
+    } else {
+      THROW(kInvalidInput) << part_where << ": unsupported content part type '" << type << "'";
+    }
+  }
+  m.content = std::move(text);
+}
+
 ToolCall tool_call_from_json(const OrderedJson& j, const std::string& where) {
   CHECK(j.is_object()) << where << " must be an object, got " << j.type_name();
   ToolCall call;
@@ -49,14 +83,21 @@ ToolCall tool_call_from_json(const OrderedJson& j, const std::string& where) {
 
 }  // namespace
 
-Message message_from_json(const OrderedJson& j, size_t index) {
+ChatRequestOptions chat_completions_request_options(bool version_has_vision) {
+  ChatRequestOptions o;
+  o.normalize = true;
+  o.image_placeholders = version_has_vision;
+  return o;
+}
+
+Message message_from_json(const OrderedJson& j, size_t index, const ChatRequestOptions& options) {
   const std::string where = "messages[" + std::to_string(index) + "]";
   CHECK(j.is_object()) << where << " must be an object, got " << j.type_name();
   auto role_it = j.find("role");
   CHECK(role_it != j.end() && role_it->is_string()) << where << ".role is missing";
   Message m;
   m.role = parse_role(role_it->get<std::string>());
-  m.content = get_string(j, "content", where);
+  read_content(j, where, options, m);
   m.reasoning_content = get_optional_string(j, "reasoning_content", where);
   m.tool_call_id = get_optional_string(j, "tool_call_id", where);
   m.prefix = get_bool(j, "prefix", false, where);
@@ -109,14 +150,23 @@ ToolDefinition tool_from_json(const OrderedJson& j, size_t index) {
   return tool;
 }
 
-Conversation conversation_from_json(const OrderedJson& j) {
+Conversation conversation_from_json(const OrderedJson& j, const ChatRequestOptions& options) {
   CHECK(j.is_object()) << "request must be a JSON object, got " << j.type_name();
   Conversation conv;
   if (auto it = j.find("messages"); it != j.end() && !it->is_null()) {
     CHECK(it->is_array()) << "messages must be an array, got " << it->type_name();
-    for (size_t i = 0; i < it->size(); ++i) conv.messages.push_back(message_from_json((*it)[i], i));
+    for (size_t i = 0; i < it->size(); ++i) {
+      conv.messages.push_back(message_from_json((*it)[i], i, options));
+    }
   }
   conv.thinking_mode = get_bool(j, "thinking_mode", true, "request");
+  if (auto it = j.find("thinking"); it != j.end() && !it->is_null()) {
+    CHECK(it->is_object()) << "thinking must be an object like {\"type\": \"enabled\"}";
+    const std::string type = get_string(*it, "type", "thinking");
+    CHECK(type == "enabled" || type == "disabled")
+        << "thinking.type must be \"enabled\" or \"disabled\", got '" << type << "'";
+    conv.thinking_mode = type == "enabled";
+  }
   conv.drop_thinking = get_bool(j, "drop_thinking", true, "request");
   if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
     CHECK(it->is_array()) << "tools must be an array, got " << it->type_name();
@@ -160,6 +210,21 @@ Conversation conversation_from_json(const OrderedJson& j) {
     } else {
       THROW(kInvalidInput) << "unknown response_format '" << type
                            << "' (expected text, json_object, json_schema or regex)";
+    }
+  }
+  if (options.normalize) {
+    std::erase_if(conv.messages,
+                  [](const Message& m) { return m.role == Role::kSystem && m.content.empty(); });
+    for (ToolDefinition& tool : conv.tools) {
+      if (tool.parameters.is_null()) tool.parameters = OrderedJson::object();
+    }
+    for (Message& m : conv.messages) {
+      if (m.role != Role::kAssistant) continue;
+      if (!conv.thinking_mode) {
+        m.reasoning_content.reset();
+      } else if (!m.reasoning_content) {
+        m.reasoning_content = "";
+      }
     }
   }
   if (auto it = j.find("v4_effort_style"); it != j.end() && !it->is_null()) {

@@ -517,3 +517,68 @@ def test_parser_options_follow_the_request():
             "stop_sequences": po.stop_sequences,
         }
         assert got == want, (body, got, want)
+
+
+def to_chat_completions(rng, conv):
+    """An OpenAI Chat Completions body carrying the same conversation (content sometimes as
+    a list of parts, tools and tool calls in OpenAI form)."""
+    def content(text, n_images):
+        if rng.random() < 0.7 or IMAGE in text:
+            return text
+        parts = [{"type": "text", "text": t} for t in text.split("\n\n")]
+        for _ in range(n_images):
+            parts.insert(rng.randint(0, len(parts)),
+                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}})
+        return parts
+
+    messages = []
+    for m in conv["messages"]:
+        if m["role"] == "latest_reminder" or "tools" in m:
+            continue
+        out = {"role": m["role"], "content": content(m["content"], m.get("n_images", 0))}
+        if m["role"] == "assistant":
+            if "reasoning_content" in m:
+                out["reasoning_content"] = m["reasoning_content"]
+            if m.get("tool_calls"):
+                out["tool_calls"] = [{"id": c["id"], "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                     for c in m["tool_calls"]]
+                if not out["content"] and rng.random() < 0.5:
+                    out["content"] = None
+            if m.get("prefix"):
+                out["prefix"] = True
+        if m["role"] == "tool":
+            out["tool_call_id"] = m.get("tool_call_id")
+        messages.append(out)
+    thinking = conv["thinking_mode"]
+    body = {"model": "DeepSeek-V4-Pro" if conv["version"] == "v4" else "DeepSeek-V4.1-Flash",
+            "messages": messages, "thinking": {"type": "enabled" if thinking else "disabled"}}
+    if conv["tools"]:
+        body["tools"] = [{"type": "function", "function": {
+            k: v for k, v in t.items() if k in ("name", "description", "parameters") and v is not None}}
+            for t in conv["tools"]]
+        body["tool_choice"] = conv["tool_choice"] if not thinking else "auto"
+    if conv["reasoning_effort"] in ("low", "high", "max"):
+        body["reasoning_effort"] = conv["reasoning_effort"]
+    return body
+
+
+@pytest.mark.parametrize("version", ["v4", "v4.1"])
+def test_chat_completions_requests(version):
+    """OpenAI-style request bodies read with chat_completions_request_options() render the
+    prompt deepseek-recipe's ChatCompletionRequest conversion renders."""
+    rng = random.Random(314 if version == "v4" else 315)
+    encoding = dr.DeepseekV4Encoding() if version == "v4" else dr.DeepseekV41Encoding()
+    bodies, wants = [], []
+    while len(bodies) < 300:
+        body = to_chat_completions(rng, rand_conversation(rng, version))
+        try:
+            converted = dr.ChatCompletionRequest(json.loads(json.dumps(body))).convert(
+                dr.ConversionOptions())
+        except (dr.ConversionError, ValueError):
+            continue  # a request deepseek-recipe rejects (its validation is not ours to copy)
+        bodies.append(body)
+        wants.append(encoding.render_conversation(converted.conversation).prompt)
+    ours = run_cli("render", [dict(b, version=version, openai=True) for b in bodies])
+    bad = [(b, g, w) for b, g, w in zip(bodies, ours, wants) if g.get("prompt") != w]
+    assert not bad, f"{len(bad)}/{len(bodies)} differ; first: {bad[0]}"
