@@ -44,7 +44,12 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int
   entry->accepted.assign(vocab_->n_mask_words(), 0);
   StackPool pool;
   std::vector<Top> init{{pos, state, kUnknownParent}};
-  walk_token_trie(grammar_, *vocab_, pool, init, entry->accepted.data(), &entry->uncertain);
+  if (slice_survives(grammar_, init[0])) {
+    entry->accepted = vocab_->slice_mask();
+    walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
+  } else {
+    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
+  }
   for (uint32_t w : entry->accepted) entry->n_accepted += __builtin_popcount(w);
   return entry;
 }

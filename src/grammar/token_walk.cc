@@ -4,12 +4,44 @@
 
 namespace deepinfer::grammar {
 
-int64_t walk_token_trie(const Grammar& g, const Vocabulary& vocab, StackPool& pool,
+bool slice_survives(const Grammar& g, const Top& top) {
+  const Dfa& d = g.dfas[g.elements[top.pos].arg];
+  // BFS over (dfa state, utf-8 state) by character depth; a pair first met at the smallest depth
+  // needs its continuations checked for the most remaining characters, so visiting once suffices.
+  std::vector<std::pair<int32_t, int>> level{{top.state, 0}}, next;
+  std::vector<uint8_t> seen(static_cast<size_t>(d.n_states()) * 4, 0);
+  seen[static_cast<size_t>(top.state) * 4] = 1;
+  int chars = 0;
+  while (!level.empty()) {
+    next.clear();
+    for (size_t i = 0; i < level.size(); ++i) {
+      auto [s, u] = level[i];
+      if (u == 0 && chars >= Vocabulary::kSliceMaxChars) continue;
+      for (int b = 0; b < 256; ++b) {
+        int u2 = plain_char_step(u, static_cast<uint8_t>(b));
+        if (u2 < 0) continue;
+        int32_t s2 = d.next[s * 256 + b];
+        if (s2 == kDead) return false;
+        uint8_t& mark = seen[static_cast<size_t>(s2) * 4 + u2];
+        if (mark) continue;
+        mark = 1;
+        // Continuation bytes stay within the same character: process them at this depth.
+        if (u2 != 0) level.push_back({s2, u2});
+        else next.push_back({s2, 0});
+      }
+    }
+    level.swap(next);
+    ++chars;
+  }
+  return true;
+}
+
+int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
                         std::vector<int32_t>* uncertain) {
-  const auto& trie = vocab.trie();
-  const auto& tokens = vocab.trie_tokens();
-  const int32_t n_nodes = vocab.n_trie_nodes();
+  const auto& trie = token_trie.nodes;
+  const auto& tokens = token_trie.tokens;
+  const int32_t n_nodes = token_trie.n_nodes();
   ByteStepper stepper(g, pool);
   // Tops of every depth on the current branch live in one buffer: level d is [begin[d], begin[d+1]).
   std::vector<Top> buf(init);

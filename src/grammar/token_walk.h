@@ -19,8 +19,12 @@ namespace deepinfer::grammar {
 
 // `accepted` has vocab.n_mask_words() words and is OR-ed into (not cleared).
 // Returns the number of trie nodes visited.
-int64_t walk_token_trie(const Grammar& g, const Vocabulary& vocab, StackPool& pool,
+int64_t walk_token_trie(const Grammar& g, const TokenTrie& trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
                         std::vector<int32_t>* uncertain);
+
+// True if, from `top` (whose parent is irrelevant), the top's DFA stays alive on every sequence of
+// at most Vocabulary::kSliceMaxChars plain-slice characters: then every slice token is accepted.
+bool slice_survives(const Grammar& g, const Top& top);
 
 }  // namespace deepinfer::grammar

@@ -14,15 +14,27 @@
 
 namespace deepinfer::grammar {
 
-class Vocabulary {
- public:
-  struct TrieNode {
+// A byte trie over a set of tokens, in preorder (see Vocabulary::trie()).
+struct TokenTrie {
+  struct Node {
     uint8_t byte;          // the byte leading to this node (unused for the root)
     uint16_t depth;        // number of bytes from the root
     int32_t end;           // index one past the last node of this node's subtree
-    int32_t token_begin;   // tokens ending here: trie_tokens()[token_begin, token_begin + n_tokens)
+    int32_t token_begin;   // tokens ending here: tokens[token_begin, token_begin + n_tokens)
     int32_t n_tokens;
   };
+  // Node 0 is the root; node size()-1 is a sentinel whose token_begin is the total, so a
+  // subtree's tokens are the contiguous range [nodes[i].token_begin, nodes[nodes[i].end].token_begin).
+  std::vector<Node> nodes;
+  std::vector<int32_t> tokens;
+  int32_t n_nodes() const { return static_cast<int32_t>(nodes.size()) - 1; }
+};
+
+class Vocabulary {
+ public:
+  using TrieNode = TokenTrie::Node;
+  // Tokens of the "plain" slice have at most this many characters.
+  static constexpr int kSliceMaxChars = 16;
 
   Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> stop_token_ids);
 
@@ -32,19 +44,31 @@ class Vocabulary {
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
   bool is_stop(int32_t id) const { return is_stop_[id] != 0; }
 
-  // Node 0 is the root; nodes are in preorder (a node's subtree is [i + 1, end)). Node size()
-  // is a sentinel whose token_begin is the total, so a subtree's tokens are the contiguous range
-  // [trie[i].token_begin, trie[trie[i].end].token_begin).
-  const std::vector<TrieNode>& trie() const { return trie_; }
-  int32_t n_trie_nodes() const { return static_cast<int32_t>(trie_.size()) - 1; }
-  const std::vector<int32_t>& trie_tokens() const { return trie_tokens_; }
+  // All non-empty, non-stop tokens.
+  const TokenTrie& full_trie() const { return full_; }
+  const std::vector<TrieNode>& trie() const { return full_.nodes; }
+  int32_t n_trie_nodes() const { return full_.n_nodes(); }
+  const std::vector<int32_t>& trie_tokens() const { return full_.tokens; }
+
+  // The plain slice (the llguidance "slicer" idea): tokens of 1..kSliceMaxChars characters, each
+  // printable ASCII other than `"` and `\`, or a UTF-8 sequence whose lead byte is C2-DF, E1-EC,
+  // EE-EF or F1-F3 (no overlong/surrogate special cases). If an automaton state survives every
+  // such character sequence, the whole slice is allowed without walking it.
+  const std::vector<uint32_t>& slice_mask() const { return slice_mask_; }
+  // The tokens outside the slice.
+  const TokenTrie& rest_trie() const { return rest_; }
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> stop_tokens_;
   std::vector<uint8_t> is_stop_;
-  std::vector<TrieNode> trie_;
-  std::vector<int32_t> trie_tokens_;
+  TokenTrie full_, rest_;
+  std::vector<uint32_t> slice_mask_;
 };
+
+// Byte classes of the plain-slice characters, as a 5-state automaton over UTF-8:
+// state 0 = at a character boundary; states 1..3 = that many continuation bytes still due.
+// Returns the next state, or -1 if `b` is not allowed in state `u`.
+int plain_char_step(int u, uint8_t b);
 
 }  // namespace deepinfer::grammar
