@@ -43,6 +43,7 @@ struct MixParams {
 
 __device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 
+
 __global__ void __launch_bounds__(kPartialThreads) hc_mix_partial_kernel(MixParams p) {
   __shared__ float xs[kTokTile][kChunk + 1];
   __shared__ float fs[kMaxMix][kChunk + 1];
@@ -73,44 +74,74 @@ __global__ void __launch_bounds__(kPartialThreads) hc_mix_partial_kernel(MixPara
 }
 
 // Sigmoids, softmax and Sinkhorn of one token, on one thread, in the reference's order.
-__device__ void finish_row(const MixParams& p, int64_t row, float* mix, float sumsq) {
+// HC is a compile-time constant so that the 4x4 matrix stays in registers (a run-time size
+// put it in local memory and made this serial chain ~50 us).
+template <int HC>
+__device__ void finish_row_hc(const MixParams& p, int64_t row, const float* mix, float sumsq) {
   const int64_t width = p.n_hc * p.dim;
   const float inv = rsqrtf(sumsq / static_cast<float>(width) + p.norm_eps);
-  const int hc = p.n_hc;
-  for (int m = 0; m < p.n_mix; ++m) mix[m] *= inv;
-  for (int j = 0; j < hc; ++j) p.pre[row * hc + j] = sigmoidf(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
+  constexpr int kMix = (2 + HC) * HC;
+  float m[kMix];
+#pragma unroll
+  for (int i = 0; i < kMix; ++i) m[i] = i < p.n_mix ? mix[i] * inv : 0.0f;
+#pragma unroll
+  for (int j = 0; j < HC; ++j)
+    p.pre[row * HC + j] = sigmoidf(m[j] * p.scale[0] + p.base[j]) + p.hc_eps;
   if (p.post == nullptr) return;  // head: pre only
-  for (int j = 0; j < hc; ++j)
-    p.post[row * hc + j] = 2.0f * sigmoidf(mix[hc + j] * p.scale[1] + p.base[hc + j]);
-  float c[kMaxHc * kMaxHc];
-  for (int j = 0; j < hc; ++j) {
+#pragma unroll
+  for (int j = 0; j < HC; ++j)
+    p.post[row * HC + j] = 2.0f * sigmoidf(m[HC + j] * p.scale[1] + p.base[HC + j]);
+  float c[HC][HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) {
     float row_max = -INFINITY;
-    for (int k = 0; k < hc; ++k) {
-      c[j * hc + k] = mix[2 * hc + j * hc + k] * p.scale[2] + p.base[2 * hc + j * hc + k];
-      row_max = fmaxf(row_max, c[j * hc + k]);
+#pragma unroll
+    for (int k = 0; k < HC; ++k) {
+      c[j][k] = m[2 * HC + j * HC + k] * p.scale[2] + p.base[2 * HC + j * HC + k];
+      row_max = fmaxf(row_max, c[j][k]);
     }
     float sum = 0.0f;
-    for (int k = 0; k < hc; ++k) {
-      c[j * hc + k] = expf(c[j * hc + k] - row_max);
-      sum += c[j * hc + k];
+#pragma unroll
+    for (int k = 0; k < HC; ++k) {
+      c[j][k] = expf(c[j][k] - row_max);
+      sum += c[j][k];
     }
-    for (int k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / sum + p.hc_eps;
+#pragma unroll
+    for (int k = 0; k < HC; ++k) c[j][k] = c[j][k] / sum + p.hc_eps;
   }
   for (int it = 0; it < p.sinkhorn_iters; ++it) {
     if (it > 0) {
-      for (int j = 0; j < hc; ++j) {
+#pragma unroll
+      for (int j = 0; j < HC; ++j) {
         float sum = 0.0f;
-        for (int k = 0; k < hc; ++k) sum += c[j * hc + k];
-        for (int k = 0; k < hc; ++k) c[j * hc + k] /= sum + p.hc_eps;
+#pragma unroll
+        for (int k = 0; k < HC; ++k) sum += c[j][k];
+#pragma unroll
+        for (int k = 0; k < HC; ++k) c[j][k] /= sum + p.hc_eps;
       }
     }
-    for (int k = 0; k < hc; ++k) {
+#pragma unroll
+    for (int k = 0; k < HC; ++k) {
       float sum = 0.0f;
-      for (int j = 0; j < hc; ++j) sum += c[j * hc + k];
-      for (int j = 0; j < hc; ++j) c[j * hc + k] /= sum + p.hc_eps;
+#pragma unroll
+      for (int j = 0; j < HC; ++j) sum += c[j][k];
+#pragma unroll
+      for (int j = 0; j < HC; ++j) c[j][k] /= sum + p.hc_eps;
     }
   }
-  for (int e = 0; e < hc * hc; ++e) p.comb[row * hc * hc + e] = c[e];
+#pragma unroll
+  for (int j = 0; j < HC; ++j)
+#pragma unroll
+    for (int k = 0; k < HC; ++k) p.comb[row * HC * HC + j * HC + k] = c[j][k];
+}
+
+__device__ void finish_row(const MixParams& p, int64_t row, const float* mix, float sumsq) {
+  switch (p.n_hc) {
+    case 1: finish_row_hc<1>(p, row, mix, sumsq); break;
+    case 2: finish_row_hc<2>(p, row, mix, sumsq); break;
+    case 3: finish_row_hc<3>(p, row, mix, sumsq); break;
+    default: finish_row_hc<4>(p, row, mix, sumsq); break;
+  }
 }
 
 // One warp per token: lane m < n_mix + 1 sums the partials of output m over the splits.
@@ -126,9 +157,7 @@ __global__ void hc_mix_finish_split_kernel(MixParams p) {
   }
   __syncwarp();
   if (threadIdx.x != 0) return;
-  float mix[kMaxMix];
-  for (int m = 0; m < p.n_mix; ++m) mix[m] = red[m];
-  finish_row(p, row, mix, red[p.n_mix]);
+  finish_row(p, row, red, red[p.n_mix]);
 }
 
 constexpr int kFinishThreads = 256;
@@ -148,9 +177,7 @@ __global__ void __launch_bounds__(kFinishThreads) hc_mix_finish_gemm_kernel(MixP
   if (threadIdx.x != 0) return;
   float total = 0.0f;
   for (int w = 0; w < kFinishThreads / 32; ++w) total += red[w];
-  float mix[kMaxMix];
-  for (int m = 0; m < p.n_mix; ++m) mix[m] = p.scratch[row * p.n_mix + m];
-  finish_row(p, row, mix, total);
+  finish_row(p, row, p.scratch + row * p.n_mix, total);
 }
 
 __global__ void hc_collapse_kernel(const float* x, const float* pre, int64_t n_rows, int n_hc,
