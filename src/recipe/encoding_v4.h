@@ -1,18 +1,21 @@
 // DeepSeek V4 prompt rendering (deepseek-recipe `DeepseekV4Encoding`).
 //
-// <BOS>{system prompt}{turns}<｜Assistant｜>{<think> | </think>}
-//  - system prompt = effort paragraph (thinking mode) + every system message's content joined
-//    by "\n\n" (system messages are hoisted to the top wherever they occur) + "\n\n## Tools..."
-//    + the JSON response-format instructions;
-//  - user and tool messages share <｜User｜> turns: consecutive user messages and tool results
-//    join with "\n\n"; a tool result after a user message opens a new <｜User｜> turn;
+// <BOS>{system prompt}{turns}[<｜Assistant｜>{<think> | </think>}]
+//  - system prompt = effort paragraph (thinking mode) + the non-empty contents of all system
+//    messages joined by "\n\n" (system messages are hoisted to the top wherever they occur;
+//    their own `tools` are not rendered) + "\n\n## Tools..." (unless tool_choice is "none";
+//    deferred tools left out) + the JSON response-format instructions;
+//  - a run of consecutive user messages is one text (non-empty contents joined by "\n\n");
+//    tool results share the <｜User｜> turn of the results before them, a user text after
+//    tool results joins their turn, a tool result after user text opens a new turn;
 //  - history tool calls are written in the order of their ids (string order), and after an
-//    assistant message with k tool calls the next k messages are stably ordered by their
-//    tool_call_id (other messages last);
-//  - assistant turns: <｜Assistant｜>{<think>R</think> | </think>}{content}{DSML}<EOS>; the
-//    reasoning is kept for every turn when tools are declared (or drop_thinking is false),
-//    and for a prefix message, otherwise dropped; a trailing prefix message gets no EOS, and
-//    in thinking mode with nothing after its reasoning stays inside <think>.
+//    assistant message with k tool calls the next k turns are stably ordered by tool_call_id
+//    (results without an id first, non-results last) when at least k turns follow;
+//  - assistant turns: <｜Assistant｜>[<think>R]</think>{content}{DSML}<EOS>; R is written for
+//    every turn when tools are declared (or drop_thinking is false) and for prefix messages,
+//    otherwise dropped; a thinking-mode prefix message without content leaves out the
+//    </think>; the last message, if a prefix, gets no EOS and no generation prompt.
+// A required tool choice appends "\n\n<｜DSML｜tool_calls>\n".
 #pragma once
 
 #include "recipe/chat_prompt.h"

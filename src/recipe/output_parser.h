@@ -10,10 +10,12 @@
 // "</think>" is dropped and leading newlines are skipped; a DSML block opened by
 // "<｜DSML｜" (newlines before it dropped, from reasoning or answer) holding invoke name="f"
 // and parameter name="p" string="true|false" elements, turned into JSON arguments
-// ({"p": "escaped string"} or the raw JSON value); "</｜DSML｜tool_calls>" (V4) or
-// "</｜DSML｜ calls>" (V4.1) ends the output. Text after the end is ignored.
+// ({"p": "escaped string"} or the raw JSON value; the name is copied as written, quotes
+// included, up to the next space); "</｜DSML｜tool_calls>" (V4) or "</｜DSML｜ calls>" (V4.1)
+// ends the output. Text after the end is ignored.
 // Optional JSON mode: a "```json\n" / "```\n" fence or a bare "{" / "[" starts JSON content,
-// "\n```" ends it; other answer text becomes spaces.
+// "\n```" ends it; each run of other answer text becomes one space.
+// Events carry complete UTF-8 whenever the input chunks do.
 //
 // Never throws on model output. Not thread-safe (one parser per stream).
 #pragma once
