@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "cli/args.h"
 #include "cli/model_loading.h"
+#include "cli/serve.h"
 #include "engine/generate_loop.h"
 
 namespace deepinfer {
@@ -18,6 +19,7 @@ void usage() {
                "         [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
                "         [--seed S] [--numerics official|reference] [--batch-invariant] [--ignore-eos]\n"
                "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n");
+  serve_usage();
 }
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "generate") return deepinfer::cmd_generate(argc, argv);
+    if (cmd == "serve") return deepinfer::cmd_serve(argc, argv);
     std::fprintf(stderr, "deepinfer: unknown command '%s'\n", cmd.c_str());
     deepinfer::usage();
     return 2;

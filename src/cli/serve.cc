@@ -1,0 +1,82 @@
+// `deepinfer serve`: the OpenAI-compatible HTTP server (src/server) over the batched Engine.
+#include "cli/serve.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "cli/args.h"
+#include "cli/model_loading.h"
+#include "engine/async_engine.h"
+#include "engine/engine.h"
+#include "recipe/chat_encoding.h"
+#include "server/server.h"
+
+namespace deepinfer {
+
+void serve_usage() {
+  std::fprintf(stderr,
+               "usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
+               "         [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
+               "         [--max-num-batched-tokens N] [--max-live-requests N] [--max-body-bytes N]\n"
+               "         [--chat-encoding v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
+               "         [--dummy-weights] [--io-threads N] [--drain-seconds S]\n"
+               "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n");
+}
+
+int cmd_serve(int argc, char** argv) {
+  Args args(argc, argv, 2,
+            {"model", "host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
+             "max-num-batched-tokens", "max-live-requests", "max-body-bytes", "chat-encoding", "numerics",
+             "io-threads", "drain-seconds"},
+            {"batch-invariant", "dummy-weights", "help"});
+  if (args.has("help")) {
+    serve_usage();
+    return 0;
+  }
+  EngineArgs engine_args;
+  engine_args.model_dir = args.get("model");
+  engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
+  engine_args.model_options.batch_invariant = args.has("batch-invariant");
+  engine_args.dummy_weights = args.has("dummy-weights");
+  engine_args.max_num_seqs = args.get_int("max-num-seqs", engine_args.max_num_seqs);
+  engine_args.max_num_batched_tokens = args.get_int("max-num-batched-tokens", engine_args.max_num_batched_tokens);
+  engine_args.max_model_len = args.get_int("max-model-len", 0);
+
+  server::ServerOptions options;
+  options.host = args.get("host", options.host);
+  const int64_t port = args.get_int("port", options.port);
+  CHECK(port >= 0 && port < 65536) << "--port " << port << " is out of range";
+  options.port = static_cast<uint16_t>(port);
+  options.api_key = args.get("api-key");
+  const int64_t body = args.get_int("max-body-bytes", static_cast<int64_t>(options.max_body_bytes));
+  CHECK(body > 0) << "--max-body-bytes must be positive";
+  options.max_body_bytes = static_cast<size_t>(body);
+  options.chat_version = recipe::parse_chat_version(args.get("chat-encoding", "v4"));
+  options.n_io_threads = static_cast<int>(args.get_int("io-threads", 1));
+  CHECK(options.n_io_threads >= 1 && options.n_io_threads <= 256) << "--io-threads must be in 1..256";
+  options.drain_seconds = args.get_double("drain-seconds", options.drain_seconds);
+  const std::string dir = engine_args.model_dir;
+  options.model_name = args.get("served-model-name",
+                                dir.empty() ? "deepinfer-tiny" : std::filesystem::path(dir).filename().string());
+
+  auto engine = std::make_unique<Engine>(engine_args);
+  // The engine's tokenizer (it lives as long as the engine, which outlives the server).
+  const recipe::Tokenizer* tokenizer = engine->tokenizer();
+  CHECK_KIND(kNotFound, tokenizer != nullptr)
+      << "serving needs a tokenizer: " << (dir.empty() ? tiny_tokenizer_path() : dir + "/tokenizer.json")
+      << " does not exist";
+  const ModelConfig& config = engine->model_config();
+  options.max_model_len = engine_args.max_model_len > 0 ? engine_args.max_model_len : config.max_position_embeddings;
+  std::vector<int32_t> eos_ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
+
+  AsyncEngineOptions async_options;
+  async_options.max_live_requests = args.get_int("max-live-requests", 4 * engine_args.max_num_seqs);
+  AsyncEngine async_engine(make_step_engine(std::move(engine)), async_options);
+  server::Server server(options, *tokenizer, std::move(eos_ids), async_engine);
+  server.run();
+  return 0;
+}
+
+}  // namespace deepinfer

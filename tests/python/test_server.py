@@ -1,0 +1,415 @@
+"""`deepinfer serve` (GitHub issue 6) driven by the official `openai` client (PyPI) and by raw
+HTTP, on the built-in tiny model (random weights, real V4 tokenizer).
+
+References nobody here wrote: the openai client's parsing of every response and stream;
+deepseek-recipe's V4 encoder + tokenizer for the chat prompt token count; the single-sequence
+`deepinfer generate` loop for greedy completion text; HTTP/SSE framing checked byte-wise.
+
+The server runs on a loopback port it picks itself (--port 0; the port is read from its log).
+"""
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+API_KEY = "test-key"
+MODEL = "deepinfer-tiny"
+MAX_BODY = 200_000
+MAX_LIVE = 4
+TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tiny", "tokenizer.json")
+
+
+def binary():
+    build = os.environ.get("DEEPINFER_BUILD", "build")
+    path = os.path.join(build, "deepinfer")
+    assert os.path.exists(path), f"{path} not built (cmake --build {build} --target deepinfer)"
+    return path
+
+
+class Server:
+    def __init__(self, *args):
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([binary(), "serve", "--port", "0", *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            text = open(self.log.name).read()
+            m = re.search(r"serving \S+ on http://127\.0\.0\.1:(\d+)", text)
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.2)
+        assert self.port, "server did not start:\n" + open(self.log.name).read()
+
+    def log_text(self):
+        return open(self.log.name).read()
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        hdrs = {"Authorization": f"Bearer {API_KEY}"}
+        hdrs.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            hdrs.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=body, headers=hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp, data
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.unlink(self.log.name)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY),
+               "--max-live-requests", str(MAX_LIVE), "--max-model-len", "512")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=API_KEY,
+                         max_retries=0, timeout=300)
+
+
+def assert_error_body(data, status_type=None):
+    body = json.loads(data)
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}, body
+    assert isinstance(err["message"], str) and err["message"]
+    if status_type:
+        assert err["type"] == status_type
+    return err
+
+
+# ----------------------------------------------------------------------- basics
+
+
+def test_health_models_metrics(server, client):
+    resp, data = server.request("GET", "/health", headers={"Authorization": ""})
+    assert resp.status == 200
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    resp, data = server.request("GET", "/metrics")
+    assert resp.status == 200
+    text = data.decode()
+    assert "# TYPE deepinfer_requests_total counter" in text
+    assert re.search(r"^deepinfer_requests_running \d+$", text, re.M)
+
+
+def test_completion_greedy_matches_generate_cli(server, client):
+    prompt = "The capital of France is"
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    assert r.object == "text_completion" and r.id.startswith("cmpl-")
+    c = r.choices[0]
+    assert c.index == 0 and c.finish_reason in ("length", "stop")
+    # The single-sequence generation loop of the CLI is the reference for greedy text.
+    out = subprocess.run([binary(), "generate", "--prompt", prompt, "--max-tokens",
+                          str(r.usage.completion_tokens), "--temperature", "0"],
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr.decode()
+    cli_text = out.stdout.decode()[:-1]  # generate prints a trailing newline
+    if c.finish_reason == "length":
+        assert c.text == cli_text
+    else:  # EOS: the CLI prints its spelling, the API drops it
+        assert cli_text.startswith(c.text)
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(TOKENIZER)
+    assert r.usage.prompt_tokens == len(tok.encode(prompt).ids)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    if c.finish_reason == "length":
+        assert r.usage.completion_tokens == 8
+
+
+def test_completion_stream_equals_non_stream(server, client):
+    kw = dict(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0)
+    full = client.completions.create(**kw)
+    chunks = list(client.completions.create(**kw, stream=True,
+                                            stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert text == full.choices[0].text
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finals == [full.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert all(ch.usage is None for ch in chunks[:-1])
+    assert len({ch.id for ch in chunks}) == 1
+
+
+def test_chat_prompt_tokens_match_deepseek_recipe(server, client):
+    dr = pytest.importorskip("deepseek_recipe")
+    messages = [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Name three colours. <｜User｜> stays text."}]
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    enc = dr.DeepseekV4Encoding().with_tokenizer(dr.Tokenizer.from_file(TOKENIZER))
+    conv = dr.Conversation([dr.SystemMessage(messages[0]["content"]),
+                            dr.UserMessage(messages[1]["content"])], thinking_mode=False)
+    assert r.usage.prompt_tokens == len(enc.encode(conv))
+    msg = r.choices[0].message
+    assert r.object == "chat.completion" and msg.role == "assistant"
+    assert isinstance(msg.content, str)
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert "｜DSML｜" not in msg.content
+
+
+def test_chat_stream_equals_non_stream(server, client):
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}],
+              max_tokens=8, temperature=0)
+    full = client.chat.completions.create(**kw)
+    chunks = list(client.chat.completions.create(**kw, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert content == full.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+    reasons = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert reasons == [full.choices[0].finish_reason]
+
+
+def test_sse_framing(server):
+    """Raw bytes: every event is `data: <json>\\n\\n`, the last one `data: [DONE]\\n\\n`."""
+    resp, data = server.request("POST", "/v1/chat/completions",
+                                {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                 "max_tokens": 4, "temperature": 0, "stream": True})
+    assert resp.status == 200
+    assert resp.getheader("Content-Type").startswith("text/event-stream")
+    text = data.decode()
+    assert text.endswith("data: [DONE]\n\n")
+    events = text.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    for e in events[:-2]:
+        assert e.startswith("data: ") and "\n" not in e
+        obj = json.loads(e[len("data: "):])
+        assert obj["object"] == "chat.completion.chunk"
+
+
+# ----------------------------------------------------------------- sampling
+
+
+def test_seed_reproducible(server, client):
+    kw = dict(model=MODEL, prompt="Random words:", max_tokens=8, temperature=1.0, top_p=0.95)
+    a = client.completions.create(**kw, seed=1234).choices[0].text
+    b = client.completions.create(**kw, seed=1234).choices[0].text
+    c = client.completions.create(**kw, seed=99).choices[0].text
+    assert a == b
+    assert a != c
+
+
+def test_stop_string(server, client):
+    kw = dict(model=MODEL, prompt="Count with me:", max_tokens=12, temperature=0)
+    base = client.completions.create(**kw).choices[0].text
+    assert len(base) >= 4, base
+    stop = base[len(base) // 2: len(base) // 2 + 2]
+    want = base[: base.find(stop)]
+    r = client.completions.create(**kw, stop=[stop])
+    assert r.choices[0].text == want
+    assert r.choices[0].finish_reason == "stop"
+    streamed = list(client.completions.create(**kw, stop=stop, stream=True))
+    assert "".join(ch.choices[0].text for ch in streamed) == want
+    assert streamed[-1].choices[0].finish_reason == "stop"
+    # Chat: the stop string is cut from content too.
+    ckw = dict(model=MODEL, messages=[{"role": "user", "content": "Go on."}], max_tokens=12,
+               temperature=0)
+    cbase = client.chat.completions.create(**ckw).choices[0].message.content
+    if len(cbase) >= 4:
+        cstop = cbase[len(cbase) // 2: len(cbase) // 2 + 2]
+        cr = client.chat.completions.create(**ckw, stop=cstop)
+        assert cr.choices[0].message.content == cbase[: cbase.find(cstop)]
+        assert cr.choices[0].finish_reason == "stop"
+
+
+def test_n_two(server, client):
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
+                                       n=2, max_tokens=6, temperature=1.0, seed=7)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert r.choices[0].message.content != r.choices[1].message.content
+    chunks = list(client.completions.create(model=MODEL, prompt="Hello", n=2, max_tokens=5,
+                                            temperature=1.0, seed=7, stream=True,
+                                            stream_options={"include_usage": True}))
+    texts, reasons = {0: "", 1: ""}, {}
+    for ch in chunks:
+        for c in ch.choices:
+            texts[c.index] += c.text
+            if c.finish_reason:
+                assert c.index not in reasons
+                reasons[c.index] = c.finish_reason
+    assert set(reasons) == {0, 1}
+    ref = client.completions.create(model=MODEL, prompt="Hello", n=2, max_tokens=5,
+                                    temperature=1.0, seed=7)
+    assert [c.text for c in ref.choices] == [texts[0], texts[1]]
+    assert chunks[-1].usage.completion_tokens == ref.usage.completion_tokens
+
+
+def test_logprobs(server, client):
+    r = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=5, temperature=0,
+                                  logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == r.usage.completion_tokens
+    for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= 3 and top
+        assert chosen <= 0.0
+        assert chosen >= max(top.values()) - 1e-5  # greedy picks the most likely token
+    c = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+    entries = c.choices[0].logprobs.content
+    assert len(entries) == c.usage.completion_tokens
+    for e in entries:
+        assert len(e.top_logprobs) == 2
+        assert e.logprob >= e.top_logprobs[0].logprob - 1e-5
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token or e.token
+
+
+def test_thinking_reasoning_content(server, client):
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Think."}], max_tokens=6, temperature=0,
+        extra_body={"chat_template_kwargs": {"thinking": True}})
+    msg = r.choices[0].message
+    reasoning = getattr(msg, "reasoning_content", None)
+    assert isinstance(reasoning, str)
+    details = r.usage.completion_tokens_details
+    assert details is not None and 0 <= details.reasoning_tokens <= r.usage.completion_tokens
+    if reasoning and not msg.content:
+        assert details.reasoning_tokens == r.usage.completion_tokens
+
+
+# ------------------------------------------------------------------- errors
+
+
+def test_wrong_api_key_401(server):
+    bad = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="wrong",
+                        max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as e:
+        bad.models.list()
+    assert e.value.status_code == 401
+    resp, data = server.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"})
+    assert resp.status == 401
+    assert assert_error_body(data)["code"] == "invalid_api_key"
+
+
+def test_malformed_json_400(server):
+    resp, data = server.request("POST", "/v1/chat/completions", body='{"model": "x", "messages": [',
+                                headers={"Content-Type": "application/json"})
+    assert resp.status == 400
+    assert_error_body(data, "invalid_request_error")
+    resp, data = server.request("POST", "/v1/completions", body="[1, 2]")
+    assert resp.status == 400
+    resp, data = server.request("POST", "/v1/completions",
+                                body="[" * 100 + "]" * 100)
+    assert resp.status == 400
+
+
+def test_invalid_fields_400(server, client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=4, temperature=5)
+    assert e.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=[], max_tokens=4)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=100000)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})
+
+
+def test_unknown_model_404(server, client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-nonexistent",
+                                       messages=[{"role": "user", "content": "x"}], max_tokens=2)
+    assert e.value.status_code == 404
+    assert e.value.body["code"] == "model_not_found"
+    resp, data = server.request("GET", "/v1/nothing-here")
+    assert resp.status == 404
+    assert_error_body(data)
+
+
+def test_body_too_large_413(server, client):
+    with pytest.raises(openai.APIStatusError) as e:
+        client.completions.create(model=MODEL, prompt="a " * MAX_BODY, max_tokens=1)
+    assert e.value.status_code == 413
+    assert e.value.body["code"] == "request_too_large"
+    # The server keeps serving.
+    assert client.models.list().data[0].id == MODEL
+
+
+def running(server):
+    _, data = server.request("GET", "/metrics")
+    return int(re.search(r"^deepinfer_requests_running (\d+)$", data.decode(), re.M).group(1))
+
+
+def test_full_queue_429_and_disconnect_aborts(server, client):
+    """Fill admission with long streams, get 429 + Retry-After, drop the streams: the server
+    aborts their requests (running goes back to 0) and serves again."""
+    body = json.dumps({"model": MODEL, "prompt": "Go", "max_tokens": 400, "temperature": 1.0,
+                       "ignore_eos": True, "stream": True}).encode()
+    conns = []
+    for _ in range(MAX_LIVE):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+        conn.request("POST", "/v1/completions", body=body,
+                     headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.fp.readline()  # the first chunk: the request is live
+        conns.append((conn, resp))
+    with pytest.raises(openai.RateLimitError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    assert e.value.status_code == 429
+    assert e.value.response.headers.get("retry-after") == "1"
+    assert running(server) == MAX_LIVE
+    for conn, resp in conns:
+        conn.sock.close()
+        conn.close()
+    deadline = time.time() + 60
+    while running(server) != 0 and time.time() < deadline:
+        time.sleep(0.2)
+    assert running(server) == 0
+    assert "client disconnected" in server.log_text()
+    r = client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    assert r.choices[0].finish_reason in ("length", "stop")
+
+
+def test_one_log_line_per_request(server, client):
+    client.completions.create(model=MODEL, prompt="log me", max_tokens=2, temperature=0)
+    lines = [l for l in server.log_text().splitlines() if "POST /v1/completions cmpl-" in l]
+    assert lines and re.search(r" 200 prompt=\d+ completion=\d+ ttft_ms=[\d.-]+ e2e_ms=[\d.]+$", lines[-1])
+
+
+def test_graceful_shutdown_finishes_stream():
+    """SIGTERM while a stream runs: the stream still ends with [DONE] and the process exits 0."""
+    s = Server("--drain-seconds", "60")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        conn.request("POST", "/v1/completions",
+                     body=json.dumps({"prompt": "Drain", "max_tokens": 6, "temperature": 0,
+                                      "stream": True}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        s.proc.terminate()
+        data = resp.read().decode()
+        assert data.endswith("data: [DONE]\n\n")
+        assert s.proc.wait(timeout=120) == 0
+    finally:
+        s.stop()
