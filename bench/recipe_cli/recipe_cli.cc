@@ -8,7 +8,8 @@
 //   recipe_cli parse    each input line: {"text": ..., "options": {"parse_tool_calls",
 //                       "starts_in_tool_calls", "parse_json_output", "start": "answer" |
 //                       "reasoning_start" | "reasoning_continuation" | "content_continuation",
-//                       "stop_sequences": [...]}}; output line: {"whole": R, "bytewise": R}
+//                       "stop_sequences": [...]}, "finish": "stop" | "length" | "content_filter"};
+//                       output line: {"whole": R, "bytewise": R, "finish_reason": ...}
 //                       where R is the result of feeding the text at once / one byte at a time.
 //   recipe_cli parser-options   each input line: a conversation (+ "stop_sequences"); output
 //                       line: parser_options_for() of it.
@@ -127,6 +128,11 @@ OrderedJson parse_line(const OrderedJson& req) {
     if (ev.kind == recipe::OutputEvent::Kind::kContent) streamed_content += ev.text;
   }
   out["bytewise"] = result_json(bytewise.result());
+  const std::string finish = req.value("finish", std::string("stop"));
+  const recipe::BackendFinish backend = finish == "length"           ? recipe::BackendFinish::kLength
+                                        : finish == "content_filter" ? recipe::BackendFinish::kContentFilter
+                                                                     : recipe::BackendFinish::kStop;
+  out["finish_reason"] = recipe::finish_reason(bytewise.result(), backend);
   out["bytewise_events_content"] = streamed_content;
   return out;
 }

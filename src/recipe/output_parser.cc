@@ -352,4 +352,11 @@ ParsedOutput parse_output(std::string_view text, const ParserOptions& options) {
   return parser.result();
 }
 
+const char* finish_reason(const ParsedOutput& output, BackendFinish finish) {
+  if (output.stop_sequence_hit) return "stop";
+  if (finish == BackendFinish::kLength) return "length";
+  if (finish == BackendFinish::kContentFilter) return "content_filter";
+  return output.tool_calls.empty() ? "stop" : "tool_calls";
+}
+
 }  // namespace deepinfer::recipe

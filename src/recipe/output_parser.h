@@ -91,4 +91,11 @@ class OutputParser {
 // Convenience: parse a whole completion.
 ParsedOutput parse_output(std::string_view text, const ParserOptions& options);
 
+// Why generation stopped, as the engine saw it.
+enum class BackendFinish { kStop, kLength, kContentFilter };
+// The OpenAI finish_reason deepseek-recipe reports: "stop" when a stop sequence ended the
+// output; otherwise "length" / "content_filter" for those backend reasons; otherwise
+// "tool_calls" when a tool call was parsed, else "stop".
+const char* finish_reason(const ParsedOutput& output, BackendFinish finish);
+
 }  // namespace deepinfer::recipe

@@ -406,7 +406,8 @@ def rand_completion(rng):
     }
     if options["starts_in_tool_calls"]:
         text = "\n" + dsml_block(rng, "v4")[len("<｜DSML｜tool_calls>"):]
-    return {"text": text, "options": options}
+    finish = rng.choice(["stop"] * 8 + ["length", "content_filter"])
+    return {"text": text, "options": options, "finish": finish}
 
 
 def recipe_parse(case):
@@ -425,8 +426,10 @@ def recipe_parse(case):
     chunks = processor.push(dr.InferenceChunk.ready())
     if case["text"]:
         chunks += processor.push(dr.InferenceChunk.text(case["text"], 1))
+    finish = {"stop": dr.InferenceFinishReason.Stop, "length": dr.InferenceFinishReason.Length,
+              "content_filter": dr.InferenceFinishReason.ContentFilter}[case.get("finish", "stop")]
     if not processor.finished:
-        chunks += processor.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop))
+        chunks += processor.push(dr.InferenceChunk.finish(finish))
     if not processor.finished:
         chunks += processor.finish()
     for chunk in chunks:
@@ -442,9 +445,9 @@ def recipe_parse(case):
     }
 
 
-def ours_view(result):
+def ours_view(result, finish_reason):
     view = {k: result[k] for k in ("reasoning_content", "content", "tool_calls")}
-    view["finish_reason"] = "tool_calls" if result["tool_calls"] else "stop"
+    view["finish_reason"] = finish_reason
     return view
 
 
@@ -456,7 +459,8 @@ def test_parsed_outputs_match():
     for i, (case, got) in enumerate(zip(cases, ours)):
         assert "error" not in got, got
         want = recipe_parse(case)
-        whole, bytewise = ours_view(got["whole"]), ours_view(got["bytewise"])
+        whole = ours_view(got["whole"], got["finish_reason"])
+        bytewise = ours_view(got["bytewise"], got["finish_reason"])
         # Streamed content deltas concatenate to the final content.
         if whole != want or bytewise != want or \
                 got["bytewise_events_content"] != got["bytewise"]["content"]:
