@@ -97,12 +97,18 @@ RenderedPrompt render_prompt_v4(const Conversation& conv, const SpecialTokens& t
            "reply:\n" + dump_json(conv.response_schema, kStyle));
   }
 
-  // Tool results answer the calls in order: the k turns after a k-call assistant turn.
+  // Tool results answer the calls in order: the k turns after a k-call assistant turn are
+  // sorted. The windows are taken from the positions before any sorting and then sorted one
+  // after the other, so an assistant turn inside an earlier window can move behind results.
+  std::vector<std::pair<size_t, size_t>> windows;
   for (size_t i = 0; i < turns.size(); ++i) {
     const Message& m = *turns[i].front();
     const size_t n_calls = m.tool_calls.size();
     if (m.role != Role::kAssistant || n_calls == 0 || i + n_calls >= turns.size()) continue;
-    std::stable_sort(turns.begin() + i + 1, turns.begin() + i + 1 + n_calls,
+    windows.emplace_back(i + 1, i + 1 + n_calls);
+  }
+  for (const auto& [begin, end] : windows) {
+    std::stable_sort(turns.begin() + begin, turns.begin() + end,
                      [](const auto& a, const auto& c) {
                        return result_key(*a.front()) < result_key(*c.front());
                      });

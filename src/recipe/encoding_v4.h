@@ -10,7 +10,8 @@
 //    tool results joins their turn, a tool result after user text opens a new turn;
 //  - history tool calls are written in the order of their ids (string order), and after an
 //    assistant message with k tool calls the next k turns are stably ordered by tool_call_id
-//    (results without an id first, non-results last) when at least k turns follow;
+//    (results without an id first, non-results last) when at least k turns follow; these
+//    windows are positions in the unsorted turn list, sorted one after the other;
 //  - assistant turns: <｜Assistant｜>[<think>R]</think>{content}{DSML}<EOS>; R is written for
 //    every turn when tools are declared (or drop_thinking is false) and for prefix messages,
 //    otherwise dropped; a thinking-mode prefix message without content leaves out the

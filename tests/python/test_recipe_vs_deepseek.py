@@ -5,9 +5,7 @@ Prompts must be byte-identical (and the special-token ranges the same); parsed o
 equal deepseek-recipe's accumulated Chat Completions message, with ours fed whole and one
 byte at a time. Ours runs through the JSON-lines driver $DEEPINFER_BUILD/recipe_cli.
 
-Known divergences (rare shapes, outside what the generator below produces with these seeds):
-- V4: an assistant message among the k messages right after a k-call assistant message
-  (tool results missing or interleaved with a new assistant turn) may be ordered differently.
+Known divergence:
 - JSON mode (parse_json_output): deepseek-recipe writes one space per *input chunk* of text
   around the JSON, so its own result depends on how the text was split; ours writes one space
   per run, which equals deepseek-recipe's whole-text result.
