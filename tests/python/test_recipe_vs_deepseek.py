@@ -584,3 +584,35 @@ def test_chat_completions_requests(version):
     ours = run_cli("render", [dict(b, version=version, openai=True) for b in bodies])
     bad = [(b, g, w) for b, g, w in zip(bodies, ours, wants) if g.get("prompt") != w]
     assert not bad, f"{len(bad)}/{len(bodies)} differ; first: {bad[0]}"
+
+
+@pytest.mark.parametrize("version", ["v4", "v4.1"])
+def test_tool_result_orderings(version):
+    """Tool results out of order, missing, foreign or id-less, interleaved with other turns:
+    the encoders reorder them exactly like deepseek-recipe."""
+    rng = random.Random(2718 if version == "v4" else 2719)
+    encoding = dr.DeepseekV4Encoding() if version == "v4" else dr.DeepseekV41Encoding()
+    convs = []
+    for _ in range(500):
+        msgs = [{"role": "user", "content": "q"}]
+        for _ in range(rng.randint(2, 8)):
+            r = rng.random()
+            if r < 0.3:
+                ids = rng.sample("pqrstuvw", rng.randint(1, 3))
+                msgs.append({"role": "assistant", "content": "A" + ",".join(ids),
+                             "tool_calls": [{"id": i, "name": "f", "arguments": "{}"} for i in ids]})
+            elif r < 0.4:
+                msgs.append({"role": "user", "content": "U" + rng.choice("xyz")})
+            elif r < 0.45:
+                msgs.append({"role": "system", "content": "S"})
+            elif r < 0.5:
+                msgs.append({"role": "latest_reminder", "content": "L"})
+            else:
+                msgs.append({"role": "tool", "content": "r",
+                             "tool_call_id": rng.choice(list("pqrstuvw") + [None])})
+        convs.append({"version": version, "messages": msgs, "thinking_mode": rng.random() < 0.5,
+                      "tools": [], "tool_choice": "auto", "reasoning_effort": None})
+    ours = run_cli("render", convs)
+    bad = [c for c, g in zip(convs, ours)
+           if g.get("prompt") != encoding.render_conversation(to_recipe(c)).prompt]
+    assert not bad, f"{len(bad)}/{len(convs)} differ; first: {bad[0]}"
