@@ -31,6 +31,8 @@ const std::set<std::string>& unsupported_keywords() {
   return k;
 }
 
+constexpr int64_t kMaxCountedLength = 1000;
+
 class JsonSchemaCompiler {
  public:
   JsonSchemaCompiler(const json& root, const JsonSchemaOptions& options)
@@ -341,10 +343,10 @@ class JsonSchemaCompiler {
     std::vector<ExprPtr> parts;
     auto min_len = count(s, "minLength", path);
     auto max_len = count(s, "maxLength", path);
-    CHECK_KIND(kUnsupported, !max_len || *max_len <= 10000)
-        << "JSON Schema at '" << path << "': maxLength above 10000 is not supported";
-    CHECK_KIND(kUnsupported, !min_len || *min_len <= 10000)
-        << "JSON Schema at '" << path << "': minLength above 10000 is not supported";
+    // Length counters cost states: bounds above kMaxCountedLength are narrowed to it (json_schema.h).
+    CHECK_KIND(kUnsupported, !min_len || *min_len <= kMaxCountedLength)
+        << "JSON Schema at '" << path << "': minLength above " << kMaxCountedLength << " is not supported";
+    if (max_len && *max_len > kMaxCountedLength) max_len = kMaxCountedLength;
     std::vector<ExprPtr> constraints;
     static const Dfa unit = build_dfa(*json_char(), "JSON string character");
     constraints.push_back(automaton(std::make_shared<const Dfa>(repeat_prefix_free_dfa(
@@ -361,11 +363,16 @@ class JsonSchemaCompiler {
         THROW(kUnsupported) << "JSON Schema at '" << path << "': pattern: " << e.what();
       }
     }
-    if (s.contains("format")) {
+    if (s.contains("format") && s["format"].is_string()) {
       std::string f = s["format"].get<std::string>();
       ExprPtr fe = format_expr(f);
-      if (!fe) unsupported(path, "format '" + f + "'");
-      constraints.push_back(fe);
+      // Formats no specification or validator defines are annotations: ignoring them is exact.
+      static const std::set<std::string> defined = {
+          "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+          "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+          "json-pointer", "relative-json-pointer", "regex", "color", "host-name", "ip-address"};
+      if (!fe && defined.count(f)) unsupported(path, "format '" + f + "'");
+      if (fe) constraints.push_back(fe);
     }
     std::shared_ptr<const Dfa> acc;
     for (const auto& c : constraints) {

@@ -4,8 +4,8 @@
 // patternProperties, unevaluatedProperties (only where it equals additionalProperties: no
 // composition siblings), items / prefixItems (and draft-04 array `items` + additionalItems),
 // minItems / maxItems, minProperties / maxProperties, enum, const, anyOf, oneOf (only when the
-// branches are provably disjoint: distinct types, distinct literals, or a distinct const
-// discriminator property), allOf (merged), $ref / $defs / definitions (local JSON pointers,
+// branches are provably disjoint: distinct types, distinct literals, a distinct const
+// discriminator property, or a property one branch requires and the other forbids), allOf (merged), $ref / $defs / definitions (local JSON pointers,
 // recursion allowed), minLength / maxLength, pattern, format (date, time, date-time, email,
 // uuid, uri, ipv4, ipv6, hostname), minimum / maximum / exclusiveMinimum / exclusiveMaximum.
 // Annotations (title, description, default, examples, $comment, $schema, $id, ...) and unknown
@@ -26,7 +26,12 @@
 //   wider); a range that becomes empty that way throws kUnsupported.
 // - enum / const literals are written compactly with integral floats as integers (1.0 -> 1).
 // - Formats are matched by fixed regular expressions that accept a subset of each format
-//   (e.g. date excludes Feb 29; hostname has at most 3 labels).
+//   (e.g. date excludes Feb 29; hostname has at most 3 labels). Format names that no draft or
+//   validator defines (e.g. "topic", "int32") are annotations and ignored; defined ones we do
+//   not implement (duration, idn-*, iri*, uri-reference, uri-template, json-pointer, regex, ...)
+//   throw kUnsupported.
+// - maxLength above 1000 is narrowed to 1000 (counting automata grow with the bound);
+//   minLength above 1000 throws kUnsupported.
 #pragma once
 
 #include <string_view>

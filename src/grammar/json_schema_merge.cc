@@ -262,10 +262,25 @@ bool pair_disjoint(const json& a, const json& b, const json& root) {
   for (const auto& t : ta) overlap = overlap || tb.count(t);
   if (!overlap) return true;
   if (has_literals(a) && has_literals(b) && literals_disjoint(literals(a), literals(b))) return true;
-  // Discriminator: a property required by both whose literal sets are disjoint (separates
-  // objects only, so the branches may share no other type).
+  // The rules below separate objects only, so the branches may share no other type.
   for (const auto& t : ta)
     if (t != "object" && tb.count(t)) return false;
+  // A property one branch requires and the other forbids (additionalProperties: false, not
+  // declared, no patternProperties; or declared as false).
+  auto forbids = [](const json& s, const std::string& k) {
+    if (!s.is_object()) return false;
+    if (s.contains("properties") && s["properties"].contains(k)) return s["properties"][k] == false;
+    return s.contains("additionalProperties") && s["additionalProperties"] == false &&
+           !s.contains("patternProperties");
+  };
+  auto requires_forbidden = [&](const json& x, const json& y) {
+    if (!x.is_object() || !x.contains("required")) return false;
+    for (const auto& r : x["required"])
+      if (r.is_string() && forbids(y, r.get<std::string>())) return true;
+    return false;
+  };
+  if (requires_forbidden(a, b) || requires_forbidden(b, a)) return true;
+  // Discriminator: a property required by both whose literal sets are disjoint.
   if (!a.is_object() || !b.is_object() || !a.contains("properties") || !b.contains("properties")) return false;
   if (!a.contains("required") || !b.contains("required")) return false;
   for (auto it = a["properties"].begin(); it != a["properties"].end(); ++it) {

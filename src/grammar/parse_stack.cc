@@ -97,7 +97,7 @@ void ByteStepper::advance(const Top* in, size_t n, uint8_t byte, std::vector<Top
 }
 
 bool ByteStepper::advance_bytes(std::vector<Top>& tops, StepFlags& flags, std::string_view bytes) {
-  std::vector<Top> next;
+  std::vector<Top>& next = scratch_;
   for (size_t i = 0; i < bytes.size(); ++i) {
     if (tops.empty()) return false;
     next.clear();

@@ -68,6 +68,7 @@ class ByteStepper {
   const Grammar& g_;
   StackPool& pool_;
   std::vector<uint64_t> visited_;
+  std::vector<Top> scratch_;
   void expand_rec(int32_t pos, int32_t parent, std::vector<Top>& out, StepFlags& flags, int depth);
   bool visit(int32_t pos, int32_t parent);
 };
