@@ -11,8 +11,18 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stop
 std::string StopMatcher::feed(std::string_view text) {
   if (hit_) return "";
   pending_.append(text);
-  size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, pending_.find(s));
+  // The stop string that completes first wins (ties: the longer one, which starts earlier),
+  // as when the text is checked token by token; the result does not depend on the split.
+  size_t first = std::string::npos, first_end = std::string::npos;
+  for (const std::string& s : stops_) {
+    const size_t pos = pending_.find(s);
+    if (pos == std::string::npos) continue;
+    const size_t end = pos + s.size();
+    if (end < first_end || (end == first_end && pos < first)) {
+      first = pos;
+      first_end = end;
+    }
+  }
   if (first != std::string::npos) {
     hit_ = true;
     std::string out = pending_.substr(0, first);

@@ -1,7 +1,8 @@
 // Text helpers for streamed responses.
 //
 // StopMatcher: finds stop strings in text that arrives in pieces. feed() returns the text
-// that is final: everything before the first stop string once one is seen, else everything
+// that is final: everything before the stop string that completes first (ties: the longer)
+// once one is seen, else everything
 // except the longest tail that could still start a stop string (held back). After a hit,
 // later text is ignored. flush() returns what is held back at the end of the stream.
 //
