@@ -1,0 +1,54 @@
+// CUDA entries of the KV compressor (MODEL_SPEC §A.5; CPU: compress_pool.h and
+// Model::compressor_step) over a batch of chunks, with the per-sequence state in device
+// memory. Width w (d_c); c = 2 for the overlapping ratio-4 compressor, else 1; cw = c * w.
+//
+// State of one sequence (slot) for one compressor: a ring of the last 2m positions' a and z
+// values, ring_a / ring_z + (slot * 2m + p % 2m) * cw (z there already includes ape), and
+// its emitted entries, entries + (slot * max_entries + e) * w.
+//
+// Per call (rows of the batch; int32 per-row metadata as in sparse_attention_cuda.h):
+//  1. compressor_add_ape_cuda: z[r, :] += ape[positions[r] % m, :]   (z [n_rows, cw]).
+//  2. compressor_emit_cuda: for each emitting row r (positions[r] + 1 ≡ 0 mod m, listed in
+//     emit_rows [n_emit]), entry e = positions[r] / m pools the 2m (overlap: A halves of
+//     window e-1, weight 0 when e == 0, then B halves of window e) or m slots with a
+//     per-channel softmax over z, then RMSNorm (weight norm_w, eps), RoPE on the last
+//     rope_dim channels at position m * e (inv_freq [rope_dim / 2]), and writes the entry.
+//     Positions of the current chunk come from a / z, older ones from the ring.
+//  3. ring_store_cuda (runtime) then writes the chunk's a / z rows into the ring; it must run
+//     after 2 (the emission reads the ring's older positions).
+// Reference numerics (no QAT rounding). fp32. Run on `stream`; no allocation or sync.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer {
+
+struct CompressorEmitParams {
+  const float* a = nullptr;  // [n_rows, cw] current chunk rows
+  const float* z = nullptr;  // [n_rows, cw] (ape added)
+  const float* ring_a = nullptr;
+  const float* ring_z = nullptr;
+  float* entries = nullptr;
+  int64_t max_entries = 0;
+  int64_t ratio = 0;  // m
+  int64_t width = 0;  // w
+  bool overlap = false;
+  const int32_t* emit_rows = nullptr;
+  int64_t n_emit = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* slot = nullptr;
+  const int32_t* chunk_start = nullptr;
+  const int32_t* chunk_row0 = nullptr;
+  const float* norm_w = nullptr;
+  float eps = 1e-6f;
+  int64_t rope_dim = 0;
+  const float* inv_freq = nullptr;
+};
+
+void compressor_add_ape_cuda(cudaStream_t stream, float* z, const float* ape,
+                             const int32_t* positions, int64_t n_rows, int64_t ratio, int64_t cw);
+void compressor_emit_cuda(cudaStream_t stream, const CompressorEmitParams& p);
+
+}  // namespace deepinfer

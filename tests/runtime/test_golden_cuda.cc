@@ -1,0 +1,204 @@
+// GPU forward (GpuModel, reference numerics) on the golden checkpoints against HF
+// transformers' float64 logits (tests/data/golden): at every position cosine similarity
+// >= 0.999 and the same argmax wherever the reference top-1 margin exceeds 1e-2, for
+//  * one full prefill,
+//  * chunked prefill (chunks of 7) for half the sequence, then decode one token at a time,
+//  * two sequences batched together (one in chunks of 13, one prefilled then decoding).
+// Also prints the GPU-vs-CPU-backend maximum relative difference (same numerics) per model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "runtime/gpu_model.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+const char* kGoldenDir = "tests/data/golden";
+
+std::vector<int32_t> read_ids(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  std::vector<int32_t> ids(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    ids[i] = t.dtype() == DType::I64 ? static_cast<int32_t>(t.data<int64_t>()[i]) : t.data<int32_t>()[i];
+  }
+  return ids;
+}
+
+std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  EXPECT_EQ(t.dtype(), DType::F32) << name;
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+std::vector<std::string> golden_models() {
+  std::vector<std::string> names;
+  if (!fs::exists(kGoldenDir)) return names;
+  for (const auto& entry : fs::directory_iterator(kGoldenDir)) {
+    if (fs::exists(entry.path() / "reference.safetensors")) names.push_back(entry.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+struct RowStats {
+  double min_cos = 1.0;
+  int n_argmax_checked = 0;
+};
+
+// ours/ref [rows, V]; margins [rows].
+RowStats expect_rows_close(const std::vector<float>& ours, const std::vector<float>& ref,
+                           const std::vector<float>& margins, int64_t vocab, const std::string& what) {
+  RowStats st;
+  EXPECT_EQ(ours.size(), ref.size()) << what;
+  if (ours.size() != ref.size()) return st;
+  const int64_t rows = static_cast<int64_t>(ref.size()) / vocab;
+  int n_bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = &ours[r * vocab];
+    const float* b = &ref[r * vocab];
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      dot += static_cast<double>(a[v]) * b[v];
+      na += static_cast<double>(a[v]) * a[v];
+      nb += static_cast<double>(b[v]) * b[v];
+    }
+    const double cos = dot / std::sqrt(na * nb);
+    if (!(cos >= st.min_cos)) st.min_cos = cos;  // NaN propagates
+    const bool cos_ok = cos >= 0.999;
+    bool argmax_ok = true;
+    if (margins[r] > 1e-2f) {
+      ++st.n_argmax_checked;
+      argmax_ok = std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
+    }
+    if ((!cos_ok || !argmax_ok) && ++n_bad <= 5) {
+      ADD_FAILURE() << what << ": position " << r << " cosine " << cos
+                    << (argmax_ok ? "" : ", argmax differs") << " (margin " << margins[r] << ")";
+    }
+  }
+  EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions fail";
+  std::printf("  %-28s positions %4lld  min cosine %.9f  argmax checked %d\n", what.c_str(),
+              static_cast<long long>(rows), st.min_cos, st.n_argmax_checked);
+  return st;
+}
+
+// Runs `tokens` through a fresh sequence in chunk sizes given by `chunk_of(step)`.
+template <typename ChunkOf>
+std::vector<float> run(GpuModel& model, const std::vector<int32_t>& tokens, ChunkOf chunk_of) {
+  const int64_t seq = model.new_sequence();
+  std::vector<float> out;
+  size_t begin = 0;
+  for (int step = 0; begin < tokens.size(); ++step) {
+    const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(chunk_of(begin)));
+    GpuChunk c{seq, std::span<const int32_t>(tokens.data() + begin, end - begin), true};
+    Tensor logits = model.forward(std::span<const GpuChunk>(&c, 1));
+    out.insert(out.end(), logits.f32(), logits.f32() + logits.numel());
+    begin = end;
+  }
+  EXPECT_EQ(model.n_tokens(seq), static_cast<int64_t>(tokens.size()));
+  model.free_sequence(seq);
+  return out;
+}
+
+class GoldenCudaTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  fs::path dir() const { return fs::path(kGoldenDir) / GetParam(); }
+};
+
+TEST_P(GoldenCudaTest, MatchesHFReference) {
+  auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
+  const auto tokens = read_ids(*ref, "input_ids");
+  const auto logits = read_f32(*ref, "logits");
+  const auto margins = read_f32(*ref, "logits_margin");
+  const int64_t S = static_cast<int64_t>(tokens.size());
+  std::vector<std::string> variants = {"hf"};
+  if (fs::exists(dir() / "native")) variants.push_back("native");
+  for (const std::string& variant : variants) {
+    SCOPED_TRACE(GetParam() + "/" + variant);
+    std::printf("%s/%s (%lld tokens)\n", GetParam().c_str(), variant.c_str(),
+                static_cast<long long>(S));
+    GpuModelOptions opt;
+    opt.max_sequences = 3;
+    opt.max_context = 1024;
+    opt.max_batch_tokens = 512;
+    auto model = GpuModel::load((dir() / variant).string(), opt);
+    const int64_t V = model->config().vocab_size;
+
+    const auto full = run(*model, tokens, [&](size_t) { return S; });
+    expect_rows_close(full, logits, margins, V, "full prefill");
+    const auto chunked = run(*model, tokens, [&](size_t begin) {
+      return static_cast<int64_t>(begin) < S / 2 ? 7 : 1;
+    });
+    expect_rows_close(chunked, logits, margins, V, "chunks of 7 then decode");
+
+    // Two sequences in the same forward calls: A in chunks of 13, B prefilled with 29
+    // tokens then decoding one token per step (A finishes first, B continues alone).
+    const int64_t a = model->new_sequence(), b = model->new_sequence();
+    std::vector<float> out_a, out_b;
+    size_t pa = 0, pb = 0;
+    while (pa < tokens.size() || pb < tokens.size()) {
+      std::vector<GpuChunk> chunks;
+      size_t na = 0, nb = 0;
+      if (pa < tokens.size()) {
+        na = std::min<size_t>(13, tokens.size() - pa);
+        chunks.push_back({a, std::span<const int32_t>(tokens.data() + pa, na), true});
+      }
+      if (pb < tokens.size()) {
+        nb = pb == 0 ? 29 : 1;
+        chunks.push_back({b, std::span<const int32_t>(tokens.data() + pb, nb), true});
+      }
+      Tensor l = model->forward(chunks);
+      const float* p = l.f32();
+      out_a.insert(out_a.end(), p, p + na * V);
+      out_b.insert(out_b.end(), p + na * V, p + (na + nb) * V);
+      pa += na;
+      pb += nb;
+    }
+    expect_rows_close(out_a, logits, margins, V, "batched: chunks of 13");
+    expect_rows_close(out_b, logits, margins, V, "batched: prefill 29 + decode");
+    model->free_sequence(a);
+    model->free_sequence(b);
+
+    // Same numerics on the CPU backend, for the record.
+    auto cpu = Model::load((dir() / variant).string(), {Numerics::kReference, false});
+    auto state = cpu->new_state();
+    SequenceChunk c{state.get(), tokens, true};
+    Tensor cl = cpu->forward(std::span<const SequenceChunk>(&c, 1));
+    float diff = 0.0f, scale = 0.0f;
+    for (int64_t i = 0; i < cl.numel(); ++i) {
+      diff = std::max(diff, std::abs(cl.f32()[i] - full[i]));
+      scale = std::max(scale, std::abs(cl.f32()[i]));
+    }
+    std::printf("  GPU vs CPU backend (full prefill): max|diff| / max|logit| = %.3g\n", diff / scale);
+  }
+}
+
+TEST_P(GoldenCudaTest, RejectsBadInput) {
+  GpuModelOptions opt;
+  opt.max_sequences = 1;
+  opt.max_context = 64;
+  opt.max_batch_tokens = 16;
+  auto model = GpuModel::load((dir() / "hf").string(), opt);
+  const int64_t seq = model->new_sequence();
+  EXPECT_THROW(model->new_sequence(), Error);
+  std::vector<int32_t> bad = {1, static_cast<int32_t>(model->config().vocab_size)};
+  GpuChunk c{seq, bad, false};
+  EXPECT_THROW(model->forward(std::span<const GpuChunk>(&c, 1)), Error);
+  std::vector<int32_t> many(17, 1);
+  c.tokens = many;
+  EXPECT_THROW(model->forward(std::span<const GpuChunk>(&c, 1)), Error);
+  EXPECT_EQ(model->n_tokens(seq), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(HF, GoldenCudaTest, ::testing::ValuesIn(golden_models()));
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenCudaTest);
+
+TEST(GoldenCuda, DataIsPresent) { EXPECT_GE(golden_models().size(), 4u); }
+
+}  // namespace
+}  // namespace deepinfer
