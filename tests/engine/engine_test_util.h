@@ -18,9 +18,10 @@ namespace deepinfer::testing {
 
 constexpr uint64_t kEngineTestSeed = 7;
 
-inline std::unique_ptr<Model> small_model(bool batch_invariant = true) {
+inline std::unique_ptr<Model> small_model(bool batch_invariant = true,
+                                          Numerics numerics = Numerics::kOfficial) {
   auto source = random_weights(small_config(), kEngineTestSeed);
-  return Model::from_source(small_config(), *source, {Numerics::kOfficial, batch_invariant});
+  return Model::from_source(small_config(), *source, {numerics, batch_invariant});
 }
 
 // Engine args with tiny pools: a few requests fill them, so preemption happens.
@@ -35,8 +36,9 @@ inline EngineArgs tiny_pool_args(bool overlap) {
   return a;
 }
 
-inline std::unique_ptr<Engine> small_engine(const EngineArgs& args, bool batch_invariant = true) {
-  return std::make_unique<Engine>(args, small_model(batch_invariant), nullptr);
+inline std::unique_ptr<Engine> small_engine(const EngineArgs& args, bool batch_invariant = true,
+                                            Numerics numerics = Numerics::kOfficial) {
+  return std::make_unique<Engine>(args, small_model(batch_invariant, numerics), nullptr);
 }
 
 struct Job {
