@@ -1,5 +1,6 @@
 #include "recipe/bpe.h"
 
+#include <algorithm>
 #include <climits>
 #include <queue>
 
@@ -15,7 +16,7 @@ namespace {
 constexpr uint64_t kEmpty = ~0ull;
 // Words up to this many symbols use the quadratic scan; longer ones the heap.
 constexpr size_t kShortWord = 48;
-constexpr size_t kMinCachedBytes = 8;
+constexpr size_t kMinCachedBytes = 4;
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -62,6 +63,12 @@ BpeModel::BpeModel(const nlohmann::json& model) {
     auto it = vocab_.find(ch);
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
+  int32_t max_byte_id = -1;
+  for (int32_t id : byte_ids_) max_byte_id = std::max(max_byte_id, id);
+  id_byte_.assign(max_byte_id + 1, -1);
+  for (int b = 0; b < 256; ++b)
+    if (byte_ids_[b] >= 0) id_byte_[byte_ids_[b]] = static_cast<int16_t>(b);
+  byte_pairs_.assign(1 << 16, MergeEntry{kEmpty, 0, 0});
   if (ignore_merges_) {
     for (const auto& [token, id] : vocab_) {
       std::string bytes;
@@ -117,6 +124,11 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 
 const BpeModel::MergeEntry* BpeModel::find_merge(int32_t left, int32_t right) const {
   const uint64_t key = pair_key(left, right);
+  if (static_cast<size_t>(left) < id_byte_.size() && static_cast<size_t>(right) < id_byte_.size() &&
+      id_byte_[left] >= 0 && id_byte_[right] >= 0) {
+    const MergeEntry& e = byte_pairs_[(id_byte_[left] << 8) | id_byte_[right]];
+    return e.key == key ? &e : nullptr;
+  }
   for (size_t slot = mix(key) & merge_mask_;; slot = (slot + 1) & merge_mask_) {
     const MergeEntry& e = merges_[slot];
     if (e.key == key) return &e;
@@ -126,6 +138,11 @@ const BpeModel::MergeEntry* BpeModel::find_merge(int32_t left, int32_t right) co
 
 void BpeModel::add_merge(int32_t left, int32_t right, int32_t rank, int32_t new_id) {
   const uint64_t key = pair_key(left, right);
+  if (static_cast<size_t>(left) < id_byte_.size() && static_cast<size_t>(right) < id_byte_.size() &&
+      id_byte_[left] >= 0 && id_byte_[right] >= 0) {
+    byte_pairs_[(id_byte_[left] << 8) | id_byte_[right]] = {key, rank, new_id};
+    return;
+  }
   // A repeated pair takes the later rank, as HF's map collection does.
   size_t slot = mix(key) & merge_mask_;
   while (merges_[slot].key != kEmpty && merges_[slot].key != key) slot = (slot + 1) & merge_mask_;
@@ -219,7 +236,7 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
   }
   // Short pieces merge faster than a cache probe costs.
   const bool use_cache = piece.size() >= kMinCachedBytes;
-  const size_t h = use_cache ? BpeCache::hash(piece) : 0;
+  const uint64_t h = use_cache ? BpeCache::hash(piece) : 0;
   if (use_cache && cache_.lookup(piece, h, out)) return;
   thread_local std::vector<int32_t> sym;
   sym.clear();

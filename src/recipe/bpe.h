@@ -54,6 +54,10 @@ class BpeModel {
   std::unordered_map<std::string, int32_t> bytes_vocab_;  // raw bytes -> id (for ignore_merges)
   std::array<int32_t, 256> byte_ids_{};                   // -1: byte not in vocab
   std::vector<MergeEntry> merges_;                         // open addressing, power-of-two size
+  // Merges of two byte tokens, indexed by (left byte << 8 | right byte): the first merges
+  // of every word, served from a dense 1 MB table instead of the large hash table.
+  std::vector<MergeEntry> byte_pairs_;
+  std::vector<int16_t> id_byte_;  // byte of a byte token id, -1 otherwise; covers ids <= max byte id
   size_t merge_mask_ = 0;
   size_t n_merges_ = 0;
   std::optional<int32_t> unk_id_;

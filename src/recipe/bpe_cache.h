@@ -1,7 +1,8 @@
-// Word cache for BPE: raw piece bytes -> token ids. Sharded, each shard behind a
-// shared_mutex, so concurrent encoders mostly take uncontended read locks. Like HF's
-// cache it never evicts: once a shard is full, new words are simply not cached.
-// Thread-safe.
+// Word cache for BPE: raw piece bytes -> token ids. 64 shards, each an open-addressing
+// table whose keys and ids live in one byte arena (no allocation per entry), behind a
+// shared_mutex so concurrent encoders mostly take uncontended read locks. Like HF's cache
+// it never evicts: once a shard holds its share of `capacity` words, new words are
+// simply not cached. Thread-safe.
 #pragma once
 
 #include <array>
@@ -9,7 +10,6 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace deepinfer::recipe {
@@ -19,22 +19,27 @@ class BpeCache {
   static constexpr size_t kShards = 64;
   static constexpr size_t kMaxWordBytes = 256;  // longer words are not cached
 
-  explicit BpeCache(size_t capacity = 1 << 18) : shard_capacity_(capacity / kShards) {}
+  explicit BpeCache(size_t capacity = 1 << 18);
 
-  // Appends the cached ids of `word` to `out` and returns true on a hit.
-  bool lookup(std::string_view word, size_t hash, std::vector<int32_t>& out) const;
-  void insert(std::string_view word, size_t hash, const int32_t* ids, size_t n_ids);
+  // Appends the cached ids of `word` to `out` and returns true on a hit. `hash` must be
+  // hash(word).
+  bool lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const;
+  void insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n_ids);
 
-  static size_t hash(std::string_view word);
+  static uint64_t hash(std::string_view word);
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return BpeCache::hash(s); }
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty (hash() never returns 0)
+    uint32_t offset = 0;
+    uint16_t key_bytes = 0;
+    uint16_t n_ids = 0;
   };
   struct Shard {
     mutable std::shared_mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map;
+    std::vector<Slot> slots;  // allocated on first insert; size is a power of two
+    std::string arena;        // key bytes followed by the ids, per entry
+    size_t n_entries = 0;
   };
   size_t shard_capacity_;
   std::array<Shard, kShards> shards_;
