@@ -10,7 +10,7 @@ namespace {
 // Process-wide cache for DFA elements that end their rule: their classification depends only on
 // the automaton and its state. Bounded; when full, entries are simply not shared.
 struct SharedKey {
-  const Vocabulary* vocab;
+  uint64_t vocab;
   uint64_t fingerprint;
   int32_t n_states, state;
   bool operator==(const SharedKey& o) const {
@@ -19,7 +19,7 @@ struct SharedKey {
 };
 struct SharedKeyHash {
   size_t operator()(const SharedKey& k) const {
-    return k.fingerprint ^ (std::hash<const void*>()(k.vocab) * 31) ^ (static_cast<uint64_t>(k.state) << 20);
+    return k.fingerprint ^ (k.vocab * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(k.state) << 20);
   }
 };
 constexpr size_t kMaxSharedEntries = 4096;
@@ -64,7 +64,7 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::mask_entry(int32_t pos, int32_
   const Element& el = grammar_.elements[pos];
   ICHECK(el.kind == ElementKind::kDfa);
   const bool shareable = grammar_.elements[pos + 1].kind == ElementKind::kEnd;
-  SharedKey skey{vocab_.get(), dfa_fingerprints_[el.arg], grammar_.dfas[el.arg].n_states(), state};
+  SharedKey skey{vocab_->uid(), dfa_fingerprints_[el.arg], grammar_.dfas[el.arg].n_states(), state};
   std::shared_ptr<const MaskEntry> entry;
   if (shareable) {
     std::lock_guard<std::mutex> lock(g_shared_mu);

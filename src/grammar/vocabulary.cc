@@ -1,6 +1,7 @@
 #include "grammar/vocabulary.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "base/error.h"
@@ -68,6 +69,8 @@ TokenTrie build_trie(const std::vector<std::string>& bytes, std::vector<int32_t>
 
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> stop_token_ids)
     : token_bytes_(std::move(token_bytes)), stop_tokens_(std::move(stop_token_ids)) {
+  static std::atomic<uint64_t> next_uid{1};
+  uid_ = next_uid++;
   is_stop_.assign(token_bytes_.size(), 0);
   for (int32_t id : stop_tokens_) {
     CHECK(id >= 0 && id < size()) << "stop token id " << id << " outside the vocabulary of " << size();

@@ -39,6 +39,8 @@ class Vocabulary {
   Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> stop_token_ids);
 
   int32_t size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  // Unique per Vocabulary object in this process (keys of process-wide caches; never reused).
+  uint64_t uid() const { return uid_; }
   int32_t n_mask_words() const { return (size() + 31) / 32; }
   const std::string& token_bytes(int32_t id) const { return token_bytes_[id]; }
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
@@ -64,6 +66,7 @@ class Vocabulary {
   std::vector<uint8_t> is_stop_;
   TokenTrie full_, rest_;
   std::vector<uint32_t> slice_mask_;
+  uint64_t uid_;
 };
 
 // Byte classes of the plain-slice characters, as a 5-state automaton over UTF-8:
