@@ -59,6 +59,12 @@ class Tokenizer {
   // prompt encoding uses for user-provided text.
   std::vector<int32_t> encode_ordinary(std::string_view text) const;
 
+  // Appends the ids of `text` to `out`: encode() when parse_added_tokens, else
+  // encode_ordinary(). For building a prompt from pieces without temporary vectors.
+  void encode_append(std::string_view text, bool parse_added_tokens, std::vector<int32_t>& out) const {
+    encode_into(text, parse_added_tokens, out);
+  }
+
   // encode() of every text, spread over `n_threads` threads (0: all OpenMP threads).
   std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
                                                  bool add_special_tokens = true, int n_threads = 0) const;
