@@ -405,7 +405,12 @@ std::vector<RequestOutput> Engine::step() {
     m.worker->submit([&m, f = m.inflight.get()] { m.run(*f); });
   }
   SchedulerOutput next = m.scheduler->schedule();
-  m.worker->wait();
+  try {
+    m.worker->wait();
+  } catch (...) {
+    m.inflight.reset();  // the failed step's logits do not exist
+    throw;
+  }
   m.graveyard.clear();
   const auto sampled = m.sample(*m.inflight);
   std::unique_ptr<Impl::InFlight> launched;
