@@ -20,7 +20,7 @@ void serve_usage() {
                "usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                "         [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
                "         [--max-num-batched-tokens N] [--max-live-requests N] [--max-body-bytes N]\n"
-               "         [--chat-encoding v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
+               "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
                "         [--dummy-weights] [--io-threads N] [--drain-seconds S]\n"
                "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n");
 }
@@ -53,7 +53,6 @@ int cmd_serve(int argc, char** argv) {
   const int64_t body = args.get_int("max-body-bytes", static_cast<int64_t>(options.max_body_bytes));
   CHECK(body > 0) << "--max-body-bytes must be positive";
   options.max_body_bytes = static_cast<size_t>(body);
-  options.chat_version = recipe::parse_chat_version(args.get("chat-encoding", "v4"));
   options.n_io_threads = static_cast<int>(args.get_int("io-threads", 1));
   CHECK(options.n_io_threads >= 1 && options.n_io_threads <= 256) << "--io-threads must be in 1..256";
   options.drain_seconds = args.get_double("drain-seconds", options.drain_seconds);
@@ -70,6 +69,14 @@ int cmd_serve(int argc, char** argv) {
   const ModelConfig& config = engine->model_config();
   options.max_model_len = engine_args.max_model_len > 0 ? engine_args.max_model_len : config.max_position_embeddings;
   std::vector<int32_t> eos_ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  // The chat encoding follows the checkpoint (model_type deepseek_v41* is V4.1) unless given.
+  const std::string encoding = args.get("chat-encoding", "auto");
+  if (encoding == "auto") {
+    options.chat_version = config.model_type.rfind("deepseek_v41", 0) == 0 ? recipe::ChatVersion::kV41
+                                                                           : recipe::ChatVersion::kV4;
+  } else {
+    options.chat_version = recipe::parse_chat_version(encoding);
+  }
 
   AsyncEngineOptions async_options;
   async_options.max_live_requests = args.get_int("max-live-requests", 4 * engine_args.max_num_seqs);

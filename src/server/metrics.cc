@@ -22,6 +22,9 @@ void Metrics::observe(const std::string& endpoint, int status, int64_t prompt_to
   prompt_tokens_ += prompt_tokens;
   generation_tokens_ += completion_tokens;
   if (ttft_seconds >= 0) ttft_.add(ttft_seconds);
+  if (ttft_seconds >= 0 && completion_tokens > 1) {
+    tpot_.add((e2e_seconds - ttft_seconds) / static_cast<double>(completion_tokens - 1));
+  }
   if (completion_tokens > 0 || prompt_tokens > 0) e2e_.add(e2e_seconds);
 }
 
@@ -70,6 +73,7 @@ std::string Metrics::render(const AsyncEngineStats& engine) const {
     << "deepinfer_engine_output_tokens_total " << engine.n_output_tokens << "\n";
   std::string out = s.str();
   render_histogram(out, "deepinfer_time_to_first_token_seconds", "Time to the first token.", ttft_);
+  render_histogram(out, "deepinfer_time_per_output_token_seconds", "Time per output token after the first.", tpot_);
   render_histogram(out, "deepinfer_e2e_request_latency_seconds", "Request latency, end to end.", e2e_);
   return out;
 }

@@ -2,7 +2,8 @@
 //   deepinfer_requests_total{endpoint,status}, deepinfer_prompt_tokens_total,
 //   deepinfer_generation_tokens_total, deepinfer_requests_running / _queued (from the
 //   AsyncEngine), deepinfer_engine_steps_total, deepinfer_engine_step_seconds_total,
-//   histograms deepinfer_time_to_first_token_seconds and deepinfer_e2e_request_latency_seconds.
+//   histograms deepinfer_time_to_first_token_seconds, deepinfer_time_per_output_token_seconds
+//   ((e2e - ttft) / (completion tokens - 1), per request) and deepinfer_e2e_request_latency_seconds.
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -39,7 +40,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, int64_t> requests_;
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
-  Histogram ttft_, e2e_;
+  Histogram ttft_, tpot_, e2e_;
 };
 
 }  // namespace deepinfer::server

@@ -106,7 +106,8 @@ void Server::run() {
   }
   s.accept();
   LOG(INFO) << "serving " << s.state.options.model_name << " on http://" << s.state.options.host << ":" << port()
-            << " (max_model_len " << s.state.options.max_model_len << ", up to "
+            << " (chat encoding " << (s.state.options.chat_version == recipe::ChatVersion::kV41 ? "v4.1" : "v4")
+            << ", max_model_len " << s.state.options.max_model_len << ", up to "
             << s.state.engine.max_live_requests() << " live requests, " << s.state.options.n_io_threads
             << " io thread(s))";
   std::vector<std::thread> threads;

@@ -115,6 +115,8 @@ def test_health_models_metrics(server, client):
     text = data.decode()
     assert "# TYPE deepinfer_requests_total counter" in text
     assert re.search(r"^deepinfer_requests_running \d+$", text, re.M)
+    for h in ("time_to_first_token", "time_per_output_token", "e2e_request_latency"):
+        assert f"# TYPE deepinfer_{h}_seconds histogram" in text
 
 
 def test_completion_greedy_matches_generate_cli(server, client):
