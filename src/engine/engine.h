@@ -12,6 +12,14 @@
 // detokenizes step t while step t+1 runs. step() then returns the outputs of the step that
 // just completed. Results are identical with overlap on or off.
 //
+// State: the scheduler's StateCache does the block accounting (admission, preemption);
+// on the CPU backend each request's attention state itself is the model's SequenceState in
+// host memory, created when a chunk starts at position 0 and dropped on preemption (the
+// request then recomputes prompt + outputs) or when it finishes.
+//
+// Sampling: penalties see the request's output tokens (as generate_loop does); EOS is masked
+// before min_tokens outputs and with ignore_eos; the RNG position is the output index.
+//
 // Determinism: a request's sampled tokens depend only on its prompt, parameters and seed
 // (the sampler's RNG is keyed by (seed, output index)); with ModelOptions::batch_invariant
 // its logits are bitwise the same in any batch composition, chunking or after preemption.
