@@ -59,16 +59,20 @@ RowStats expect_rows_close(const std::vector<float>& ours, const std::vector<flo
   if (ours.size() != ref.size()) return st;
   const int64_t rows = static_cast<int64_t>(ref.size()) / vocab;
   int n_bad = 0;
+  double max_rel = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = &ours[r * vocab];
     const float* b = &ref[r * vocab];
-    double dot = 0, na = 0, nb = 0;
+    double dot = 0, na = 0, nb = 0, diff = 0, scale = 0;
     for (int64_t v = 0; v < vocab; ++v) {
+      diff = std::max(diff, std::abs(static_cast<double>(a[v]) - b[v]));
+      scale = std::max(scale, std::abs(static_cast<double>(b[v])));
       dot += static_cast<double>(a[v]) * b[v];
       na += static_cast<double>(a[v]) * a[v];
       nb += static_cast<double>(b[v]) * b[v];
     }
     const double cos = dot / std::sqrt(na * nb);
+    if (!(diff / scale <= max_rel)) max_rel = diff / scale;
     if (!(cos >= st.min_cos)) st.min_cos = cos;  // NaN propagates
     const bool cos_ok = cos >= 0.999;
     bool argmax_ok = true;
@@ -82,8 +86,10 @@ RowStats expect_rows_close(const std::vector<float>& ours, const std::vector<flo
     }
   }
   EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions fail";
-  std::printf("  %-28s positions %4lld  min cosine %.9f  argmax checked %d\n", what.c_str(),
-              static_cast<long long>(rows), st.min_cos, st.n_argmax_checked);
+  std::printf("  %-28s positions %4lld  min cosine %.9f (1 - cos %.2e)  max|diff|/max|ref| %.2e"
+              "  argmax checked %d\n",
+              what.c_str(), static_cast<long long>(rows), st.min_cos, 1.0 - st.min_cos, max_rel,
+              st.n_argmax_checked);
   return st;
 }
 
