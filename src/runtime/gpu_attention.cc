@@ -9,6 +9,7 @@
 #include "ops/compressor/compress_pool_cuda.h"
 #include "ops/gemm/gemm.h"
 #include "ops/indexer/indexer_cuda.h"
+#include "ops/quant/qat_cuda.h"
 #include "ops/rms_norm/rms_norm_cuda.h"
 #include "ops/rope/rope_cuda.h"
 #include "runtime/gpu_model_impl.h"
@@ -18,7 +19,7 @@ namespace deepinfer {
 
 void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int64_t width,
                                     float* ring_a, float* ring_z, float* entries,
-                                    int64_t max_entries, const float* x_in) {
+                                    int64_t max_entries, const float* x_in, bool indexer) {
   cudaStream_t stream = ctx.stream();
   const int64_t N = n_rows, D = cfg.hidden_size;
   const bool overlap = ratio == 4;
@@ -46,6 +47,9 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
   p.eps = static_cast<float>(cfg.rms_norm_eps);
   p.rope_dim = cfg.rope_dim;
   p.inv_freq = inv_freq_compress;
+  if (opt.numerics == Numerics::kOfficial) {
+    p.qat = indexer ? CompressorQat::kHadamardFp4 : CompressorQat::kFp8Nope;
+  }
   compressor_emit_cuda(stream, p);
   ring_store_cuda(stream, ca, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_a, 2 * ratio);
   ring_store_cuda(stream, cz, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_z, 2 * ratio);
@@ -70,16 +74,21 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   rms_norm_cuda(stream, kv, w.kv_norm, N, d, d, eps, kv);
   rope_cuda(stream, q, positions, N, H, d, r, inv_freq);
   rope_cuda(stream, kv, positions, N, 1, d, r, inv_freq);
+  const bool official = opt.numerics == Numerics::kOfficial;
+  if (official) fp8_roundtrip_rows_cuda(stream, kv, N, d, d - r, 64);
 
   if (w.has_compressor) {
-    run_compressor(w.cmp, ratio, d, st.cmp_a, st.cmp_z, st.cmp_entries, st.cmp_max_entries, x_in);
+    run_compressor(w.cmp, ratio, d, st.cmp_a, st.cmp_z, st.cmp_entries, st.cmp_max_entries, x_in,
+                   false);
   }
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
   if (w.has_indexer) {
-    run_compressor(w.idx_cmp, 4, dI, st.idx_a, st.idx_z, st.idx_entries, st.idx_max_entries, x_in);
+    run_compressor(w.idx_cmp, 4, dI, st.idx_a, st.idx_z, st.idx_entries, st.idx_max_entries, x_in,
+                   true);
     gemm_f32_cuda(ctx, q_r, w.idx_wq_b, N, HI * dI, Rq, qi);
     gemm_f32_cuda(ctx, x_in, w.idx_wproj, N, HI, D, gi);
     rope_cuda(stream, qi, positions, N, HI, dI, r, inv_freq_compress);
+    if (official) hadamard_fp4_rows_cuda(stream, qi, N * HI, dI, 32);
     IndexerScoresParams ip;
     ip.q = qi;
     ip.g = gi;

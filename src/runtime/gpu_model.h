@@ -1,11 +1,15 @@
 // GpuModel: the DeepSeek-V4 backbone forward on one CUDA device, mirroring Model::forward
 // (src/model/model.cc) over a batch of sequence chunks.
 //
-// Numerics: `reference` (plain fp32, what transformers computes): fp32 weights and fp32
-// activations throughout, fp32 GEMMs through cuBLASLt with CUBLAS_COMPUTE_32F (never TF32),
-// fp32 softmaxes. fp32 rather than bf16 because the acceptance bar is cosine >= 0.999 per
-// position against fp64 logits on models small enough that fp32 costs nothing; the fast
-// formats (FP8 weights/KV) belong to `official` numerics, not implemented here yet.
+// Activations and weights are fp32 throughout: fp32 GEMMs through cuBLASLt with
+// CUBLAS_COMPUTE_32F (never TF32), fp32 softmaxes. fp32 rather than bf16 because the
+// acceptance bar is cosine >= 0.999 per position against fp64 logits, and bf16 activations
+// would spend most of that budget before any kernel is wrong; the fast storage formats
+// (FP8 weights and KV) are the next step and are not used here yet.
+// Numerics (model.h): `reference` = plain fp32 (what transformers computes); `official` adds
+// the CPU backend's QAT round trips at the same places (FP8 round trip of the window KV and of
+// the main compressed entries, Hadamard + FP4 round trip of the indexer q and entries), with
+// the values still stored in fp32.
 //
 // Memory: everything is allocated in the constructor: weights (uploaded once), activation
 // buffers for max_batch_tokens rows, and per-sequence state pools for max_sequences
@@ -23,6 +27,7 @@
 #include <string>
 
 #include "io/model_config.h"
+#include "model/model.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -32,6 +37,7 @@ struct GpuModelOptions {
   int64_t max_sequences = 4;
   int64_t max_context = 4096;      // tokens per sequence
   int64_t max_batch_tokens = 512;  // rows of one forward
+  Numerics numerics = Numerics::kReference;
 };
 
 struct GpuChunk {

@@ -102,7 +102,8 @@ struct GpuModel::Impl {
 
   void attention_block(int64_t layer, const float* x_in, float* out);
   void run_compressor(const GpuCompressorW& w, int64_t ratio, int64_t width, float* ring_a,
-                      float* ring_z, float* entries, int64_t max_entries, const float* x_in);
+                      float* ring_z, float* entries, int64_t max_entries, const float* x_in,
+                      bool indexer);
   void moe_block(int64_t layer, const float* x_in, float* out);
 };
 

@@ -184,6 +184,39 @@ TEST_P(GoldenCudaTest, MatchesHFReference) {
   }
 }
 
+// Official numerics (QAT round trips): the GPU against the CPU backend's official numerics,
+// the same two checks (margins taken from the CPU logits).
+TEST_P(GoldenCudaTest, OfficialMatchesCpuOfficial) {
+  auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
+  const auto tokens = read_ids(*ref, "input_ids");
+  const int64_t S = static_cast<int64_t>(tokens.size());
+  std::printf("%s/hf official (%lld tokens), vs the CPU backend's official numerics\n",
+              GetParam().c_str(), static_cast<long long>(S));
+  auto cpu = Model::load((dir() / "hf").string(), {Numerics::kOfficial, false});
+  auto state = cpu->new_state();
+  SequenceChunk c{state.get(), tokens, true};
+  Tensor cl = cpu->forward(std::span<const SequenceChunk>(&c, 1));
+  const int64_t V = cpu->config().vocab_size;
+  std::vector<float> cpu_logits(cl.f32(), cl.f32() + cl.numel()), margins(S);
+  for (int64_t r = 0; r < S; ++r) {
+    std::vector<float> row(&cpu_logits[r * V], &cpu_logits[(r + 1) * V]);
+    std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+    margins[r] = row[0] - row[1];
+  }
+  GpuModelOptions opt;
+  opt.max_sequences = 2;
+  opt.max_context = 1024;
+  opt.max_batch_tokens = 512;
+  opt.numerics = Numerics::kOfficial;
+  auto model = GpuModel::load((dir() / "hf").string(), opt);
+  const auto full = run(*model, tokens, [&](size_t) { return S; });
+  expect_rows_close(full, cpu_logits, margins, V, "official full prefill");
+  const auto chunked = run(*model, tokens, [&](size_t begin) {
+    return static_cast<int64_t>(begin) < S / 2 ? 7 : 1;
+  });
+  expect_rows_close(chunked, cpu_logits, margins, V, "official chunks 7 + decode");
+}
+
 TEST_P(GoldenCudaTest, RejectsBadInput) {
   GpuModelOptions opt;
   opt.max_sequences = 1;

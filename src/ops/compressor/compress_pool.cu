@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "cuda/cuda_check.h"
 #include "ops/compressor/compress_pool_cuda.h"
+#include "ops/quant/qat_device.cuh"
 
 namespace deepinfer {
 namespace {
@@ -95,8 +96,8 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(CompressorEmitParams p) 
     s_pooled[ch] = s_pooled[ch] * inv * p.norm_w[ch];
   }
   __syncthreads();
-  float* out = p.entries + (static_cast<int64_t>(p.slot[row]) * p.max_entries + e) * p.width;
-  const int64_t nope = p.width - p.rope_dim, half = p.rope_dim / 2;
+  __shared__ float s_out[kMaxWidth];
+  const int64_t nope = p.width - p.rope_dim;
   const float angle_pos = static_cast<float>(p.ratio * e);
   for (int64_t ch = threadIdx.x; ch < p.width; ch += blockDim.x) {
     float v = s_pooled[ch];
@@ -107,9 +108,54 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(CompressorEmitParams p) 
       const float a = s_pooled[nope + 2 * i], b = s_pooled[nope + 2 * i + 1];
       v = ((ch - nope) % 2 == 0) ? a * cs - b * sn : b * cs + a * sn;
     }
-    out[ch] = v;
+    s_out[ch] = v;
   }
-  (void)half;
+  __syncthreads();
+  using namespace qat_device;
+  if (p.qat == CompressorQat::kFp8Nope) {
+    // fp8_roundtrip(entry, width - rope_dim, 64): one thread per block of 64.
+    constexpr int64_t kBlock = 64;
+    for (int64_t b = threadIdx.x; b * kBlock < nope; b += blockDim.x) {
+      const int64_t start = b * kBlock, len = min(kBlock, nope - start);
+      float amax = 1e-4f;
+      for (int64_t i = 0; i < len; ++i) amax = fmaxf(amax, fabsf(s_out[start + i]));
+      const float scale = pow2_scale(amax, kE4M3MaxF);
+      for (int64_t i = 0; i < len; ++i) {
+        const float q = fminf(kE4M3MaxF, fmaxf(-kE4M3MaxF, s_out[start + i] / scale));
+        s_out[start + i] = round_e4m3(q) * scale;
+      }
+    }
+    __syncthreads();
+  } else if (p.qat == CompressorQat::kHadamardFp4) {
+    // hadamard_transform(entry, width) then fp4_roundtrip(entry, width, 32).
+    for (int64_t hh = 1; hh < p.width; hh *= 2) {
+      for (int64_t t = threadIdx.x; t < p.width / 2; t += blockDim.x) {
+        const int64_t j = (t / hh) * 2 * hh + t % hh;
+        const float a = s_out[j], b = s_out[j + hh];
+        s_out[j] = a + b;
+        s_out[j + hh] = a - b;
+      }
+      __syncthreads();
+    }
+    const float hscale = 1.0f / sqrtf(static_cast<float>(p.width));
+    for (int64_t ch = threadIdx.x; ch < p.width; ch += blockDim.x) s_out[ch] = s_out[ch] * hscale;
+    __syncthreads();
+    constexpr int64_t kBlock = 32;
+    const float floor_amax = 6.0f * ldexpf(1.0f, -126);
+    for (int64_t b = threadIdx.x; b * kBlock < p.width; b += blockDim.x) {
+      const int64_t start = b * kBlock, len = min(kBlock, p.width - start);
+      float amax = floor_amax;
+      for (int64_t i = 0; i < len; ++i) amax = fmaxf(amax, fabsf(s_out[start + i]));
+      const float scale = pow2_scale(amax, kE2M1MaxF);
+      for (int64_t i = 0; i < len; ++i) {
+        const float q = fminf(kE2M1MaxF, fmaxf(-kE2M1MaxF, s_out[start + i] / scale));
+        s_out[start + i] = round_e2m1(q) * scale;
+      }
+    }
+    __syncthreads();
+  }
+  float* out = p.entries + (static_cast<int64_t>(p.slot[row]) * p.max_entries + e) * p.width;
+  for (int64_t ch = threadIdx.x; ch < p.width; ch += blockDim.x) out[ch] = s_out[ch];
 }
 
 }  // namespace
@@ -129,6 +175,8 @@ void compressor_emit_cuda(cudaStream_t stream, const CompressorEmitParams& p) {
       << "compressor: width " << p.width << " (at most " << kMaxWidth << ")";
   CHECK(p.ratio > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.width)
       << "compressor: ratio " << p.ratio << ", rope_dim " << p.rope_dim;
+  CHECK_KIND(kUnsupported, p.qat != CompressorQat::kHadamardFp4 || (p.width & (p.width - 1)) == 0)
+      << "compressor: Hadamard needs a power-of-two width, got " << p.width;
   if (p.n_emit == 0) return;
   emit_kernel<<<static_cast<unsigned>(p.n_emit), kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();

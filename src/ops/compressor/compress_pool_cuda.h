@@ -16,7 +16,10 @@
 //     Positions of the current chunk come from a / z, older ones from the ring.
 //  3. ring_store_cuda (runtime) then writes the chunk's a / z rows into the ring; it must run
 //     after 2 (the emission reads the ring's older positions).
-// Reference numerics (no QAT rounding). fp32. Run on `stream`; no allocation or sync.
+// qat (official numerics, MODEL_SPEC §A.10) is applied to the finished entry as the CPU
+// does: kFp8Nope = fp8_roundtrip over the first w - rope_dim values (blocks of 64; main
+// compressor), kHadamardFp4 = hadamard_transform then fp4_roundtrip (blocks of 32; indexer
+// compressor, w a power of two). kNone = reference numerics. fp32. Run on `stream`; no allocation or sync.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +27,8 @@
 #include <cstdint>
 
 namespace deepinfer {
+
+enum class CompressorQat { kNone, kFp8Nope, kHadamardFp4 };
 
 struct CompressorEmitParams {
   const float* a = nullptr;  // [n_rows, cw] current chunk rows
@@ -45,6 +50,7 @@ struct CompressorEmitParams {
   float eps = 1e-6f;
   int64_t rope_dim = 0;
   const float* inv_freq = nullptr;
+  CompressorQat qat = CompressorQat::kNone;
 };
 
 void compressor_add_ape_cuda(cudaStream_t stream, float* z, const float* ape,
