@@ -147,9 +147,9 @@ struct Nfa {
         for (int32_t s = 0; s < d.n_states(); ++s) {
           if (d.accept[s]) eps[ids[s]].push_back(end);
           for (int b = 0; b < 256;) {
-            int32_t t = d.next[s * 256 + b];
+            int32_t t = d.at(s, b);
             int c = b;
-            while (c + 1 < 256 && d.next[s * 256 + c + 1] == t) ++c;
+            while (c + 1 < 256 && d.at(s, c + 1) == t) ++c;
             if (t != kDead) edges[ids[s]].push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(c), ids[t]});
             b = c + 1;
           }
@@ -180,11 +180,44 @@ struct Nfa {
   }
 };
 
+// Compresses a wide table into byte classes (bytes whose columns agree in every state) and
+// computes has_out.
 Dfa finish(Dfa d) {
-  d.has_out.assign(d.n_states(), 0);
-  for (int32_t s = 0; s < d.n_states(); ++s)
-    for (int b = 0; b < 256; ++b)
-      if (d.next[s * 256 + b] != kDead) { d.has_out[s] = 1; break; }
+  const int32_t n = d.n_states();
+  if (d.n_classes == 256 && n > 0) {
+    // Column signatures, row by row (cache-friendly); 64-bit mixed hashes (collisions between
+    // 256 columns are astronomically unlikely).
+    std::array<uint64_t, 256> h;
+    h.fill(0x9E3779B97F4A7C15ull);
+    for (int32_t s = 0; s < n; ++s) {
+      const int32_t* row = &d.next[static_cast<size_t>(s) * 256];
+      for (int b = 0; b < 256; ++b) {
+        uint64_t x = h[b] ^ (static_cast<uint64_t>(static_cast<uint32_t>(row[b])) + 0x632BE59BD9B4E019ull * (s + 1));
+        x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29;
+        h[b] = x;
+      }
+    }
+    std::array<uint8_t, 256> cls{};
+    std::vector<int> reps;
+    for (int b = 0; b < 256; ++b) {
+      int found = -1;
+      for (size_t k = 0; k < reps.size() && found < 0; ++k)
+        if (h[reps[k]] == h[b]) found = static_cast<int>(k);
+      if (found < 0) { found = static_cast<int>(reps.size()); reps.push_back(b); }
+      cls[b] = static_cast<uint8_t>(found);
+    }
+    const int32_t nc = static_cast<int32_t>(reps.size());
+    std::vector<int32_t> next(static_cast<size_t>(n) * nc);
+    for (int32_t s = 0; s < n; ++s)
+      for (int32_t k = 0; k < nc; ++k) next[static_cast<size_t>(s) * nc + k] = d.next[static_cast<size_t>(s) * 256 + reps[k]];
+    d.next.swap(next);
+    d.byte_class = cls;
+    d.n_classes = nc;
+  }
+  d.has_out.assign(n, 0);
+  for (int32_t s = 0; s < n; ++s)
+    for (int32_t k = 0; k < d.n_classes; ++k)
+      if (d.next[static_cast<size_t>(s) * d.n_classes + k] != kDead) { d.has_out[s] = 1; break; }
   return d;
 }
 
@@ -194,7 +227,7 @@ bool Dfa::matches(const std::string& bytes) const {
   if (empty()) return false;
   int32_t s = start;
   for (unsigned char c : bytes) {
-    s = next[s * 256 + c];
+    s = at(s, c);
     if (s == kDead) return false;
   }
   return accept[s];
@@ -204,6 +237,7 @@ uint64_t Dfa::fingerprint() const {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(static_cast<uint64_t>(start));
+  for (uint8_t c : byte_class) mix(c);
   for (int32_t v : next) mix(static_cast<uint32_t>(v));
   for (uint8_t a : accept) mix(a + 7);
   return h;
@@ -219,7 +253,7 @@ std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
   for (int32_t s = 0; s < na; ++s) {
     if (!a.accept[s]) continue;
     for (int c = 0; c < 256; ++c)
-      if (a.next[s * 256 + c] != kDead && b.next[b.start * 256 + c] != kDead) return std::nullopt;
+      if (a.at(s, c) != kDead && b.at(b.start, c) != kDead) return std::nullopt;
   }
   Dfa d;
   d.start = a.start;
@@ -228,19 +262,21 @@ std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
   for (int32_t s = 0; s < na; ++s) {
     d.accept[s] = a.accept[s] && b.accept[b.start];
     for (int c = 0; c < 256; ++c) {
-      int32_t t = a.next[s * 256 + c];
-      if (t != kDead) d.next[s * 256 + c] = t;
-      else if (a.accept[s] && b.next[b.start * 256 + c] != kDead) d.next[s * 256 + c] = na + b.next[b.start * 256 + c];
+      int32_t t = a.at(s, c);
+      if (t != kDead) d.at(s, c) = t;
+      else if (a.accept[s] && b.at(b.start, c) != kDead) d.at(s, c) = na + b.at(b.start, c);
     }
   }
   for (int32_t s = 0; s < b.n_states(); ++s) {
     d.accept[na + s] = b.accept[s];
     for (int c = 0; c < 256; ++c) {
-      int32_t t = b.next[s * 256 + c];
-      if (t != kDead) d.next[static_cast<size_t>(na + s) * 256 + c] = na + t;
+      int32_t t = b.at(s, c);
+      if (t != kDead) d.at(na + s, c) = na + t;
     }
   }
-  return trim_dfa(d);
+  // Both parts are trimmed and B is non-empty, so every state still reaches acceptance (B's
+  // start copy may be unreachable, which is harmless).
+  return finish(std::move(d));
 }
 
 Dfa build_dfa_nfa(const Expr& e, const std::string& what);
@@ -376,7 +412,7 @@ Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
       } else {
         id = it->second;
       }
-      for (int b = lo; b <= hi; ++b) d.next[i * 256 + b] = id;
+      for (int b = lo; b <= hi; ++b) d.at(i, b) = id;
     }
   }
   return minimize_dfa(trim_dfa(d));
@@ -391,7 +427,7 @@ Dfa trim_dfa(const Dfa& d) {
   std::vector<std::vector<int32_t>> rev(n);
   for (int32_t s = 0; s < n; ++s)
     for (int b = 0; b < 256; ++b) {
-      int32_t t = d.next[s * 256 + b];
+      int32_t t = d.at(s, b);
       if (t != kDead && (rev[t].empty() || rev[t].back() != s)) rev[t].push_back(s);
     }
   std::vector<uint8_t> live(n, 0);
@@ -411,7 +447,7 @@ Dfa trim_dfa(const Dfa& d) {
   id[d.start] = 0;
   for (size_t i = 0; i < order.size(); ++i)
     for (int b = 0; b < 256; ++b) {
-      int32_t t = d.next[order[i] * 256 + b];
+      int32_t t = d.at(order[i], b);
       if (t != kDead && live[t] && id[t] < 0) {
         id[t] = static_cast<int32_t>(order.size());
         order.push_back(t);
@@ -424,8 +460,8 @@ Dfa trim_dfa(const Dfa& d) {
   for (size_t i = 0; i < order.size(); ++i) {
     out.accept[i] = d.accept[order[i]];
     for (int b = 0; b < 256; ++b) {
-      int32_t t = d.next[order[i] * 256 + b];
-      out.next[i * 256 + b] = (t != kDead && live[t]) ? id[t] : kDead;
+      int32_t t = d.at(order[i], b);
+      out.at(i, b) = (t != kDead && live[t]) ? id[t] : kDead;
     }
   }
   return finish(std::move(out));
@@ -440,7 +476,7 @@ Dfa minimize_dfa(const Dfa& d) {
   for (int b = 0; b < 256; ++b) {
     bool same_as_prev = b > 0;
     for (int32_t s = 0; s < n && same_as_prev; ++s)
-      same_as_prev = d.next[s * 256 + b] == d.next[s * 256 + b - 1];
+      same_as_prev = d.at(s, b) == d.at(s, b - 1);
     if (!same_as_prev) reps.push_back(b);
   }
   std::vector<int32_t> cls(n);
@@ -453,7 +489,7 @@ Dfa minimize_dfa(const Dfa& d) {
     for (int32_t s = 0; s < n; ++s) {
       sig.assign(reinterpret_cast<const char*>(&cls[s]), 4);
       for (int b : reps) {
-        int32_t t = d.next[s * 256 + b];
+        int32_t t = d.at(s, b);
         int32_t c = t == kDead ? -1 : cls[t];
         sig.append(reinterpret_cast<const char*>(&c), 4);
       }
@@ -474,8 +510,8 @@ Dfa minimize_dfa(const Dfa& d) {
     int32_t c = cls[s];
     out.accept[c] = d.accept[s];
     for (int b = 0; b < 256; ++b) {
-      int32_t t = d.next[s * 256 + b];
-      out.next[c * 256 + b] = t == kDead ? kDead : cls[t];
+      int32_t t = d.at(s, b);
+      out.at(c, b) = t == kDead ? kDead : cls[t];
     }
   }
   out.start = cls[d.start];
@@ -501,9 +537,9 @@ Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) 
     bool acc_b = y != kDead && b.accept[y];
     d.accept.push_back(a.accept[x] && (subtract ? !acc_b : acc_b));
     for (int c = 0; c < 256; ++c) {
-      int32_t x2 = a.next[x * 256 + c];
+      int32_t x2 = a.at(x, c);
       if (x2 == kDead) continue;
-      int32_t y2 = y == kDead ? kDead : b.next[y * 256 + c];
+      int32_t y2 = y == kDead ? kDead : b.at(y, c);
       if (y2 == kDead && !subtract) continue;
       auto [it, fresh] = ids.emplace(key(x2, y2), static_cast<int32_t>(pairs.size()));
       if (fresh) {
@@ -511,7 +547,7 @@ Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) 
             << what << " is too complex (more than " << kMaxDfaStates << " automaton states)";
         pairs.push_back({x2, y2});
       }
-      d.next[i * 256 + c] = it->second;
+      d.at(i, c) = it->second;
     }
   }
   return minimize_dfa(trim_dfa(d));
@@ -543,7 +579,7 @@ Dfa repeat_prefix_free_dfa(const Dfa& unit, int32_t min, int32_t max, const std:
       if (me < 0) continue;
       if (u == unit.start) d.accept[me] = c >= min;
       for (int b = 0; b < 256; ++b) {
-        int32_t v = unit.next[u * 256 + b];
+        int32_t v = unit.at(u, b);
         if (v == kDead) continue;
         if (unit.accept[v]) {
           int32_t c2 = c + 1;
@@ -551,14 +587,15 @@ Dfa repeat_prefix_free_dfa(const Dfa& unit, int32_t min, int32_t max, const std:
             if (max != kUnbounded) continue;
             c2 = top;
           }
-          d.next[static_cast<size_t>(me) * 256 + b] = id[static_cast<size_t>(c2) * n_unit + unit.start];
+          d.at(me, b) = id[static_cast<size_t>(c2) * n_unit + unit.start];
         } else {
-          d.next[static_cast<size_t>(me) * 256 + b] = id[static_cast<size_t>(c) * n_unit + v];
+          d.at(me, b) = id[static_cast<size_t>(c) * n_unit + v];
         }
       }
     }
   d.start = id[unit.start];
-  return trim_dfa(d);
+  // Every state reaches acceptance (add units up to the minimum) and is reachable: no trim needed.
+  return finish(std::move(d));
 }
 
 Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what) {

@@ -1,12 +1,13 @@
 // Byte-level deterministic automata: the terminals of the grammar IR.
 //
-// A Dfa reads raw bytes. `next[s * 256 + b]` is the successor of state s on byte b, or kDead.
+// A Dfa reads raw bytes. `at(s, b)` is the successor of state s on byte b, or kDead.
 // Every Dfa built here is trimmed: each live state can still reach an accepting state, so a
 // matcher that follows a non-dead transition can always complete the string.
 // Build from a regular Expr (no kRef) with build_dfa(); combine with intersect_dfa / subtract_dfa.
 // Sizes are capped (kMaxDfaStates); larger automata throw kUnsupported naming the cap.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,10 +21,21 @@ inline constexpr int32_t kMaxDfaStates = 20000;
 
 struct Dfa {
   int32_t start = 0;
-  std::vector<int32_t> next;     // [n_states * 256]
+  // Transitions over byte classes: at(s, b) = next[s * n_classes + byte_class[b]]. Builders write a
+  // wide table (identity classes, n_classes == 256); finishing compresses equal byte columns.
+  std::vector<int32_t> next;     // [n_states * n_classes]
   std::vector<uint8_t> accept;   // [n_states]
   std::vector<uint8_t> has_out;  // [n_states]: some byte leads to a live state
+  std::array<uint8_t, 256> byte_class = identity_classes();
+  int32_t n_classes = 256;
 
+  int32_t at(int32_t s, uint8_t b) const { return next[static_cast<size_t>(s) * n_classes + byte_class[b]]; }
+  int32_t& at(int32_t s, uint8_t b) { return next[static_cast<size_t>(s) * n_classes + byte_class[b]]; }
+  static std::array<uint8_t, 256> identity_classes() {
+    std::array<uint8_t, 256> c{};
+    for (int b = 0; b < 256; ++b) c[b] = static_cast<uint8_t>(b);
+    return c;
+  }
   int32_t n_states() const { return static_cast<int32_t>(accept.size()); }
   bool empty() const { return accept.empty(); }  // the empty language
   bool matches(const std::string& bytes) const;

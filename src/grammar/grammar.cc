@@ -50,7 +50,8 @@ int32_t GrammarBuilder::add_dfa(const ExprPtr& e, bool& empty_language) {
   if (d.empty()) { empty_language = true; return -1; }
   uint64_t fp = d.fingerprint();
   for (int32_t id : dfa_ids_[fp])
-    if (g_.dfas[id].next == d.next && g_.dfas[id].accept == d.accept && g_.dfas[id].start == d.start)
+    if (g_.dfas[id].next == d.next && g_.dfas[id].accept == d.accept && g_.dfas[id].start == d.start &&
+        g_.dfas[id].byte_class == d.byte_class)
       return id;
   g_.dfas.push_back(std::move(d));
   int32_t id = static_cast<int32_t>(g_.dfas.size()) - 1;

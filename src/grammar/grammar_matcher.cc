@@ -114,9 +114,8 @@ std::string GrammarMatcher::find_forced_bytes() {
     int forced = -1;
     for (const Top& t : tops) {
       const Dfa& d = g.dfas[g.elements[t.pos].arg];
-      const int32_t* row = &d.next[t.state * 256];
       for (int b = 0; b < 256; ++b) {
-        if (row[b] == kDead) continue;
+        if (d.at(t.state, static_cast<uint8_t>(b)) == kDead) continue;
         if (forced == -1) forced = b;
         else if (forced != b) { forced = -2; break; }
       }

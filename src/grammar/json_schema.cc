@@ -31,7 +31,7 @@ const std::set<std::string>& unsupported_keywords() {
   return k;
 }
 
-constexpr int64_t kMaxCountedLength = 1000;
+constexpr int64_t kMaxCountedLength = 512;
 
 class JsonSchemaCompiler {
  public:

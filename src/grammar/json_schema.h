@@ -30,8 +30,8 @@
 //   validator defines (e.g. "topic", "int32") are annotations and ignored; defined ones we do
 //   not implement (duration, idn-*, iri*, uri-reference, uri-template, json-pointer, regex, ...)
 //   throw kUnsupported.
-// - maxLength above 1000 is narrowed to 1000 (counting automata grow with the bound);
-//   minLength above 1000 throws kUnsupported.
+// - maxLength above 512 is narrowed to 512 (counting automata grow with the bound);
+//   minLength above 512 throws kUnsupported.
 #pragma once
 
 #include <string_view>

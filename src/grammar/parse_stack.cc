@@ -85,7 +85,7 @@ void ByteStepper::advance(const Top* in, size_t n, uint8_t byte, std::vector<Top
   for (size_t i = 0; i < n; ++i) {
     const Top& t = in[i];
     const Dfa& d = g_.dfas[g_.elements[t.pos].arg];
-    int32_t s = d.next[t.state * 256 + byte];
+    int32_t s = d.at(t.state, byte);
     if (s == kDead) continue;
     if (d.has_out[s]) out.push_back({t.pos, s, t.parent});
     if (d.accept[s]) {

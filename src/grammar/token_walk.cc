@@ -20,7 +20,7 @@ bool slice_survives(const Grammar& g, const Top& top) {
       for (int b = 0; b < 256; ++b) {
         int u2 = plain_char_step(u, static_cast<uint8_t>(b));
         if (u2 < 0) continue;
-        int32_t s2 = d.next[s * 256 + b];
+        int32_t s2 = d.at(s, static_cast<uint8_t>(b));
         if (s2 == kDead) return false;
         uint8_t& mark = seen[static_cast<size_t>(s2) * 4 + u2];
         if (mark) continue;
@@ -69,7 +69,7 @@ int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool
       // Fast path: one stack, a plain DFA step.
       const Top t = buf[pb];
       const Dfa& dfa = g.dfas[g.elements[t.pos].arg];
-      int32_t s = dfa.next[t.state * 256 + node.byte];
+      int32_t s = dfa.at(t.state, node.byte);
       if (s != kDead) {
         if (dfa.has_out[s]) buf.push_back({t.pos, s, t.parent});
         if (dfa.accept[s]) {
