@@ -31,7 +31,7 @@ size_t mix(uint64_t k) {
 
 }  // namespace
 
-BpeModel::BpeModel(const nlohmann::json& model) {
+BpeModel::BpeModel(const nlohmann::json& model, BpeInput input) {
   CHECK(model.is_object()) << "tokenizer.json: 'model' must be an object";
   const std::string type = model.value("type", std::string("BPE"));
   CHECK_KIND(kUnsupported, type == "BPE") << "tokenizer.json: model type '" << type
@@ -49,13 +49,13 @@ BpeModel::BpeModel(const nlohmann::json& model) {
   ignore_merges_ = null_or("ignore_merges", false);
 
   CHECK(model.contains("vocab") && model["vocab"].is_object()) << "tokenizer.json: BPE model needs a 'vocab' object";
-  const auto& vocab = model["vocab"];
-  vocab_.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    CHECK(it.value().is_number_integer()) << "BPE vocab entry '" << it.key() << "' has a non-integer id";
-    const int64_t id = it.value().get<int64_t>();
-    CHECK(id >= 0 && id < INT32_MAX) << "BPE vocab entry '" << it.key() << "' has id out of range: " << id;
-    vocab_.emplace(it.key(), static_cast<int32_t>(id));
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) input.vocab.emplace_back(it.key(), it.value());
+  vocab_.reserve(input.vocab.size());
+  for (const auto& [token, value] : input.vocab) {
+    CHECK(value.is_number_integer()) << "BPE vocab entry '" << token << "' has a non-integer id";
+    const int64_t id = value.get<int64_t>();
+    CHECK(id >= 0 && id < INT32_MAX) << "BPE vocab entry '" << token << "' has id out of range: " << id;
+    vocab_.emplace(token, static_cast<int32_t>(id));
   }
   for (int b = 0; b < 256; ++b) {
     std::string ch;
@@ -82,32 +82,38 @@ BpeModel::BpeModel(const nlohmann::json& model) {
     unk_id_ = it->second;
   }
 
-  const auto& merges = model.value("merges", nlohmann::json::array());
-  CHECK(merges.is_array()) << "tokenizer.json: BPE 'merges' must be an array";
+  if (model.contains("merges")) {
+    CHECK(model["merges"].is_array()) << "tokenizer.json: BPE 'merges' must be an array";
+    for (const auto& m : model["merges"]) input.merges.push_back(m);
+  }
+  const std::vector<nlohmann::json>& merges = input.merges;
   size_t capacity = 16;
   while (capacity < merges.size() * 2) capacity <<= 1;
   merges_.assign(capacity, MergeEntry{kEmpty, 0, 0});
   merge_mask_ = capacity - 1;
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& m = merges[rank];
-    std::string left, right;
+    std::string_view left, right;
     if (m.is_string()) {
-      const std::string s = m.get<std::string>();
+      const std::string_view s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos)
+      CHECK(space != std::string_view::npos && s.find(' ', space + 1) == std::string_view::npos)
           << "BPE merge #" << rank << " '" << s << "' is not two tokens separated by one space";
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else {
       CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
           << "BPE merge #" << rank << " must be a string or a pair of strings";
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>();
+      right = m[1].get_ref<const std::string&>();
     }
-    auto l = vocab_.find(left), r = vocab_.find(right), n = vocab_.find(left + right);
+    joined.assign(left);
+    joined.append(right);
+    auto l = vocab_.find(left), r = vocab_.find(right), n = vocab_.find(std::string_view(joined));
     CHECK(l != vocab_.end() && r != vocab_.end()) << "BPE merge #" << rank << " uses a token not in the vocabulary: '"
                                                   << (l == vocab_.end() ? left : right) << "'";
-    CHECK(n != vocab_.end()) << "BPE merge #" << rank << " produces '" << left + right
+    CHECK(n != vocab_.end()) << "BPE merge #" << rank << " produces '" << joined
                              << "', which is not in the vocabulary";
     add_merge(l->second, r->second, static_cast<int32_t>(rank), n->second);
   }
@@ -117,7 +123,7 @@ BpeModel::BpeModel(const nlohmann::json& model) {
 BpeModel::~BpeModel() = default;
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -224,7 +230,7 @@ void BpeModel::merge_word_long(std::vector<int32_t>& sym) const {
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
-    auto it = bytes_vocab_.find(std::string(piece));
+    auto it = bytes_vocab_.find(piece);
     if (it != bytes_vocab_.end()) {
       out.push_back(it->second);
       return;

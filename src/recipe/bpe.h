@@ -16,17 +16,33 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "recipe/bpe_cache.h"
 
 namespace deepinfer::recipe {
 
+// Hash for string maps that can be probed with a string_view.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// Vocabulary entries and merges taken out of the JSON by parse_tokenizer_json.
+struct BpeInput {
+  std::vector<std::pair<std::string, nlohmann::json>> vocab;
+  std::vector<nlohmann::json> merges;
+};
+
 class BpeModel {
  public:
-  explicit BpeModel(const nlohmann::json& model);
+  // `model` is the "model" object; its vocab / merges are read from `input` when the
+  // loader took them out (the ones left in `model` are then empty).
+  explicit BpeModel(const nlohmann::json& model, BpeInput input = {});
   ~BpeModel();
 
   // Appends the ids of one pre-tokenized piece (raw bytes) to `out`.
@@ -35,7 +51,7 @@ class BpeModel {
   // Token text (byte-level characters) -> id, over the model vocabulary only.
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The model vocabulary as (token text, id) pairs.
-  const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
+  const StringIdMap& vocab() const { return vocab_; }
   size_t n_merges() const { return n_merges_; }
 
  private:
@@ -50,8 +66,8 @@ class BpeModel {
   void merge_word(std::vector<int32_t>& symbols) const;
   void merge_word_long(std::vector<int32_t>& symbols) const;
 
-  std::unordered_map<std::string, int32_t> vocab_;
-  std::unordered_map<std::string, int32_t> bytes_vocab_;  // raw bytes -> id (for ignore_merges)
+  StringIdMap vocab_;
+  StringIdMap bytes_vocab_;  // raw bytes -> id (for ignore_merges)
   std::array<int32_t, 256> byte_ids_{};                   // -1: byte not in vocab
   std::vector<MergeEntry> merges_;                         // open addressing, power-of-two size
   // Merges of two byte tokens, indexed by (left byte << 8 | right byte): the first merges

@@ -12,6 +12,7 @@
 #include "recipe/bpe.h"
 #include "recipe/byte_level.h"
 #include "recipe/pretokenizer.h"
+#include "recipe/tokenizer_json.h"
 #include "recipe/unicode_utf8.h"
 
 namespace deepinfer::recipe {
@@ -95,12 +96,13 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view text) {
-  nlohmann::json j;
+  TokenizerJson parsed;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end());
+    parsed = parse_tokenizer_json(text);
   } catch (const nlohmann::json::exception& e) {
     THROW(kInvalidInput) << "tokenizer.json is not valid JSON: " << e.what();
   }
+  const nlohmann::json& j = parsed.doc;
   CHECK(j.is_object()) << "tokenizer.json: top level must be an object";
   CHECK(j.contains("model")) << "tokenizer.json: missing 'model'";
   CHECK_KIND(kUnsupported, j.value("truncation", nlohmann::json()).is_null())
@@ -116,7 +118,7 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
     tok.pre_tokenizer_ = std::make_unique<PreTokenizer>(j.value("pre_tokenizer", nlohmann::json()));
     CHECK_KIND(kUnsupported, tok.pre_tokenizer_->byte_level())
         << "tokenizer.json: only byte-level BPE is supported (the pre_tokenizer has no ByteLevel step)";
-    tok.model_ = std::make_unique<BpeModel>(j["model"]);
+    tok.model_ = std::make_unique<BpeModel>(j["model"], BpeInput{std::move(parsed.vocab), std::move(parsed.merges)});
 
     std::vector<AddedToken> added;
     const auto& list = j.value("added_tokens", nlohmann::json::array());
