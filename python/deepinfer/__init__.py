@@ -49,7 +49,8 @@ class SamplingParams:
     """How to sample one request. `seed=None` draws a fresh random seed, so only requests
     with an explicit seed are reproducible (the sampled tokens then depend only on the
     prompt, the parameters and the seed, never on the batch). `logprobs=k` returns the
-    chosen token's and the top-k log-probabilities of the raw model distribution."""
+    chosen token's and the top-k log-probabilities of the raw model distribution. `n > 1`
+    samples n completions of the prompt; completion k uses seed + k."""
 
     def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  min_p: float = 0.0, max_tokens: int = 16, min_tokens: int = 0,
@@ -57,7 +58,10 @@ class SamplingParams:
                  stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
                  repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
                  frequency_penalty: float = 0.0, logprobs: Optional[int] = None,
-                 skip_special_tokens: bool = True, priority: int = 0):
+                 skip_special_tokens: bool = True, priority: int = 0, n: int = 1):
+        if int(n) < 1:
+            raise ValueError(f"SamplingParams: n must be >= 1, got {n}")
+        self.n = int(n)
         self.temperature = temperature
         self.top_p = top_p
         self.top_k = top_k
@@ -79,7 +83,7 @@ class SamplingParams:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"SamplingParams({fields})"
 
-    def _core(self) -> Any:
+    def _core(self, choice: int = 0) -> Any:
         p = _core.SamplingParams()
         p.temperature = float(self.temperature)
         p.top_p = float(self.top_p)
@@ -87,7 +91,7 @@ class SamplingParams:
         p.min_p = float(self.min_p)
         p.max_tokens = int(self.max_tokens)
         p.min_tokens = int(self.min_tokens)
-        p.seed = int(self.seed) if self.seed is not None else secrets.randbits(63)
+        p.seed = (int(self.seed) + choice) if self.seed is not None else secrets.randbits(63)
         p.stop_token_ids = [int(t) for t in self.stop_token_ids]
         p.ignore_eos = bool(self.ignore_eos)
         p.repetition_penalty = float(self.repetition_penalty)
@@ -102,7 +106,8 @@ class RequestOutput:
     "abort"), `stop_reason` (the stop string, if one ended it), `prompt_token_ids`,
     `logprobs` (per token: {token_id: logprob} of the chosen and top-k tokens, or None).
     Chat results also have `content`, `reasoning_content` and `tool_calls`.
-    `outputs[0]` is the object itself (vLLM-style access)."""
+    `outputs` lists the n completions (SamplingParams.n); the object itself is outputs[0]
+    (vLLM-style access)."""
 
     def __init__(self, request_id: str, prompt: Optional[str], prompt_token_ids: list[int]):
         self.request_id = request_id
@@ -115,10 +120,11 @@ class RequestOutput:
         self.finish_reason: Optional[str] = None
         self.stop_reason: Optional[str] = None
         self.num_preemptions = 0
+        self._choices: list["RequestOutput"] = [self]
 
     @property
     def outputs(self) -> list["RequestOutput"]:
-        return [self]
+        return self._choices
 
     def _add(self, o: Any, want_logprobs: bool) -> None:
         self.text += o.new_text
@@ -197,7 +203,8 @@ class LLM:
         return self._engine.decode(list(token_ids), skip_special_tokens)
 
     # -- requests --------------------------------------------------------------------------
-    def _request(self, prompt: Prompt, params: SamplingParams) -> tuple[Any, Optional[str]]:
+    def _request(self, prompt: Prompt, params: SamplingParams, choice: int = 0
+                 ) -> tuple[Any, Optional[str]]:
         text: Optional[str] = None
         if isinstance(prompt, str):
             text = prompt
@@ -209,7 +216,7 @@ class LLM:
         r = _core.EngineRequest()
         r.id = f"req-{next(self._ids)}"
         r.prompt = ids
-        r.params = params._core()
+        r.params = params._core(choice)
         r.stop = list(params.stop)
         r.priority = int(params.priority)
         r.n_logprobs = -1 if params.logprobs is None else int(params.logprobs)
@@ -231,18 +238,23 @@ class LLM:
             params_list = list(sampling_params)
             if len(params_list) != len(prompts):
                 raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
-        reqs, results = [], []
+        reqs, results, firsts = [], [], []
         for prompt, params in zip(prompts, params_list):
-            r, text = self._request(prompt, params)
-            reqs.append(r)
-            results.append((RequestOutput(r.id, text, list(r.prompt)), params.logprobs is not None))
+            choices = []
+            for k in range(params.n):
+                r, text = self._request(prompt, params, k)
+                reqs.append(r)
+                choices.append(RequestOutput(r.id, text, list(r.prompt)))
+                results.append((choices[-1], params.logprobs is not None))
+            choices[0]._choices = choices
+            firsts.append(choices[0])
         if not reqs:
             return []
         with self._lock:
             outs = self._engine.generate(reqs)
         for (res, want_lp), o in zip(results, outs):
             res._add(o, want_lp)
-        return [res for res, _ in results]
+        return firsts
 
     def generate_stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None
                         ) -> Iterator[StreamDelta]:
@@ -295,18 +307,19 @@ class LLM:
             reqs.append(request_json)
             prompts.append({"prompt_token_ids": ids})
         outs = self.generate(prompts, params)
-        for out, request_json in zip(outs, reqs):
-            ids = list(out.token_ids)
-            if ids and ids[-1] in eos and out.finish_reason == "stop":
-                ids = ids[:-1]
-            raw = self._engine.decode(ids, False)
-            if out.stop_reason:
-                cut = raw.find(out.stop_reason)
-                raw = raw[:cut] if cut >= 0 else raw
-            reasoning, content, calls = _core.parse_chat_output(request_json, raw)
-            out.reasoning_content = reasoning
-            out.content = content
-            out.tool_calls = [{"name": n, "arguments": a} for n, a in calls]
+        for first, request_json in zip(outs, reqs):
+            for out in first.outputs:
+                ids = list(out.token_ids)
+                if ids and ids[-1] in eos and out.finish_reason == "stop":
+                    ids = ids[:-1]
+                raw = self._engine.decode(ids, False)
+                if out.stop_reason:
+                    cut = raw.find(out.stop_reason)
+                    raw = raw[:cut] if cut >= 0 else raw
+                reasoning, content, calls = _core.parse_chat_output(request_json, raw)
+                out.reasoning_content = reasoning
+                out.content = content
+                out.tool_calls = [{"name": n, "arguments": a} for n, a in calls]
         return outs
 
     def abort(self, request_id: str) -> bool:

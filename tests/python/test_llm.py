@@ -165,3 +165,15 @@ def test_chat_prompt_matches_deepseek_recipe(tiny):
     assert out.reasoning_content == ""
     assert out.tool_calls == []
     assert len(out.token_ids) <= 6
+
+
+def test_n_completions_use_consecutive_seeds(small):
+    p = prompts(1)[0]
+    out = small.generate(p, SP(temperature=1.0, max_tokens=8, seed=40, n=3, ignore_eos=True))[0]
+    assert len(out.outputs) == 3 and out.outputs[0] is out
+    for k, choice in enumerate(out.outputs):
+        alone = small.generate(p, SP(temperature=1.0, max_tokens=8, seed=40 + k, ignore_eos=True))[0]
+        assert choice.token_ids == alone.token_ids
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
+    with pytest.raises(ValueError):
+        SP(n=0)
