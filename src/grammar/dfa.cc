@@ -594,8 +594,8 @@ Dfa repeat_prefix_free_dfa(const Dfa& unit, int32_t min, int32_t max, const std:
       }
     }
   d.start = id[unit.start];
-  // Every state reaches acceptance (add units up to the minimum) and is reachable: no trim needed.
-  return finish(std::move(d));
+  // Starting a unit at the maximum count leads nowhere: trim removes those states.
+  return trim_dfa(finish(std::move(d)));
 }
 
 Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what) {

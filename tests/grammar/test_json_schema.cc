@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "grammar/dfa.h"
 #include "grammar/json_schema.h"
 #include "grammar/parse_stack.h"
 
@@ -99,6 +100,38 @@ TEST(JsonSchema, AnyValue) {
   for (const char* s : {"{}", "[1,{\"a\":\"b\"},null]", "-0.5e7", "\"\\u001f\\n\""}) EXPECT_TRUE(grammar_matches(g, s)) << s;
   // \u escapes other than control characters are outside our string policy (json_schema.h).
   for (const char* s : {"", "{", "[1,]", "nul", "\"\\u0041\""}) EXPECT_FALSE(grammar_matches(g, s)) << s;
+}
+
+}  // namespace
+}  // namespace deepinfer::grammar
+
+namespace deepinfer::grammar {
+namespace {
+
+// Every automaton state of a compiled grammar must still reach acceptance, or a matcher could
+// allow a byte after which nothing is allowed (seen once: counted strings at their maximum).
+TEST(JsonSchema, AutomataAreTrimmed) {
+  for (const char* schema : {R"({"type":"string","maxLength":3})", R"({"type":"string","minLength":2,"maxLength":2,"pattern":"^[a-z\u00e9]+$"})",
+                             R"({"type":"object","properties":{"k":{"type":"string","maxLength":1}},"additionalProperties":false})",
+                             R"({"type":"number","minimum":-2.5,"exclusiveMaximum":7})"}) {
+    Grammar g = json_schema_grammar(schema);
+    for (const Dfa& d : g.dfas) {
+      std::vector<uint8_t> good(d.n_states(), 0);
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t s = 0; s < d.n_states(); ++s) {
+          if (good[s]) continue;
+          bool ok = d.accept[s];
+          for (int b = 0; b < 256 && !ok; ++b) {
+            int32_t t = d.at(s, static_cast<uint8_t>(b));
+            ok = t != kDead && good[t];
+          }
+          if (ok) { good[s] = 1; changed = true; }
+        }
+      }
+      for (int32_t s = 0; s < d.n_states(); ++s) EXPECT_TRUE(good[s]) << schema << " state " << s;
+    }
+  }
 }
 
 }  // namespace
