@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "base/error.h"
@@ -50,28 +51,6 @@ std::optional<bool> get_bool(const Json& obj, const char* key) {
   if (!v) return std::nullopt;
   if (!v->is_boolean()) throw bad_request(std::string(key) + " must be a boolean", key);
   return v->get<bool>();
-}
-
-// OpenAI content: a string, null, or an array of {"type": "text", "text": ...} parts.
-std::string content_text(const Json& content, const std::string& where) {
-  if (content.is_null()) return "";
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) throw bad_request(where + " must be a string or an array of parts", where);
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const Json& part = content[i];
-    const std::string pw = where + "[" + std::to_string(i) + "]";
-    if (!part.is_object()) throw bad_request(pw + " must be an object", where);
-    const Json* type = find(part, "type");
-    if (!type || !type->is_string() || type->get<std::string>() != "text") {
-      throw bad_request(pw + ": only text content parts are supported", where);
-    }
-    const Json* t = find(part, "text");
-    if (!t || !t->is_string()) throw bad_request(pw + ".text must be a string", where);
-    if (!text.empty()) text += "\n";
-    text += t->get<std::string>();
-  }
-  return text;
 }
 
 }  // namespace
@@ -261,7 +240,7 @@ CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenize
   return c;
 }
 
-ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits) {
+ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recipe::ChatVersion version) {
   ChatRequest c;
   c.sampling = parse_sampling(r, /*chat=*/true, limits);
   const Json* messages = find(r, "messages");
@@ -282,7 +261,6 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits) {
     if (const Json* role = find(m, "role"); role && role->is_string() && role->get<std::string>() == "developer") {
       out["role"] = "system";
     }
-    if (auto it = m.find("content"); it != m.end()) out["content"] = content_text(*it, where + ".content");
     out.erase("name");
     msgs.push_back(std::move(out));
   }
@@ -296,6 +274,14 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits) {
       if (auto t = get_bool(*kw, key)) thinking = *t;
     }
     if (const Json* e = find(*kw, "reasoning_effort")) effort = *e;
+  }
+  // The DeepSeek API's spelling: "thinking": {"type": "enabled" | "disabled"}.
+  if (const Json* t = find(r, "thinking")) {
+    const Json* type = t->is_object() ? find(*t, "type") : nullptr;
+    if (!type || !type->is_string() || (*type != "enabled" && *type != "disabled")) {
+      throw bad_request("thinking must be {\"type\": \"enabled\" | \"disabled\"}", "thinking");
+    }
+    thinking = *type == "enabled";
   }
   if (const Json* e = find(r, "reasoning_effort")) effort = *e;
   conv["thinking_mode"] = thinking;
@@ -344,6 +330,19 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits) {
     if (!type || !type->is_string()) throw bad_request("response_format.type is required", "response_format");
     const std::string t = type->get<std::string>();
     if (t == "json_object") {
+      // As OpenAI and deepseek-recipe require: the prompt must ask for JSON.
+      bool mentions_json = false;
+      for (const Json& m : conv["messages"]) {
+        if (auto it = m.find("content"); it != m.end() && !it->is_null()) {
+          std::string text = it->is_string() ? it->get<std::string>() : it->dump();
+          for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          mentions_json = mentions_json || text.find("json") != std::string::npos;
+        }
+      }
+      if (!mentions_json) {
+        throw bad_request("the messages must contain the word 'json' to use response_format json_object",
+                          "response_format");
+      }
       json_output = true;
       conv["response_format"] = "json_object";
     } else if (t == "json_schema") {
@@ -354,7 +353,8 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits) {
     }
   }
   try {
-    c.conversation = recipe::conversation_from_json(conv);
+    c.conversation = recipe::conversation_from_json(
+        conv, recipe::chat_completions_request_options(version == recipe::ChatVersion::kV41));
   } catch (const Error& e) {
     throw bad_request(e.what(), "messages");
   }

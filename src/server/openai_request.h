@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "recipe/chat_encoding.h"
 #include "recipe/messages.h"
 #include "recipe/output_parser.h"
 #include "recipe/tokenizer.h"
@@ -69,11 +70,15 @@ struct ChatRequest {
   bool thinking = false;
 };
 
-// Chat messages in the OpenAI form (string or text-part content, "developer" role, tool
-// calls, tool results), tools and tool_choice (auto / none / required / a named function),
-// chat_template_kwargs {thinking, reasoning_effort}, reasoning_effort, response_format
+// Chat messages in the OpenAI form read as deepseek-recipe's Chat Completions conversion reads
+// them (recipe::chat_completions_request_options: content parts, image parts, normalisation),
+// plus the "developer" role (as system); tools and tool_choice (auto / none / required /
+// a named function),
+// chat_template_kwargs {thinking, reasoning_effort}, the DeepSeek API's thinking {type},
+// reasoning_effort, response_format
 // (text, json_object; json_schema is refused until structured output is wired in).
 // Thinking is off unless requested.
-ChatRequest parse_chat_request(const Json& request, const RequestLimits& limits);
+ChatRequest parse_chat_request(const Json& request, const RequestLimits& limits,
+                               recipe::ChatVersion version = recipe::ChatVersion::kV4);
 
 }  // namespace deepinfer::server

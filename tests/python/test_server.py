@@ -81,7 +81,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server():
     s = Server("--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY),
-               "--max-live-requests", str(MAX_LIVE), "--max-model-len", "512")
+               "--max-live-requests", str(MAX_LIVE), "--max-model-len", "2048")
     yield s
     s.stop()
 
@@ -334,6 +334,15 @@ def test_invalid_fields_400(server, client):
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
             response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})
+    with pytest.raises(openai.BadRequestError) as e:  # json_object needs the word JSON
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                       max_tokens=4, response_format={"type": "json_object"})
+    assert e.value.body["param"] == "response_format"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                       max_tokens=4, tools=[TIME_TOOL],
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert e.value.body["param"] == "tool_choice"
 
 
 def test_unknown_model_404(server, client):
@@ -492,3 +501,56 @@ def test_500_concurrent_streams():
         assert f'deepinfer_requests_total{{endpoint="/v1/chat/completions",status="200"}} {2 * n}' in data.decode()
     finally:
         s.stop()
+
+
+# ----------------------------------------------------- prompts vs deepseek-recipe
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+HISTORY = [
+    {"role": "system", "content": [{"type": "text", "text": "Be brief."},
+                                   {"type": "text", "text": "Use tools."}]},
+    {"role": "user", "content": "Weather in Paris and Oslo?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}},
+        {"id": "call_2", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "snow"},
+    {"role": "user", "content": "And the time?"},
+]
+
+
+@pytest.mark.parametrize("case", ["plain", "tools_auto", "tools_required", "tools_named",
+                                  "tools_none", "history_thinking", "json_object"])
+def test_chat_prompt_matches_deepseek_recipe_conversion(server, client, case):
+    """The server's OpenAI -> conversation mapping and prompt encoding give as many prompt
+    tokens as deepseek-recipe's own Chat Completions conversion + V4 encoder."""
+    dr = pytest.importorskip("deepseek_recipe")
+    body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "thinking": {"type": "disabled"}}
+    if case.startswith("tools"):
+        body["tools"] = [WEATHER_TOOL, TIME_TOOL]
+        body["tool_choice"] = {"tools_auto": "auto", "tools_required": "required", "tools_none": "none",
+                               "tools_named": {"type": "function", "function": {"name": "get_time"}}}[case]
+    if case == "history_thinking":
+        body.update(messages=HISTORY, tools=[WEATHER_TOOL, TIME_TOOL], thinking={"type": "enabled"})
+    if case == "json_object":
+        body["response_format"] = {"type": "json_object"}
+        body["messages"] = [{"role": "user", "content": "Weather in Paris? Answer in JSON."}]
+    r = client.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, extra_body={
+        k: v for k, v in body.items() if k not in ("messages", "tools", "tool_choice", "response_format")},
+        messages=body["messages"], **{k: body[k] for k in ("tools", "tool_choice", "response_format") if k in body})
+    ref_body = dict(body, model="DeepSeek-V4-Pro")
+    if case == "tools_named":  # deepseek-recipe offers the named tool among all of them
+        ref_body["tools"] = [TIME_TOOL]
+        ref_body["tool_choice"] = "required"
+    conv = dr.ChatCompletionRequest(ref_body).convert(dr.ConversionOptions()).conversation
+    enc = dr.DeepseekV4Encoding().with_tokenizer(dr.Tokenizer.from_file(TOKENIZER))
+    assert r.usage.prompt_tokens == len(enc.encode(conv))
+    if case == "history_thinking":
+        assert isinstance(getattr(r.choices[0].message, "reasoning_content", None), str)
