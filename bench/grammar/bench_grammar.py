@@ -197,6 +197,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--engines", default="ours,llguidance,xgrammar")
     ap.add_argument("--out")
+    ap.add_argument("--rows-from", help="add the summary rows of engines not run now from an earlier run's .json "
+                                        "(same schemas and settings; the table says so)")
     args = ap.parse_args()
     if args.worker:
         return worker(args.worker, args.tokens)
@@ -214,6 +216,16 @@ def main():
         print(json.dumps(rows[-1]), f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     compiled_by = {e: {r["path"] for r in res if r["ok"]} for e, res in per_engine.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    for r in rows:
+        r["commit"] = commit
+    if args.rows_from:
+        earlier = json.loads(Path(args.rows_from).read_text())
+        earlier_rows = earlier["rows"] if isinstance(earlier, dict) else earlier
+        for r in earlier_rows:
+            if r["engine"] not in per_engine:
+                r.setdefault("commit", "earlier run")
+                r["engine"] += " (earlier run)"
+                rows.append(r)
     date = datetime.date.today().isoformat()
     out = Path(args.out) if args.out else REPO / "bench" / "results" / f"grammar-{date}.md"
     lines = [f"# Structured output: deepinfer vs llguidance vs XGrammar ({date})", "",
@@ -221,15 +233,15 @@ def main():
              f"- commit: {commit}; machine: {platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}), single thread per engine",
              f"- schemas: {len(files)} JSONSchemaBench files ({'all' if args.all else 'every ' + str(max(1, 6070 // args.sample)) + 'th'}); "
              f"tokenizer DeepSeek-V3 (129,280 ids); up to {args.tokens} uniformly random allowed tokens per schema", "",
-             "| engine | compiled | share | crash/timeout | compile p50 (ms) | compile p99 (ms) | masks | mask p50 (us) | mask p99 (us) | mask max (us) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| engine | commit | compiled | share | crash/timeout | compile p50 (ms) | compile p99 (ms) | masks | mask p50 (us) | mask p99 (us) | mask max (us) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['engine']} | {r['compiled']}/{r['schemas']} | {100 * r['compiled'] / r['schemas']:.1f}% | "
+        lines.append(f"| {r['engine']} | {r.get('commit', '')} | {r['compiled']}/{r['schemas']} | {100 * r['compiled'] / r['schemas']:.1f}% | "
                      f"{r['crash_or_timeout']} | {r['compile_p50_ms']:.2f} | {r['compile_p99_ms']:.2f} | {r['masks']} | "
                      f"{r['mask_p50_us']:.1f} | {r['mask_p99_us']:.1f} | {r['mask_max_us']:.0f} |")
         if "warm" in r:
             w = r["warm"]
-            lines.append(f"| {r['engine']} (warm: 2nd request, same grammar) | | | | | | {w['masks']} | "
+            lines.append(f"| {r['engine']} (warm: 2nd request, same grammar) | | | | | | | {w['masks']} | "
                          f"{w['mask_p50_us']:.1f} | {w['mask_p99_us']:.1f} | {w['mask_max_us']:.0f} |")
     if "ours" in compiled_by:
         lines += ["", "Overlap of compiled schemas:"]
@@ -239,7 +251,9 @@ def main():
                              f"only ours: {len(compiled_by['ours'] - s)}")
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    (out.with_suffix(".json")).write_text(json.dumps(rows, indent=1))
+    per_schema = {e: [[r["path"].split("/data/")[-1], r["ok"], r.get("compile_us"), r.get("error")] for r in res]
+                  for e, res in per_engine.items()}
+    (out.with_suffix(".json")).write_text(json.dumps({"commit": commit, "rows": rows, "per_schema": per_schema}, indent=1))
 
 
 if __name__ == "__main__":
