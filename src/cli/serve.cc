@@ -1,6 +1,7 @@
 // `deepinfer serve`: the OpenAI-compatible HTTP server (src/server) over the batched Engine.
 #include "cli/serve.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -79,7 +80,9 @@ int cmd_serve(int argc, char** argv) {
   }
 
   AsyncEngineOptions async_options;
-  async_options.max_live_requests = args.get_int("max-live-requests", 4 * engine_args.max_num_seqs);
+  // Waiting requests cost only their prompt: admit many more than run at once.
+  async_options.max_live_requests =
+      args.get_int("max-live-requests", std::max<int64_t>(1024, 4 * engine_args.max_num_seqs));
   AsyncEngine async_engine(make_step_engine(std::move(engine)), async_options);
   server::Server server(options, *tokenizer, std::move(eos_ids), async_engine);
   server.run();
