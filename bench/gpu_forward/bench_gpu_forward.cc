@@ -1,0 +1,414 @@
+// bench_gpu_forward: the DeepSeek-V4 forward at V4-Flash shapes, truncated to 4 layers
+// (compress ratios 4, 128, 4, 128: CSA and HCA), random weights generated on the device
+// (--dummy-weights style; FP8 block-scaled projections and experts, see fast_model.h), with a
+// synthetic context (random window / compressed / indexer state instead of a prefill).
+//
+// Runs, in order:
+//  1. ceilings measured in this run: copy bandwidth (uint4 kernel, bytes read + written, 2 GiB),
+//     cuBLASLt bf16 and FP8 block-scaled 8192^3;
+//  2. a correctness check: FastModel on a tiny config against the CPU Model (reference
+//     numerics) with the same (FP8 round-tripped) weights: cosine of the logits per position,
+//     full prefill and prefill + batched decode steps;
+//  3. decode steps at batch 1, 16, 64, 256 x context 4K, 32K and prefill of 4K and 16K tokens,
+//     each timed with CUDA events (warm-up, median of repeats) next to its roofline estimate
+//     max(bytes / copy BW, FLOPs / FP8 peak). Bytes = weights touched (dense projections,
+//     fp32 small tensors, the routed experts actually used, the FP8 head) + the state the
+//     step reads (window keys, compressed entries: top-k on CSA, all on HCA, every indexer
+//     entry). FLOPs = GEMMs + attention/indexer, all counted against the FP8 peak.
+// Output: markdown, the results table last. Usage:
+//   bench_gpu_forward [--quick] [--check-only] [--commit SHA] [--out FILE]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/device_context.h"
+#include "cuda/event.h"
+#include "fast_model.h"
+#include "model/model.h"
+#include "model/weight_source.h"
+#include "ops/gemm/gemm.h"
+
+namespace deepinfer {
+
+void fill_uniform_f32(cudaStream_t s, float* p, int64_t n, float mean, float std, uint64_t seed);
+void fill_random_e4m3(cudaStream_t s, uint8_t* p, int64_t n, uint64_t seed);
+void fill_const_f32(cudaStream_t s, float* p, int64_t n, float value);
+void fill_uniform_bf16(cudaStream_t s, void* p, int64_t n, float half_width, uint64_t seed);
+void copy_uint4(cudaStream_t s, const void* src, void* dst, int64_t bytes);
+
+namespace {
+
+FILE* g_file = nullptr;  // --out: everything printed, flushed as it goes
+
+void out(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void out(const char* fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::fputs(buf, stdout);
+  std::fflush(stdout);
+  if (g_file != nullptr) {
+    std::fputs(buf, g_file);
+    std::fflush(g_file);
+  }
+}
+
+ModelConfig base_config() {
+  ModelConfig c;
+  c.rope_dim = 64;
+  c.hc_mult = 4;
+  c.routed_scaling_factor = 1.5;
+  c.swiglu_limit = 10.0;
+  c.compress_ratios = {4, 128, 4, 128};
+  c.hash_layers = {false, false, false, false};
+  c.num_layers = 4;
+  c.yarn = {true, 16.0, 65536, 32.0, 1.0};
+  c.max_position_embeddings = 1 << 20;
+  c.eos_token_ids = {1};
+  return c;
+}
+
+ModelConfig flash_config() {  // V4-Flash shapes (MODEL_SPEC §0), 4 layers, no hash layers
+  ModelConfig c = base_config();
+  c.vocab_size = 129280;
+  c.hidden_size = 4096;
+  c.num_heads = 64;
+  c.head_dim = 512;
+  c.q_lora_rank = 1024;
+  c.o_groups = 8;
+  c.o_lora_rank = 1024;
+  c.sliding_window = 128;
+  c.index_n_heads = 64;
+  c.index_head_dim = 128;
+  c.index_topk = 512;
+  c.n_routed_experts = 256;
+  c.n_experts_per_tok = 6;
+  c.moe_intermediate_size = 2048;
+  return c;
+}
+
+ModelConfig check_config() {  // tiny, same structure; window 16 so the ring wraps
+  ModelConfig c = base_config();
+  c.vocab_size = 1024;
+  c.hidden_size = 256;
+  c.num_heads = 4;
+  c.head_dim = 128;
+  c.q_lora_rank = 128;
+  c.o_groups = 2;
+  c.o_lora_rank = 128;
+  c.sliding_window = 16;
+  c.index_n_heads = 4;
+  c.index_head_dim = 128;
+  c.index_topk = 16;
+  c.n_routed_experts = 16;
+  c.n_experts_per_tok = 2;
+  c.moe_intermediate_size = 128;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = static_cast<int32_t>(2 + gen() % static_cast<uint32_t>(vocab - 2));
+  return t;
+}
+
+double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb + 1e-300);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// ---- ceilings ----
+struct Ceilings {
+  double copy_gbs = 0, bf16_tflops = 0, fp8_tflops = 0;
+};
+
+double time_graph_ms(cuda::DeviceContext& ctx, int reps, int iters, const std::function<void()>& fn) {
+  cudaStream_t s = ctx.stream();
+  fn();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < reps; ++r) fn();
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, s));
+  std::vector<double> ms;
+  cuda::Event a, b;
+  for (int it = 0; it < iters; ++it) {
+    a.record(s);
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    b.record(s);
+    b.synchronize();
+    ms.push_back(cuda::Event::elapsed_ms(a, b) / reps);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return median(ms);
+}
+
+Ceilings measure_ceilings(cuda::DeviceContext& ctx, bool quick) {
+  Ceilings c;
+  const int iters = quick ? 3 : 7;
+  {
+    const int64_t bytes = int64_t{2} << 30;
+    cuda::DeviceBuffer src(bytes), dst(bytes);
+    CUDA_CHECK(cudaMemsetAsync(src.data(), 0x5a, bytes, ctx.stream()));
+    const double ms = time_graph_ms(ctx, 4, iters, [&] { copy_uint4(ctx.stream(), src.data(), dst.data(), bytes); });
+    c.copy_gbs = 2.0 * bytes / (ms * 1e6);
+  }
+  const int64_t n = 8192;
+  {
+    cuda::DeviceBuffer x(n * n * 2), w(n * n * 2), y(n * n * 2);
+    fill_uniform_bf16(ctx.stream(), x.data(), n * n, 1.0f, 1);
+    fill_uniform_bf16(ctx.stream(), w.data(), n * n, 1.0f, 2);
+    const double ms = time_graph_ms(ctx, 4, iters, [&] {
+      gemm_bf16_cuda(ctx, x.data(), w.data(), n, n, n, y.data(), DType::BF16);
+    });
+    c.bf16_tflops = 2.0 * n * n * n / (ms * 1e9);
+  }
+  {
+    cuda::DeviceBuffer x(n * n), w(n * n), y(n * n * 2);
+    cuda::DeviceBuffer sx(n / 128 * n * 4), sw(n / 128 * fp8_weight_scale_ld(n) * 4);
+    fill_random_e4m3(ctx.stream(), static_cast<uint8_t*>(x.data()), n * n, 3);
+    fill_random_e4m3(ctx.stream(), static_cast<uint8_t*>(w.data()), n * n, 4);
+    fill_const_f32(ctx.stream(), static_cast<float*>(sx.data()), n / 128 * n, 1.0f / 4096);
+    fill_const_f32(ctx.stream(), static_cast<float*>(sw.data()), n / 128 * fp8_weight_scale_ld(n), 1.0f / 4096);
+    const double ms = time_graph_ms(ctx, 4, iters, [&] {
+      gemm_fp8_block_cuda(ctx, x.data(), static_cast<float*>(sx.data()), w.data(),
+                          static_cast<float*>(sw.data()), n, n, n, y.data(), DType::BF16);
+    });
+    c.fp8_tflops = 2.0 * n * n * n / (ms * 1e9);
+  }
+  out("| ceiling (this run) | value |\n|---|---|\n");
+  out("| copy d2d, uint4 kernel, 2 GiB, bytes read + written | %.0f GB/s |\n", c.copy_gbs);
+  out("| cuBLASLt bf16 8192^3 | %.0f TFLOP/s |\n", c.bf16_tflops);
+  out("| cuBLASLt FP8 block-scaled (1x128 / 128x128) 8192^3 | %.0f TFLOP/s |\n\n", c.fp8_tflops);
+  return c;
+}
+
+// ---- correctness ----
+bool run_check() {
+  const ModelConfig cfg = check_config();
+  auto src = random_weights(cfg, 7);
+  ModelWeights w = load_model_weights(cfg, *src);
+  FastModelOptions fo;
+  fo.max_sequences = 4;
+  fo.max_context = 512;
+  fo.max_batch_tokens = 320;
+  fo.max_out_rows = 320;
+  FastModel fast(cfg, &w, fo, 1);  // replaces w's projections by their FP8 round trip
+  Model cpu(cfg, std::move(w), ModelOptions{Numerics::kReference, false});
+  const int64_t n = 300, V = cfg.vocab_size;
+  const auto tokens = random_tokens(n, V, 11);
+  auto st = cpu.new_state();
+  const SequenceChunk cc{st.get(), std::span<const int32_t>(tokens), true};
+  const Tensor ref = cpu.forward(std::span<const SequenceChunk>(&cc, 1));
+
+  fast.clear_state();
+  const FastChunk fc{0, 0, std::span<const int32_t>(tokens), true};
+  fast.forward(std::span<const FastChunk>(&fc, 1));
+  const Tensor got = fast.logits();
+  double min_full = 1.0;
+  for (int64_t i = 0; i < n; ++i)
+    min_full = std::min(min_full, cosine(got.f32() + i * V, ref.f32() + i * V, V));
+
+  // Prefill 250 tokens in slots 1 and 2 (slot 2 shifted by one token), then 49 batched decode
+  // steps of both: slot 1 is the same sequence as the reference.
+  fast.clear_state();
+  const int64_t p = 250;
+  std::vector<int32_t> other(tokens.begin() + 1, tokens.end());
+  other.push_back(5);
+  FastChunk pre[2] = {{1, 0, std::span<const int32_t>(tokens.data(), p), false},
+                      {2, 0, std::span<const int32_t>(other.data(), p), false}};
+  fast.forward(std::span<const FastChunk>(pre, 2));
+  double min_dec = cosine(fast.logits().f32(), ref.f32() + (p - 1) * V, V);
+  for (int64_t pos = p; pos < n; ++pos) {
+    FastChunk step[2] = {{2, pos, std::span<const int32_t>(other.data() + pos, 1), false},
+                         {1, pos, std::span<const int32_t>(tokens.data() + pos, 1), false}};
+    fast.forward(std::span<const FastChunk>(step, 2));
+    const Tensor l = fast.logits();
+    min_dec = std::min(min_dec, cosine(l.f32() + V, ref.f32() + pos * V, V));
+  }
+  const bool ok = min_full >= 0.99 && min_dec >= 0.99;
+  out("Correctness (FastModel FP8 path vs CPU Model, reference numerics, same FP8 weights; tiny "
+      "config D 256, 4 layers [4,128,4,128], window 16, 300 tokens):\n"
+      "- full prefill, all positions: min cosine %.6f\n"
+      "- prefill 250 (2 sequences) + 50 batched decode steps: min cosine %.6f\n"
+      "- check (min cosine >= 0.99): %s\n\n",
+      min_full, min_dec, ok ? "PASS" : "FAIL");
+  return ok;
+}
+
+// ---- cases ----
+struct Row {
+  std::string name;
+  bool ran = false;
+  std::string why;
+  double ms = 0, roof_ms = 0, bw_ms = 0, fl_ms = 0, tokens = 0;
+  FastWork work;
+};
+
+double time_forward(FastModel& m, std::span<const FastChunk> chunks, int warm, int reps) {
+  auto s = static_cast<cudaStream_t>(m.stream());
+  for (int i = 0; i < warm; ++i) m.forward(chunks);
+  m.synchronize();
+  std::vector<double> ms;
+  cuda::Event a, b;
+  for (int i = 0; i < reps; ++i) {
+    a.record(s);
+    m.forward(chunks);
+    b.record(s);
+    b.synchronize();
+    ms.push_back(cuda::Event::elapsed_ms(a, b));
+  }
+  return median(ms);
+}
+
+void finish_row(Row& r, const FastWork& w, const Ceilings& c) {
+  r.work = w;
+  r.bw_ms = (w.weight_bytes + w.state_bytes) / (c.copy_gbs * 1e6);
+  r.fl_ms = (w.gemm_flops + w.attn_flops) / (c.fp8_tflops * 1e9);
+  r.roof_ms = std::max(r.bw_ms, r.fl_ms);
+  r.ran = true;
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+int main(int argc, char** argv) {
+  using namespace deepinfer;
+  bool quick = false, check_only = false;
+  std::string commit = "unknown", out_path;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--check-only")) check_only = true;
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+  }
+  if (!out_path.empty()) g_file = std::fopen(out_path.c_str(), "w");
+  auto save = [] {};
+  try {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int drv = 0;
+    cudaDriverGetVersion(&drv);
+    out("# GPU forward benchmark, V4-Flash shapes, 4 layers, random FP8 weights\n\n"
+        "GPU: %s (%d SMs, %.0f GiB); CUDA driver API %d; commit %s.\n\n",
+        prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
+    const bool ok = run_check();
+    save();
+    if (check_only) return ok ? 0 : 1;
+
+    cuda::DeviceContext cctx;
+    const Ceilings c = measure_ceilings(cctx, quick);
+    save();
+
+    const ModelConfig cfg = flash_config();
+    FastModelOptions fo;
+    fo.max_sequences = 256;
+    fo.max_context = 32768 + 256;
+    fo.max_batch_tokens = 16384;
+    fo.max_out_rows = 256;
+    const auto t0 = std::chrono::steady_clock::now();
+    FastModel m(cfg, nullptr, fo, 2026);
+    m.randomize_state(99);
+    const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    out("Model: V4-Flash shapes, layers ratios [4,128,4,128], score routing (no hash layers), "
+        "device weights %.2f GB (FP8 projections + experts, fp32 small tensors; embedding not "
+        "counted), built in %.1f s; device memory in use %.1f GiB.\n\n",
+        m.device_weight_bytes() / 1e9, init_s, (total_b - free_b) / 1073741824.0);
+
+    std::vector<Row> rows;
+    const int reps = quick ? 3 : 7;
+    for (int64_t ctxlen : {4096, 32768}) {
+      for (int64_t B : {1, 16, 64, 256}) {
+        Row r;
+        r.name = "decode B=" + std::to_string(B) + " ctx=" + std::to_string(ctxlen / 1024) + "K";
+        try {
+          const auto toks = random_tokens(B, cfg.vocab_size, static_cast<uint32_t>(B + ctxlen));
+          std::vector<FastChunk> ch;
+          for (int64_t b = 0; b < B; ++b)
+            ch.push_back({b, ctxlen, std::span<const int32_t>(toks.data() + b, 1), false});
+          r.ms = time_forward(m, ch, 2, reps);
+          r.tokens = static_cast<double>(B);
+          finish_row(r, m.work(), c);
+        } catch (const std::exception& e) {
+          r.why = e.what();
+        }
+        rows.push_back(r);
+        out("%s: %s\n", r.name.c_str(), r.ran ? (std::to_string(r.ms) + " ms").c_str() : r.why.c_str());
+      }
+    }
+    for (int64_t L : {4096, 16384}) {
+      Row r;
+      r.name = "prefill " + std::to_string(L / 1024) + "K tokens";
+      try {
+        m.clear_state();
+        const auto toks = random_tokens(L, cfg.vocab_size, static_cast<uint32_t>(L));
+        const FastChunk ch{0, 0, std::span<const int32_t>(toks), false};
+        r.ms = time_forward(m, std::span<const FastChunk>(&ch, 1), 1, quick ? 2 : 3);
+        r.tokens = static_cast<double>(L);
+        finish_row(r, m.work(), c);
+      } catch (const std::exception& e) {
+        r.why = e.what();
+      }
+      rows.push_back(r);
+      out("%s: %s\n", r.name.c_str(), r.ran ? (std::to_string(r.ms) + " ms").c_str() : r.why.c_str());
+    }
+
+    out("\nRoofline = max(bytes / %.0f GB/s, FLOPs / %.0f TFLOP/s), both measured above. Bytes = "
+        "weights touched (FP8 dense + fp32 small tensors + routed experts used + FP8 head) + "
+        "state read (fp32 window, compressed and indexer entries). FLOPs = GEMMs (real rows) + "
+        "sparse attention QK/PV + indexer scores. Step time: CUDA events around the whole "
+        "forward (host routing syncs included), median of %d after warm-up.\n\n",
+        c.copy_gbs, c.fp8_tflops, reps);
+    out("| case | measured | tokens/s | weights GB | state GB | GFLOP | experts used | roofline "
+        "(bytes / flops) | roofline tokens/s | %% of roofline |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+      if (!r.ran) {
+        out("| %s | did not run: %s | | | | | | | | |\n", r.name.c_str(), r.why.c_str());
+        continue;
+      }
+      out("| %s | %.3f ms | %.0f | %.3f | %.3f | %.1f | %lld | %.3f ms (%.3f / %.3f) | %.0f | %.1f%% |\n",
+          r.name.c_str(), r.ms, r.tokens / (r.ms * 1e-3), r.work.weight_bytes / 1e9,
+          r.work.state_bytes / 1e9, (r.work.gemm_flops + r.work.attn_flops) / 1e9,
+          static_cast<long long>(r.work.experts_used), r.roof_ms, r.bw_ms, r.fl_ms,
+          r.tokens / (r.roof_ms * 1e-3), 100.0 * r.roof_ms / r.ms);
+    }
+    save();
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    out("\nbench_gpu_forward failed: %s\n", e.what());
+    save();
+    return 2;
+  }
+}
