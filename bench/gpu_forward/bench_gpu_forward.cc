@@ -220,7 +220,7 @@ bool run_check() {
   FastModelOptions fo;
   fo.max_sequences = 4;
   fo.max_context = 512;
-  fo.max_batch_tokens = 320;
+  fo.max_batch_tokens = 512;
   fo.max_out_rows = 320;
   FastModel fast(cfg, &w, fo, 1);  // replaces w's projections by their FP8 round trip
   Model cpu(cfg, std::move(w), ModelOptions{Numerics::kReference, false});
@@ -321,7 +321,12 @@ int main(int argc, char** argv) {
     out("# GPU forward benchmark, V4-Flash shapes, 4 layers, random FP8 weights\n\n"
         "GPU: %s (%d SMs, %.0f GiB); CUDA driver API %d; commit %s.\n\n",
         prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
-    const bool ok = run_check();
+    bool ok = false;
+    try {
+      ok = run_check();
+    } catch (const std::exception& e) {
+      out("Correctness check failed to run: %s\n\n", e.what());
+    }
     save();
     if (check_only) return ok ? 0 : 1;
 
