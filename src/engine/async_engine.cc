@@ -1,5 +1,7 @@
 #include "engine/async_engine.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <unordered_set>
 
@@ -77,6 +79,7 @@ void AsyncEngine::shutdown(double drain_seconds) {
 }
 
 void AsyncEngine::loop() {
+  pthread_setname_np(pthread_self(), "di-engine");  // per-thread CPU time in /proc (bench)
   bool busy = false;  // the engine has unfinished requests (read on this thread only)
   for (;;) {
     std::vector<Pending> incoming;
