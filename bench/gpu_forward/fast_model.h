@@ -60,6 +60,12 @@ struct FastWork {
   int64_t experts_used = 0;  // distinct (layer, expert) pairs
 };
 
+// Device time of the last profiled forward by part (CUDA events around each block).
+struct FastProfile {
+  double attention_ms = 0;  // attention blocks (projections, compressors, indexer, attention)
+  double moe_ms = 0;        // MoE blocks (router, host routing sync, experts, shared expert)
+};
+
 class FastModel {
  public:
   // host_weights != nullptr: quantise them (in place: replaced by the FP8 round trip) and
@@ -81,6 +87,9 @@ class FastModel {
   void forward(std::span<const FastChunk> chunks);
   Tensor logits();  // [n_out, V] of the last forward
   const FastWork& work() const;
+  // When on, forward() records events around every block; profile() reads them (syncs).
+  void set_profiling(bool on);
+  FastProfile profile();
   void synchronize();
   void* stream();  // cudaStream_t
   double device_weight_bytes() const;

@@ -8,6 +8,7 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
+#include "cuda/event.h"
 #include "fast_model.h"
 #include "ops/mhc/mhc.h"
 
@@ -106,6 +107,8 @@ struct FastModel::Impl {
   int64_t n_rows = 0, n_out = 0;
   std::vector<FastChunk> chunks;  // of the current forward
   FastWork work;
+  bool profiling = false;
+  std::vector<cuda::Event> prof;  // 4 per layer: attention start/end, MoE start/end
 
   const int32_t* sec(int s) const { return meta + static_cast<int64_t>(s) * opt.max_batch_tokens; }
   void* raw_alloc(int64_t bytes);
