@@ -306,6 +306,8 @@ bool expr_key(const Expr& e, std::string& out) {
 }
 
 constexpr size_t kMaxMemoEntries = 50000;
+constexpr size_t kMaxMemoBytes = size_t{256} << 20;
+size_t g_memo_bytes = 0;
 std::mutex g_memo_mu;
 std::unordered_map<std::string, std::shared_ptr<const Dfa>> g_memo;
 
@@ -324,7 +326,10 @@ Dfa build_dfa(const Expr& e, const std::string& what) {
   Dfa d = build_dfa_uncached(e, what);
   if (memo) {
     std::lock_guard<std::mutex> lock(g_memo_mu);
-    if (g_memo.size() < kMaxMemoEntries) g_memo.emplace(std::move(key), std::make_shared<const Dfa>(d));
+    const size_t bytes = key.size() + d.next.size() * sizeof(int32_t) + 2 * d.accept.size() + 512;
+    if (g_memo.size() < kMaxMemoEntries && g_memo_bytes + bytes <= kMaxMemoBytes &&
+        g_memo.emplace(std::move(key), std::make_shared<const Dfa>(d)).second)
+      g_memo_bytes += bytes;
   }
   return d;
 }
