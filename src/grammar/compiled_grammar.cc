@@ -44,9 +44,16 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int
   entry->accepted.assign(vocab_->n_mask_words(), 0);
   StackPool pool;
   std::vector<Top> init{{pos, state, kUnknownParent}};
-  if (slice_survives(grammar_, init[0])) {
+  const int k = slice_survival_chars(grammar_, init[0]);
+  if (k < 0) {
+    walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
+  } else if (k == Vocabulary::kSliceMaxChars) {
     entry->accepted = vocab_->slice_mask();
     walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
+  } else if (k > 0) {
+    entry->accepted = vocab_->slice_mask_up_to(k);
+    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain,
+                    &vocab_->subtree_slice_chars(), k);
   } else {
     walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
   }

@@ -4,24 +4,28 @@
 
 namespace deepinfer::grammar {
 
-bool slice_survives(const Grammar& g, const Top& top) {
+int slice_survival_chars(const Grammar& g, const Top& top) {
   const Dfa& d = g.dfas[g.elements[top.pos].arg];
   // BFS over (dfa state, utf-8 state) by character depth; a pair first met at the smallest depth
   // needs its continuations checked for the most remaining characters, so visiting once suffices.
+  // No character can even start (e.g. inside a multi-byte character): no slice token survives.
+  bool any_start = false;
+  for (int b = 0; b < 256 && !any_start; ++b)
+    any_start = plain_char_step(0, static_cast<uint8_t>(b)) >= 0 && d.at(top.state, static_cast<uint8_t>(b)) != kDead;
+  if (!any_start) return -1;
   std::vector<std::pair<int32_t, int>> level{{top.state, 0}}, next;
   std::vector<uint8_t> seen(static_cast<size_t>(d.n_states()) * 4, 0);
   seen[static_cast<size_t>(top.state) * 4] = 1;
-  int chars = 0;
-  while (!level.empty()) {
+  for (int chars = 0; chars < Vocabulary::kSliceMaxChars; ++chars) {
+    // Does every (chars + 1)-th character survive from this level?
     next.clear();
     for (size_t i = 0; i < level.size(); ++i) {
       auto [s, u] = level[i];
-      if (u == 0 && chars >= Vocabulary::kSliceMaxChars) continue;
       for (int b = 0; b < 256; ++b) {
         int u2 = plain_char_step(u, static_cast<uint8_t>(b));
         if (u2 < 0) continue;
         int32_t s2 = d.at(s, static_cast<uint8_t>(b));
-        if (s2 == kDead) return false;
+        if (s2 == kDead) return chars;
         uint8_t& mark = seen[static_cast<size_t>(s2) * 4 + u2];
         if (mark) continue;
         mark = 1;
@@ -31,14 +35,15 @@ bool slice_survives(const Grammar& g, const Top& top) {
       }
     }
     level.swap(next);
-    ++chars;
+    if (level.empty()) return Vocabulary::kSliceMaxChars;
   }
-  return true;
+  return Vocabulary::kSliceMaxChars;
 }
 
 int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
-                        std::vector<int32_t>* uncertain) {
+                        std::vector<int32_t>* uncertain,
+                        const std::vector<uint8_t>* skip_chars, int skip_k) {
   const auto& trie = token_trie.nodes;
   const auto& tokens = token_trie.tokens;
   const int32_t n_nodes = token_trie.n_nodes();
@@ -57,6 +62,10 @@ int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool
   int32_t i = 1;
   while (i < n_nodes) {
     const auto& node = trie[i];
+    if (skip_chars && (*skip_chars)[i] <= skip_k) {
+      i = node.end;
+      continue;
+    }
     const int d = node.depth;
     ++visited;
     // Drop levels deeper than the parent (d - 1).

@@ -19,12 +19,17 @@ namespace deepinfer::grammar {
 
 // `accepted` has vocab.n_mask_words() words and is OR-ed into (not cleared).
 // Returns the number of trie nodes visited.
+// `skip_chars` / `skip_k`: when given, subtrees whose skip_chars value is <= skip_k are not walked
+// (the caller has already accepted them; see Vocabulary::subtree_slice_chars()).
 int64_t walk_token_trie(const Grammar& g, const TokenTrie& trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
-                        std::vector<int32_t>* uncertain);
+                        std::vector<int32_t>* uncertain,
+                        const std::vector<uint8_t>* skip_chars = nullptr, int skip_k = 0);
 
-// True if, from `top` (whose parent is irrelevant), the top's DFA stays alive on every sequence of
-// at most Vocabulary::kSliceMaxChars plain-slice characters: then every slice token is accepted.
-bool slice_survives(const Grammar& g, const Top& top);
+// The largest k <= Vocabulary::kSliceMaxChars such that, from `top` (whose parent is irrelevant),
+// the top's DFA stays alive on every sequence of at most k plain-slice characters: then every
+// slice token of at most k characters is accepted. Returns -1 if no plain character can start
+// (then no slice token is accepted through this top).
+int slice_survival_chars(const Grammar& g, const Top& top);
 
 }  // namespace deepinfer::grammar

@@ -21,14 +21,15 @@ int plain_char_step(int u, uint8_t b) {
 
 namespace {
 
-bool in_plain_slice(const std::string& s) {
+// Characters of a plain-slice token, or 0 if it is not one.
+int plain_slice_chars(const std::string& s) {
   int u = 0, chars = 0;
   for (unsigned char c : s) {
     if (u == 0) ++chars;
     u = plain_char_step(u, c);
-    if (u < 0) return false;
+    if (u < 0) return 0;
   }
-  return u == 0 && chars >= 1 && chars <= Vocabulary::kSliceMaxChars;
+  return (u == 0 && chars >= 1 && chars <= Vocabulary::kSliceMaxChars) ? chars : 0;
 }
 
 TokenTrie build_trie(const std::vector<std::string>& bytes, std::vector<int32_t> order) {
@@ -77,15 +78,35 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     is_stop_[id] = 1;
   }
   std::vector<int32_t> all, rest;
+  std::vector<uint8_t> chars(size(), 0);
   slice_mask_.assign(n_mask_words(), 0);
+  slice_by_chars_.assign(kSliceMaxChars + 1, std::vector<uint32_t>(n_mask_words(), 0));
   for (int32_t id = 0; id < size(); ++id) {
     if (token_bytes_[id].empty() || is_stop_[id]) continue;
     all.push_back(id);
-    if (in_plain_slice(token_bytes_[id])) slice_mask_[id >> 5] |= 1u << (id & 31);
-    else rest.push_back(id);
+    chars[id] = static_cast<uint8_t>(plain_slice_chars(token_bytes_[id]));
+    if (chars[id]) {
+      slice_mask_[id >> 5] |= 1u << (id & 31);
+      for (int k = chars[id]; k <= kSliceMaxChars; ++k) slice_by_chars_[k][id >> 5] |= 1u << (id & 31);
+    } else {
+      rest.push_back(id);
+    }
   }
   full_ = build_trie(token_bytes_, std::move(all));
   rest_ = build_trie(token_bytes_, std::move(rest));
+  // Subtree maxima, children before parents (reverse preorder).
+  const int32_t n = full_.n_nodes();
+  subtree_slice_chars_.assign(n, 0);
+  for (int32_t i = n - 1; i >= 0; --i) {
+    uint8_t m = 0;
+    const auto& node = full_.nodes[i];
+    for (int32_t k = 0; k < node.n_tokens; ++k) {
+      uint8_t c = chars[full_.tokens[node.token_begin + k]];
+      m = std::max<uint8_t>(m, c ? c : 255);
+    }
+    for (int32_t c = i + 1; c < node.end; c = full_.nodes[c].end) m = std::max(m, subtree_slice_chars_[c]);
+    subtree_slice_chars_[i] = m;
+  }
 }
 
 }  // namespace deepinfer::grammar

@@ -59,6 +59,12 @@ class Vocabulary {
   const std::vector<uint32_t>& slice_mask() const { return slice_mask_; }
   // The tokens outside the slice.
   const TokenTrie& rest_trie() const { return rest_; }
+  // Slice tokens of at most k characters (k = 0..kSliceMaxChars; k = 0 is empty).
+  const std::vector<uint32_t>& slice_mask_up_to(int k) const { return slice_by_chars_[k]; }
+  // For each full_trie() node: the most characters of any token in its subtree if all of them
+  // are slice tokens, else 255. A walk that knows every slice token of <= k characters is
+  // accepted can skip subtrees with value <= k.
+  const std::vector<uint8_t>& subtree_slice_chars() const { return subtree_slice_chars_; }
 
  private:
   std::vector<std::string> token_bytes_;
@@ -66,6 +72,8 @@ class Vocabulary {
   std::vector<uint8_t> is_stop_;
   TokenTrie full_, rest_;
   std::vector<uint32_t> slice_mask_;
+  std::vector<std::vector<uint32_t>> slice_by_chars_;
+  std::vector<uint8_t> subtree_slice_chars_;
   uint64_t uid_;
 };
 
