@@ -105,7 +105,8 @@ def main():
 
             rows.append({
                 "conc": conc, "requests": n_req,
-                "errors": get("error_request_count", "avg") if "error_request_count" in res else 0,
+                "completed": get("request_count", "avg"),
+                "error_rate": get("request_error_rate", "avg") if "request_error_rate" in res else 0.0,
                 "tok_s": get("output_token_throughput", "avg"),
                 "ttft": [get("time_to_first_token", s) for s in ("p50", "p90", "p99")],
                 "itl": [get("inter_token_latency", s) for s in ("p50", "p90", "p99")],
@@ -123,18 +124,20 @@ def main():
         f"# deepinfer serve under aiperf ({datetime.date.today()})",
         "",
         f"Command: `python3 bench/server/aiperf_sweep.py --concurrency {args.concurrency} --isl {args.isl} "
-        f"--osl {args.osl}`; commit {commit}; machine: {platform.node()} ({os.cpu_count()} CPUs), "
+        f"--osl {args.osl} --requests-per-level {args.requests_per_level:g}`; commit {commit}; "
+        f"machine: {platform.node()} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end), "
         f"model: {model_name}. Streaming chat, ISL {args.isl}, OSL {args.osl} (ignore_eos).",
         "",
         "server CPU/token: CPU time of the HTTP threads per output token (parsing, tokenizing the "
         "prompt, JSON + SSE, socket writes); engine step/token: time inside Engine::step per output token.",
         "",
-        "| concurrency | requests | output tok/s | TTFT p50/p90/p99 (ms) | ITL p50/p90/p99 (ms) | "
-        "server CPU/token (µs) | engine step/token (ms) |",
-        "|---:|---:|---:|---|---|---:|---:|",
+        "| concurrency | requests sent / completed | error % | output tok/s | TTFT p50/p90/p99 (ms) | "
+        "ITL p50/p90/p99 (ms) | server CPU/token (µs) | engine step/token (ms) |",
+        "|---:|---:|---:|---:|---|---|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['conc']} | {r['requests']} | {r['tok_s']:.1f} | "
+        lines.append(f"| {r['conc']} | {r['requests']} / {r['completed']:.0f} | {r['error_rate']:.1f} | "
+                     f"{r['tok_s']:.1f} | "
                      + "/".join(f"{x:.0f}" for x in r["ttft"]) + " | "
                      + "/".join(f"{x:.0f}" for x in r["itl"])
                      + f" | {r['http_us_per_tok']:.0f} | {r['step_ms_per_tok']:.2f} |")

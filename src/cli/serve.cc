@@ -22,7 +22,7 @@ void serve_usage() {
                "         [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
                "         [--max-num-batched-tokens N] [--max-live-requests N] [--max-body-bytes N]\n"
                "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
-               "         [--dummy-weights] [--io-threads N] [--drain-seconds S]\n"
+               "         [--dummy-weights] [--io-threads N] [--drain-seconds S] [--default-thinking on|off]\n"
                "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n");
 }
 
@@ -30,7 +30,7 @@ int cmd_serve(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"model", "host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
              "max-num-batched-tokens", "max-live-requests", "max-body-bytes", "chat-encoding", "numerics",
-             "io-threads", "drain-seconds"},
+             "io-threads", "drain-seconds", "default-thinking"},
             {"batch-invariant", "dummy-weights", "help"});
   if (args.has("help")) {
     serve_usage();
@@ -57,6 +57,9 @@ int cmd_serve(int argc, char** argv) {
   options.n_io_threads = static_cast<int>(args.get_int("io-threads", 1));
   CHECK(options.n_io_threads >= 1 && options.n_io_threads <= 256) << "--io-threads must be in 1..256";
   options.drain_seconds = args.get_double("drain-seconds", options.drain_seconds);
+  const std::string thinking = args.get("default-thinking", "off");
+  CHECK(thinking == "on" || thinking == "off") << "--default-thinking must be on or off";
+  options.default_thinking = thinking == "on";
   const std::string dir = engine_args.model_dir;
   options.model_name = args.get("served-model-name",
                                 dir.empty() ? "deepinfer-tiny" : std::filesystem::path(dir).filename().string());

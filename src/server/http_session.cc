@@ -134,7 +134,8 @@ void HttpSession::handle_generation(const Json& body, bool chat) {
   const ServerOptions& o = state_.options;
   check_model(body, o.model_name);
   if (chat) {
-    gen_ = std::make_unique<ChatGeneration>(parse_chat_request(body, o.limits, o.chat_version), state_.model);
+    gen_ = std::make_unique<ChatGeneration>(parse_chat_request(body, o.limits, o.chat_version, o.default_thinking),
+                                            state_.model);
   } else {
     gen_ = std::make_unique<CompletionGeneration>(parse_completion_request(body, state_.tokenizer, o.limits),
                                                   state_.model);

@@ -240,7 +240,8 @@ CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenize
   return c;
 }
 
-ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recipe::ChatVersion version) {
+ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recipe::ChatVersion version,
+                               bool default_thinking) {
   ChatRequest c;
   c.sampling = parse_sampling(r, /*chat=*/true, limits);
   const Json* messages = find(r, "messages");
@@ -266,7 +267,7 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   }
   conv["messages"] = std::move(msgs);
 
-  bool thinking = false;
+  bool thinking = default_thinking;
   Json effort;
   if (const Json* kw = find(r, "chat_template_kwargs")) {
     if (!kw->is_object()) throw bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
@@ -320,6 +321,12 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   }
   if ((choice == "required") && tool_list.empty()) {
     throw bad_request("tool_choice required needs tools", "tool_choice");
+  }
+  // As deepseek-recipe's conversion (and DeepSeek's API): a thinking turn cannot be forced
+  // into a tool call.
+  if (thinking && choice == "required" && !tool_list.empty()) {
+    throw bad_request("thinking mode does not support tool_choice required or a named function",
+                      "tool_choice");
   }
   conv["tools"] = tool_list;
   conv["tool_choice"] = choice;

@@ -77,8 +77,10 @@ struct ChatRequest {
 // chat_template_kwargs {thinking, reasoning_effort}, the DeepSeek API's thinking {type},
 // reasoning_effort, response_format
 // (text, json_object; json_schema is refused until structured output is wired in).
-// Thinking is off unless requested.
+// Thinking is `default_thinking` unless the request says; thinking with tool_choice required
+// or named is refused (as deepseek-recipe does).
 ChatRequest parse_chat_request(const Json& request, const RequestLimits& limits,
-                               recipe::ChatVersion version = recipe::ChatVersion::kV4);
+                               recipe::ChatVersion version = recipe::ChatVersion::kV4,
+                               bool default_thinking = false);
 
 }  // namespace deepinfer::server

@@ -33,6 +33,7 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;
   RequestLimits limits;
   recipe::ChatVersion chat_version = recipe::ChatVersion::kV4;
+  bool default_thinking = false;     // chat requests that do not say (vLLM/SGLang: off)
   int n_io_threads = 1;
   double drain_seconds = 30.0;       // graceful shutdown: let running requests finish this long
   double idle_timeout_seconds = 120.0;

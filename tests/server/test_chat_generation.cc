@@ -206,6 +206,14 @@ TEST(ChatGeneration, NamedToolChoiceKeepsOnlyThatTool) {
   EXPECT_TRUE(req.parser.starts_in_tool_calls);
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "missing"}}}};
   EXPECT_THROW(parse_chat_request(body, limits), ApiError);
+  // Thinking turns cannot be forced into a tool call (deepseek-recipe refuses it too).
+  body["tool_choice"] = "required";
+  body["thinking"] = {{"type", "enabled"}};
+  EXPECT_THROW(parse_chat_request(body, limits), ApiError);
+  body["thinking"] = {{"type", "disabled"}};
+  EXPECT_NO_THROW(parse_chat_request(body, limits));
+  body.erase("thinking");
+  EXPECT_THROW(parse_chat_request(body, limits, recipe::ChatVersion::kV4, /*default_thinking=*/true), ApiError);
 }
 
 TEST(ChatGeneration, StopSequenceEndsChoicesAndNStreams) {
