@@ -32,7 +32,7 @@ inline EngineArgs tiny_pool_args(bool overlap) {
   a.max_num_batched_tokens = 64;
   a.max_model_len = 160;
   a.block_size = 8;
-  a.state_budget_bytes = 4 << 20;
+  a.state_budget_bytes = 5 << 19;  // 2.5 MiB: compressed pools for 160 tokens in all
   return a;
 }
 
@@ -62,6 +62,12 @@ inline std::vector<Job> random_jobs(int n, int max_prompt, int max_out, uint32_t
     j.params.seed = 100 + uint64_t(i);
     j.params.max_tokens = 1 + int64_t(gen() % uint32_t(max_out));
     j.params.ignore_eos = (i % 3 == 0);
+    if (i % 5 == 2) {
+      j.params.repetition_penalty = 1.3f;
+      j.params.frequency_penalty = 0.2f;
+      j.params.presence_penalty = 0.1f;
+      j.params.top_k = 20;
+    }
     jobs.push_back(std::move(j));
   }
   return jobs;

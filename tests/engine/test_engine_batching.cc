@@ -16,7 +16,14 @@ class EngineBatching : public ::testing::TestWithParam<bool> {};  // overlap on/
 
 void check_against_solo(bool overlap, float temperature, uint32_t seed) {
   auto engine = small_engine(tiny_pool_args(overlap));
-  const auto jobs = random_jobs(64, 40, 16, seed, temperature);
+  auto jobs = random_jobs(64, 40, 16, seed, temperature);
+  // Every 4th job stops on a token id its solo run produces (after min_tokens = 1 outputs).
+  for (size_t i = 1; i < jobs.size(); i += 4) {
+    const auto preview = generate_tokens(engine->model(), jobs[i].prompt, jobs[i].params).tokens;
+    if (preview.size() < 4) continue;
+    jobs[i].params.stop_token_ids = {preview[2]};
+    jobs[i].params.min_tokens = 1;
+  }
   const auto solo = solo_results(engine->model(), jobs);
   for (const Job& j : jobs) engine->add_request(to_request(j));
 
@@ -34,8 +41,11 @@ void check_against_solo(bool overlap, float temperature, uint32_t seed) {
     }
   }
   EXPECT_GT(engine->stats().n_preemptions, 0) << "the pools were meant to force preemption";
+  int n_stopped = 0;
+  for (const auto& [id, r] : solo) n_stopped += r.finish_reason == "stop";
+  EXPECT_GT(n_stopped, 3) << "the jobs were meant to include stop token ids";
   EXPECT_GT(aborted.size(), 3u);
-  EXPECT_GE(engine->stats().max_running, 8);
+  EXPECT_GE(engine->stats().max_running, 4);
   std::cout << "steps " << engine->stats().n_steps << " preemptions " << engine->stats().n_preemptions
             << " max running " << engine->stats().max_running << " aborted " << aborted.size() << "\n";
   EXPECT_TRUE(engine->state_cache().all_free()) << "blocks leaked";
@@ -170,6 +180,31 @@ TEST(EngineBatching, DefaultModeMatchesSoloWhereTheMarginIsClear) {
   }
   EXPECT_GT(n_equal, 30);
   EXPECT_TRUE(engine->state_cache().all_free());
+}
+
+TEST(EngineBatching, PriorityOrdersAdmission) {
+  EngineArgs a = tiny_pool_args(false);
+  a.priority = true;
+  a.max_num_seqs = 1;
+  auto engine = small_engine(a);
+  const std::vector<int64_t> priorities = {2, 0, 3, 1};
+  for (size_t i = 0; i < priorities.size(); ++i) {
+    EngineRequest r;
+    r.id = "p" + std::to_string(priorities[i]);
+    r.prompt = random_tokens(5, small_config().vocab_size, uint32_t(i));
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 3;
+    r.params.ignore_eos = true;
+    r.priority = priorities[i];
+    engine->add_request(r);
+  }
+  std::vector<std::string> order;
+  while (engine->has_unfinished()) {
+    for (const RequestOutput& o : engine->step()) {
+      if (o.finished) order.push_back(o.id);
+    }
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"p0", "p1", "p2", "p3"}));
 }
 
 TEST(EngineBatching, PoolExhaustionPreemptsAndCompletesEveryRequest) {
