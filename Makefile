@@ -11,7 +11,7 @@ setup:
 	@scripts/setup
 
 build: setup
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_PYTHON=ON >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_PYTHON=ON -DPython_EXECUTABLE=$$(command -v python3) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: build
