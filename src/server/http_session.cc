@@ -104,19 +104,27 @@ void HttpSession::route() {
       return respond(200, "text/plain; version=0.0.4; charset=utf-8",
                      state_.metrics.render(state_.engine.stats()));
     }
+    const bool model_path = path.rfind("/v1/models/", 0) == 0;
     const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions";
     if (known) endpoint_ = path;
+    if (model_path) endpoint_ = "/v1/models/{id}";
     if (path.rfind("/v1/", 0) == 0 && !state_.options.api_key.empty() &&
         req[http::field::authorization] != "Bearer " + state_.options.api_key) {
       throw ApiError(401, "Incorrect API key provided", "authentication_error", "", "invalid_api_key");
     }
-    if (!known) throw ApiError(404, "no route for " + method_ + " " + path, "invalid_request_error", "", "not_found");
-    if (path == "/v1/models") {
+    if (!known && !model_path) {
+      throw ApiError(404, "no route for " + method_ + " " + path, "invalid_request_error", "", "not_found");
+    }
+    if (path == "/v1/models" || model_path) {
       if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
       Json model = {{"id", state_.options.model_name},   {"object", "model"},
                     {"created", state_.created},          {"owned_by", "deepinfer"},
                     {"max_model_len", state_.options.max_model_len}};
-      return respond(200, "application/json", dump(Json{{"object", "list"}, {"data", Json::array({model})}}));
+      if (!model_path) {
+        return respond(200, "application/json", dump(Json{{"object", "list"}, {"data", Json::array({model})}}));
+      }
+      check_model(Json{{"model", path.substr(std::string("/v1/models/").size())}}, state_.options.model_name);
+      return respond(200, "application/json", dump(model));
     }
     if (!post) throw ApiError(405, "use POST " + path, "invalid_request_error");
     handle_generation(parse_body(req.body(), state_.options.limits), path == "/v1/chat/completions");

@@ -110,6 +110,9 @@ def test_health_models_metrics(server, client):
     assert resp.status == 200
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("other-model")
     resp, data = server.request("GET", "/metrics")
     assert resp.status == 200
     text = data.decode()
