@@ -128,9 +128,11 @@ void AsyncEngine::loop() {
         LOG(ERROR) << "engine step failed: " << step_error;
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const EngineLoad load = engine_->load();
       std::lock_guard<std::mutex> lock(mu_);
       stats_.n_steps += 1;
       stats_.step_seconds += secs;
+      stats_.load = load;
     }
 
     // Match outputs to callbacks under the lock; call them after releasing it.

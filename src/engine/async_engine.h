@@ -32,6 +32,14 @@
 
 namespace deepinfer {
 
+// How full the engine is, read by the loop thread after each step (for /metrics).
+struct EngineLoad {
+  int64_t n_state_slots = 0;       // requests the state cache can hold
+  int64_t n_state_slots_used = 0;
+  double max_block_usage = 0.0;    // fullest state-cache block pool, used / total in [0, 1]
+  int64_t n_preemptions = 0;       // since start
+};
+
 // The part of Engine the loop drives (tests put a fake behind it). Single-threaded: only the
 // loop thread calls it once AsyncEngine owns it.
 class StepEngine {
@@ -41,6 +49,7 @@ class StepEngine {
   virtual bool abort(const std::string& id) = 0;
   virtual std::vector<RequestOutput> step() = 0;
   virtual bool has_unfinished() const = 0;
+  virtual EngineLoad load() const { return {}; }
 };
 
 // Adapts an Engine (engine.h).
@@ -56,6 +65,7 @@ struct AsyncEngineStats {
   int64_t n_steps = 0;          // engine steps run
   int64_t n_output_tokens = 0;  // tokens delivered to callbacks
   double step_seconds = 0.0;    // total time inside step()
+  EngineLoad load;              // after the latest step
 };
 
 class AsyncEngine {

@@ -1,5 +1,8 @@
 // make_step_engine() apart from async_engine.cc so that AsyncEngine links without Engine
 // (its tests drive a fake StepEngine).
+#include <algorithm>
+
+#include "cache/state_cache.h"
 #include "engine/async_engine.h"
 
 namespace deepinfer {
@@ -12,6 +15,19 @@ class EngineAdapter final : public StepEngine {
   bool abort(const std::string& id) override { return engine_->abort(id); }
   std::vector<RequestOutput> step() override { return engine_->step(); }
   bool has_unfinished() const override { return engine_->has_unfinished(); }
+  EngineLoad load() const override {
+    const StateCache& cache = engine_->state_cache();
+    EngineLoad l;
+    l.n_state_slots = cache.num_slots();
+    l.n_state_slots_used = cache.num_slots() - cache.num_free_slots();
+    for (int64_t g = 0; g < cache.n_groups(); ++g) {
+      if (cache.num_blocks(g) > 0) {
+        l.max_block_usage = std::max(l.max_block_usage, 1.0 - double(cache.num_free(g)) / double(cache.num_blocks(g)));
+      }
+    }
+    l.n_preemptions = engine_->stats().n_preemptions;
+    return l;
+  }
 
  private:
   std::unique_ptr<Engine> engine_;

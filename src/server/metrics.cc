@@ -70,7 +70,19 @@ std::string Metrics::render(const AsyncEngineStats& engine) const {
     << "deepinfer_engine_step_seconds_total " << engine.step_seconds << "\n"
     << "# HELP deepinfer_engine_output_tokens_total Tokens the engine delivered.\n"
     << "# TYPE deepinfer_engine_output_tokens_total counter\n"
-    << "deepinfer_engine_output_tokens_total " << engine.n_output_tokens << "\n";
+    << "deepinfer_engine_output_tokens_total " << engine.n_output_tokens << "\n"
+    << "# HELP deepinfer_state_slots_used Requests holding state-cache slots (after the latest step).\n"
+    << "# TYPE deepinfer_state_slots_used gauge\n"
+    << "deepinfer_state_slots_used " << engine.load.n_state_slots_used << "\n"
+    << "# HELP deepinfer_state_slots Requests the state cache can hold.\n"
+    << "# TYPE deepinfer_state_slots gauge\n"
+    << "deepinfer_state_slots " << engine.load.n_state_slots << "\n"
+    << "# HELP deepinfer_state_block_usage Fullest state-cache block pool, used / total.\n"
+    << "# TYPE deepinfer_state_block_usage gauge\n"
+    << "deepinfer_state_block_usage " << engine.load.max_block_usage << "\n"
+    << "# HELP deepinfer_preemptions_total Requests preempted (state dropped, recomputed).\n"
+    << "# TYPE deepinfer_preemptions_total counter\n"
+    << "deepinfer_preemptions_total " << engine.load.n_preemptions << "\n";
   std::string out = s.str();
   render_histogram(out, "deepinfer_time_to_first_token_seconds", "Time to the first token.", ttft_);
   render_histogram(out, "deepinfer_time_per_output_token_seconds", "Time per output token after the first.", tpot_);

@@ -1,7 +1,8 @@
 // Metrics: Prometheus text exposition of the server's counters (GET /metrics):
 //   deepinfer_requests_total{endpoint,status}, deepinfer_prompt_tokens_total,
 //   deepinfer_generation_tokens_total, deepinfer_requests_running / _queued (from the
-//   AsyncEngine), deepinfer_engine_steps_total, deepinfer_engine_step_seconds_total,
+//   AsyncEngine), deepinfer_engine_steps_total, deepinfer_engine_step_seconds_total, state-cache
+//   usage (deepinfer_state_slots[_used], deepinfer_state_block_usage), deepinfer_preemptions_total,
 //   histograms deepinfer_time_to_first_token_seconds, deepinfer_time_per_output_token_seconds
 //   ((e2e - ttft) / (completion tokens - 1), per request) and deepinfer_e2e_request_latency_seconds.
 // Thread-safety: every method may be called from any thread.

@@ -106,6 +106,7 @@ def assert_error_body(data, status_type=None):
 
 
 def test_health_models_metrics(server, client):
+    client.completions.create(model=MODEL, prompt="warm up", max_tokens=1)
     resp, data = server.request("GET", "/health", headers={"Authorization": ""})
     assert resp.status == 200
     models = client.models.list()
@@ -118,6 +119,7 @@ def test_health_models_metrics(server, client):
     text = data.decode()
     assert "# TYPE deepinfer_requests_total counter" in text
     assert re.search(r"^deepinfer_requests_running \d+$", text, re.M)
+    assert re.search(r"^deepinfer_state_slots [1-9]\d*$", text, re.M)  # read after a step
     for h in ("time_to_first_token", "time_per_output_token", "e2e_request_latency"):
         assert f"# TYPE deepinfer_{h}_seconds histogram" in text
 
