@@ -559,3 +559,35 @@ def test_chat_prompt_matches_deepseek_recipe_conversion(server, client, case):
     assert r.usage.prompt_tokens == len(enc.encode(conv))
     if case == "history_thinking":
         assert isinstance(getattr(r.choices[0].message, "reasoning_content", None), str)
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_tools_stream_matches_non_stream(server, client, tool_choice):
+    """Tool requests through the openai client: greedy stream and non-stream agree, no DSML
+    markup reaches content, and a required choice leaves content empty (the prompt opened the
+    tool-call block, so the output is parsed as calls). The random tiny model rarely writes a
+    well-formed call; tool-call parsing itself is covered by tests/server/test_chat_generation."""
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
+              tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=tool_choice, max_tokens=8, temperature=0)
+    full = client.chat.completions.create(**kw)
+    msg = full.choices[0].message
+    assert "DSML" not in (msg.content or "")
+    if tool_choice == "required":
+        assert not msg.content
+    calls = msg.tool_calls or []
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_")
+        assert isinstance(json.loads(c.function.arguments), dict)
+    content, tools = "", {}
+    for ch in client.chat.completions.create(**kw, stream=True):
+        for c in ch.choices:
+            content += c.delta.content or ""
+            for t in c.delta.tool_calls or []:
+                entry = tools.setdefault(t.index, ["", ""])
+                if t.function and t.function.name:
+                    entry[0] += t.function.name
+                if t.function and t.function.arguments:
+                    entry[1] += t.function.arguments
+    assert content == (msg.content or "")
+    assert [tools[k][0] for k in sorted(tools)] == [c.function.name for c in calls]
+    assert [json.loads(tools[k][1]) for k in sorted(tools)] == [json.loads(c.function.arguments) for c in calls]
