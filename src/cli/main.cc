@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/logging.h"
 #include "cli/args.h"
+#include "cli/bench.h"
 #include "cli/model_loading.h"
 #include "cli/serve.h"
 #include "engine/generate_loop.h"
@@ -18,7 +19,9 @@ void usage() {
                "usage: deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)\n"
                "         [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
                "         [--seed S] [--numerics official|reference] [--batch-invariant] [--ignore-eos]\n"
-               "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n");
+               "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n"
+               "       deepinfer bench [--model DIR [--dummy-weights]] [--input-len N] [--output-len N]\n"
+               "         [--num-prompts N] [--concurrency 1,4,16] [--out PREFIX] [--no-overlap]\n");
   serve_usage();
 }
 
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return deepinfer::cmd_generate(argc, argv);
     if (cmd == "serve") return deepinfer::cmd_serve(argc, argv);
+    if (cmd == "bench") return deepinfer::cmd_bench(argc, argv);
     std::fprintf(stderr, "deepinfer: unknown command '%s'\n", cmd.c_str());
     deepinfer::usage();
     return 2;

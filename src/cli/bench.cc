@@ -1,0 +1,154 @@
+#include "cli/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "cli/args.h"
+#include "engine/engine.h"
+
+namespace deepinfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct SweepPoint {
+  int64_t concurrency = 0;
+  double wall_s = 0, ttft_p50 = 0, ttft_p99 = 0, tpot_mean = 0, out_tok_s = 0, user_tok_s = 0;
+  int64_t n_out_tokens = 0;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::logic_error&) {
+      THROW(kInvalidInput) << "--concurrency: '" << item << "' is not a number";
+    }
+    CHECK(out.back() >= 1) << "--concurrency values must be >= 1";
+  }
+  CHECK(!out.empty()) << "--concurrency is empty";
+  return out;
+}
+
+SweepPoint run_point(const EngineArgs& base, int64_t concurrency, int64_t n_prompts, int64_t input_len,
+                     int64_t output_len, uint64_t seed) {
+  EngineArgs args = base;
+  args.max_num_seqs = concurrency;
+  Engine engine(args);
+  const int64_t vocab = engine.model_config().vocab_size;
+  std::mt19937_64 gen(seed);
+  const auto t0 = Clock::now();
+  std::map<std::string, double> first, last;
+  std::map<std::string, int64_t> counts;
+  for (int64_t i = 0; i < n_prompts; ++i) {
+    EngineRequest r;
+    r.id = "bench-" + std::to_string(i);
+    r.prompt.resize(input_len);
+    for (auto& t : r.prompt) t = static_cast<int32_t>(gen() % static_cast<uint64_t>(vocab));
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = output_len;
+    r.params.ignore_eos = true;
+    engine.add_request(std::move(r));
+  }
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& out : engine.step()) {
+      const double now = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!out.new_tokens.empty()) {
+        if (!first.count(out.id)) first[out.id] = now;
+        last[out.id] = now;
+        counts[out.id] += static_cast<int64_t>(out.new_tokens.size());
+      }
+    }
+  }
+  SweepPoint p;
+  p.concurrency = concurrency;
+  p.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::vector<double> ttft, tpot;
+  for (const auto& [id, t] : first) {
+    ttft.push_back(t);
+    p.n_out_tokens += counts[id];
+    if (counts[id] > 1) tpot.push_back((last[id] - t) / static_cast<double>(counts[id] - 1));
+  }
+  p.ttft_p50 = percentile(ttft, 0.5);
+  p.ttft_p99 = percentile(ttft, 0.99);
+  for (double v : tpot) p.tpot_mean += v / static_cast<double>(tpot.size());
+  p.out_tok_s = static_cast<double>(p.n_out_tokens) / p.wall_s;
+  p.user_tok_s = p.tpot_mean > 0 ? 1.0 / p.tpot_mean : 0.0;
+  return p;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args args(argc, argv, 2,
+            {"model", "input-len", "output-len", "num-prompts", "concurrency", "seed", "numerics",
+             "out", "max-num-batched-tokens"},
+            {"dummy-weights", "batch-invariant", "no-overlap"});
+  EngineArgs base;
+  base.model_dir = args.get("model");
+  base.dummy_weights = args.has("dummy-weights");
+  CHECK(!base.dummy_weights || !base.model_dir.empty()) << "--dummy-weights needs --model DIR (its config.json)";
+  base.model_options.numerics = parse_numerics(args.get("numerics", "official"));
+  base.model_options.batch_invariant = args.has("batch-invariant");
+  base.overlap = !args.has("no-overlap");
+  base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 2048);
+  const int64_t input_len = args.get_int("input-len", 128);
+  const int64_t output_len = args.get_int("output-len", 32);
+  const int64_t n_prompts = args.get_int("num-prompts", 32);
+  CHECK(input_len >= 1 && output_len >= 1 && n_prompts >= 1) << "lengths and --num-prompts must be >= 1";
+  const auto sweep = parse_list(args.get("concurrency", "1,4,16"));
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
+
+  std::vector<SweepPoint> points;
+  for (int64_t c : sweep) points.push_back(run_point(base, c, n_prompts, input_len, output_len, seed));
+
+  std::ostringstream table;
+  table << "| concurrency | requests | in/out tokens | wall s | TTFT p50 ms | TTFT p99 ms | TPOT ms | "
+           "out tok/s per device | tok/s per user |\n|---|---|---|---|---|---|---|---|---|\n";
+  char line[512];
+  for (const SweepPoint& p : points) {
+    std::snprintf(line, sizeof(line), "| %lld | %lld | %lld/%lld | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+                  static_cast<long long>(p.concurrency), static_cast<long long>(n_prompts),
+                  static_cast<long long>(input_len), static_cast<long long>(output_len), p.wall_s,
+                  p.ttft_p50 * 1e3, p.ttft_p99 * 1e3, p.tpot_mean * 1e3, p.out_tok_s, p.user_tok_s);
+    table << line;
+  }
+  std::fputs(table.str().c_str(), stdout);
+  if (args.has("out")) {
+    const std::string prefix = args.get("out");
+    std::ofstream(prefix + ".md") << table.str();
+    std::ofstream csv(prefix + ".csv");
+    csv << "concurrency,out_tok_s_per_device,tok_s_per_user,ttft_p50_s,tpot_s\n";
+    for (const SweepPoint& p : points) {
+      csv << p.concurrency << "," << p.out_tok_s << "," << p.user_tok_s << "," << p.ttft_p50 << ","
+          << p.tpot_mean << "\n";
+    }
+    csv.close();
+    const std::string cmd = "python3 " + std::string(DEEPINFER_SOURCE_DIR) + "/tools/plot_bench.py '" +
+                            prefix + ".csv' '" + prefix + ".png'";
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "deepinfer bench: plotting failed (is matplotlib installed?); table and CSV written\n");
+    }
+  }
+  return 0;
+}
+
+}  // namespace deepinfer
