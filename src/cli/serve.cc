@@ -22,7 +22,8 @@ void serve_usage() {
                "         [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
                "         [--max-num-batched-tokens N] [--max-live-requests N] [--max-body-bytes N]\n"
                "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
-               "         [--dummy-weights] [--io-threads N] [--drain-seconds S] [--default-thinking on|off]\n"
+               "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
+               "         [--default-thinking on|off]\n"
                "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n");
 }
 
@@ -30,7 +31,7 @@ int cmd_serve(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"model", "host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
              "max-num-batched-tokens", "max-live-requests", "max-body-bytes", "chat-encoding", "numerics",
-             "io-threads", "drain-seconds", "default-thinking"},
+             "io-threads", "prep-threads", "drain-seconds", "default-thinking"},
             {"batch-invariant", "dummy-weights", "help"});
   if (args.has("help")) {
     serve_usage();
@@ -56,6 +57,8 @@ int cmd_serve(int argc, char** argv) {
   options.max_body_bytes = static_cast<size_t>(body);
   options.n_io_threads = static_cast<int>(args.get_int("io-threads", 1));
   CHECK(options.n_io_threads >= 1 && options.n_io_threads <= 256) << "--io-threads must be in 1..256";
+  options.n_prep_threads = static_cast<int>(args.get_int("prep-threads", options.n_prep_threads));
+  CHECK(options.n_prep_threads >= 1 && options.n_prep_threads <= 256) << "--prep-threads must be in 1..256";
   options.drain_seconds = args.get_double("drain-seconds", options.drain_seconds);
   const std::string thinking = args.get("default-thinking", "off");
   CHECK(thinking == "on" || thinking == "off") << "--default-thinking must be on or off";

@@ -127,7 +127,24 @@ void HttpSession::route() {
       return respond(200, "application/json", dump(model));
     }
     if (!post) throw ApiError(405, "use POST " + path, "invalid_request_error");
-    handle_generation(parse_body(req.body(), state_.options.limits), path == "/v1/chat/completions");
+    // Parsing, prompt rendering and tokenization run on the preparation pool so that a long
+    // prompt does not stall the other connections of this io thread; the watch read notices a
+    // client that leaves meanwhile.
+    watch();
+    auto executor = stream_.get_executor();
+    net::post(*state_.prep_pool, [self = shared_from_this(), executor, body = std::move(parser_->get().body()),
+                                 chat = path == "/v1/chat/completions"]() mutable {
+      std::shared_ptr<Generation> gen;
+      std::optional<ApiError> error;
+      try {
+        gen = self->prepare(body, chat);
+      } catch (const ApiError& e) {
+        error = e;
+      } catch (const std::exception& e) {
+        error = ApiError(500, e.what(), "server_error");
+      }
+      net::post(executor, [self, gen, error] { self->start_generation(gen, error); });
+    });
   } catch (const ApiError& e) {
     gen_.reset();
     respond_error(e);
@@ -138,16 +155,27 @@ void HttpSession::route() {
   }
 }
 
-void HttpSession::handle_generation(const Json& body, bool chat) {
+std::shared_ptr<Generation> HttpSession::prepare(const std::string& text, bool chat) const {
   const ServerOptions& o = state_.options;
+  const Json body = parse_body(text, o.limits);
   check_model(body, o.model_name);
   if (chat) {
-    gen_ = std::make_unique<ChatGeneration>(parse_chat_request(body, o.limits, o.chat_version, o.default_thinking),
+    return std::make_shared<ChatGeneration>(parse_chat_request(body, o.limits, o.chat_version, o.default_thinking),
                                             state_.model);
-  } else {
-    gen_ = std::make_unique<CompletionGeneration>(parse_completion_request(body, state_.tokenizer, o.limits),
-                                                  state_.model);
   }
+  return std::make_shared<CompletionGeneration>(parse_completion_request(body, state_.tokenizer, o.limits),
+                                                state_.model);
+}
+
+void HttpSession::start_generation(std::shared_ptr<Generation> gen, const std::optional<ApiError>& error) {
+  if (closed_) return;  // the client left while the request was prepared
+  if (error) {
+    if (error->status == 500) {
+      LOG(ERROR) << method_ << " " << target_ << ": " << error->what();
+    }
+    return respond_error(*error);
+  }
+  gen_ = std::move(gen);
   std::weak_ptr<HttpSession> weak = weak_from_this();
   auto executor = stream_.get_executor();
   const AsyncEngine::Admission admission = state_.engine.submit(
@@ -167,14 +195,12 @@ void HttpSession::handle_generation(const Json& body, bool chat) {
     gen_.reset();
     return respond_error(ApiError(503, "the server is shutting down", "server_error", "", "service_unavailable"));
   }
-  stream_.expires_never();
   if (gen_->stream()) {
     status_ = 200;
     write(std::string("HTTP/1.1 200 OK\r\nServer: deepinfer\r\nContent-Type: text/event-stream\r\n") +
           "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" +
           (keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n") + "\r\n");
   }
-  watch();
 }
 
 void HttpSession::on_engine_output(const RequestOutput& out, const std::string& error) {
@@ -261,6 +287,7 @@ void HttpSession::end_exchange() {
 void HttpSession::watch() {
   if (watching_ || closed_) return;
   watching_ = true;
+  if (exchange_active_) stream_.expires_never();
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->on_watch(ec, n);
   });

@@ -1,8 +1,8 @@
 // HttpSession: one client connection (HTTP/1.1, keep-alive), on its own strand.
 //
 // Exchange: read the header (Content-Length over the limit -> 413 before the body; "Expect:
-// 100-continue" answered), read the body, route, respond. Generation requests are submitted to
-// the AsyncEngine; its outputs are posted back to the strand and written as they come (SSE
+// 100-continue" answered), read the body, route, respond. Generation requests are parsed and
+// tokenized on the server's preparation pool, then submitted to the AsyncEngine; its outputs are posted back to the strand and written as they come (SSE
 // over chunked transfer encoding) or as one JSON body at the end. While a request generates, a
 // read on the socket watches for the client going away (EOF or error aborts the request's
 // engine requests); bytes that arrive meanwhile (a pipelined request) are kept for the next
@@ -40,7 +40,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_header(boost::beast::error_code ec);
   void on_body(boost::beast::error_code ec);
   void route();
-  void handle_generation(const Json& body, bool chat);
+  // Runs on the preparation pool: body -> Generation (throws ApiError). Reads only `state_`.
+  std::shared_ptr<Generation> prepare(const std::string& body, bool chat) const;
+  void start_generation(std::shared_ptr<Generation> gen, const std::optional<ApiError>& error);
   void on_engine_output(const RequestOutput& out, const std::string& error);
 
   void respond(int status, const std::string& content_type, std::string body, const Headers& extra = {});
@@ -69,7 +71,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool keep_alive_ = true;
   bool linger_ = false;            // drain unread input before closing (after 413)
 
-  std::unique_ptr<Generation> gen_;
+  std::shared_ptr<Generation> gen_;
   std::string method_, target_, endpoint_;
   int status_ = 0;
   std::chrono::steady_clock::time_point t0_;

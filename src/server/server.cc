@@ -20,7 +20,7 @@ using tcp = net::ip::tcp;
 struct Server::Impl {
   Impl(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
        AsyncEngine& engine)
-      : state{std::move(options), tokenizer, engine, {}, {}, 0},
+      : state{std::move(options), tokenizer, engine, {}, {}, 0, nullptr},
         ioc(std::max(1, state.options.n_io_threads)),
         acceptor(ioc),
         signals(ioc) {
@@ -29,6 +29,7 @@ struct Server::Impl {
     state.model.max_model_len = state.options.max_model_len;
     state.model.eos_ids = std::move(eos_ids);
     state.model.chat_version = state.options.chat_version;
+    state.prep_pool = std::make_unique<net::thread_pool>(std::max(1, state.options.n_prep_threads));
   }
 
   void accept() {
@@ -111,7 +112,7 @@ void Server::run() {
             << " (chat encoding " << (s.state.options.chat_version == recipe::ChatVersion::kV41 ? "v4.1" : "v4")
             << ", max_model_len " << s.state.options.max_model_len << ", up to "
             << s.state.engine.max_live_requests() << " live requests, " << s.state.options.n_io_threads
-            << " io thread(s))";
+            << " io thread(s), " << s.state.options.n_prep_threads << " preparation thread(s))";
   // Named so that /proc/PID/task/*/comm tells the HTTP threads' CPU time apart (bench).
   auto serve = [&s] {
     pthread_setname_np(pthread_self(), "di-http");
@@ -120,6 +121,8 @@ void Server::run() {
   std::vector<std::thread> threads;
   for (int i = 0; i < s.state.options.n_io_threads; ++i) threads.emplace_back(serve);
   for (std::thread& t : threads) t.join();
+  s.state.prep_pool->stop();  // before the io_context goes: its jobs post to it
+  s.state.prep_pool->join();
   if (s.drainer.joinable()) s.drainer.join();
   LOG(INFO) << "server stopped";
 }

@@ -35,6 +35,7 @@ struct ServerOptions {
   recipe::ChatVersion chat_version = recipe::ChatVersion::kV4;
   bool default_thinking = false;     // chat requests that do not say (vLLM/SGLang: off)
   int n_io_threads = 1;
+  int n_prep_threads = 2;            // parse + tokenize requests off the io threads
   double drain_seconds = 30.0;       // graceful shutdown: let running requests finish this long
   double idle_timeout_seconds = 120.0;
   bool handle_signals = true;        // SIGINT/SIGTERM -> graceful shutdown

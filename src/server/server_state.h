@@ -2,6 +2,10 @@
 // engine, both thread-safe.
 #pragma once
 
+#include <memory>
+
+#include <boost/asio/thread_pool.hpp>
+
 #include "engine/async_engine.h"
 #include "recipe/tokenizer.h"
 #include "server/generation.h"
@@ -17,6 +21,7 @@ struct ServerState {
   ModelInfo model;  // tokenizer, name, max_model_len, EOS ids, chat version
   Metrics metrics;
   int64_t created = 0;  // unix seconds the server started (GET /v1/models)
+  std::unique_ptr<boost::asio::thread_pool> prep_pool;  // request parsing, prompt tokenization
 };
 
 }  // namespace deepinfer::server
