@@ -591,3 +591,44 @@ def test_tools_stream_matches_non_stream(server, client, tool_choice):
     assert content == (msg.content or "")
     assert [tools[k][0] for k in sorted(tools)] == [c.function.name for c in calls]
     assert [json.loads(tools[k][1]) for k in sorted(tools)] == [json.loads(c.function.arguments) for c in calls]
+
+
+def raw_exchange(port, data, read=True, timeout=30):
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if not read:
+            return b""
+        chunks = []
+        while True:
+            try:
+                b = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+
+
+def test_malformed_http_keeps_serving(server, client):
+    """Garbage, truncated requests, abrupt closes and pipelining: the server answers what it can
+    (400 for a request line it cannot parse) and keeps serving everyone else."""
+    out = raw_exchange(server.port, b"THIS IS NOT HTTP\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400 ")
+    raw_exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro", read=False)
+    raw_exchange(server.port, b"GET /health HTTP/1.1\r\nHost: x\r\n", read=False)
+    # A non-streaming generation whose client leaves at once is aborted, not leaked.
+    body = json.dumps({"model": MODEL, "prompt": "bye", "max_tokens": 2000, "ignore_eos": True}).encode()
+    raw_exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer %s\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (API_KEY.encode(), len(body), body), read=False)
+    # Two pipelined requests on one connection are answered in order.
+    req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    out = raw_exchange(server.port, req + req.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+    assert out.count(b"HTTP/1.1 200 OK") == 2
+    deadline = time.time() + 60
+    while running(server) != 0 and time.time() < deadline:
+        time.sleep(0.2)
+    assert running(server) == 0  # 2000 tokens would take minutes: it was aborted
+    assert client.completions.create(model=MODEL, prompt="still here", max_tokens=1).choices
