@@ -27,6 +27,15 @@ bool is_client_gone(beast::error_code ec) {
          ec == beast::error::timeout || ec == net::error::operation_aborted;
 }
 
+// Compares without an early exit, so the time taken does not tell how much of a key matched.
+bool same_secret(std::string_view given, std::string_view expected) {
+  unsigned diff = given.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i]) ^ static_cast<unsigned char>(expected[i % expected.size()]);
+  }
+  return diff == 0;
+}
+
 }  // namespace
 
 HttpSession::HttpSession(net::ip::tcp::socket&& socket, ServerState& state)
@@ -55,6 +64,8 @@ void HttpSession::on_header(beast::error_code ec) {
   gen_.reset();
   status_ = 0;
   endpoint_ = "other";
+  method_ = "-";
+  target_ = "-";
   if (ec) {
     keep_alive_ = false;
     if (ec == http::error::body_limit) {
@@ -109,7 +120,7 @@ void HttpSession::route() {
     if (known) endpoint_ = path;
     if (model_path) endpoint_ = "/v1/models/{id}";
     if (path.rfind("/v1/", 0) == 0 && !state_.options.api_key.empty() &&
-        req[http::field::authorization] != "Bearer " + state_.options.api_key) {
+        !same_secret(std::string(req[http::field::authorization]), "Bearer " + state_.options.api_key)) {
       throw ApiError(401, "Incorrect API key provided", "authentication_error", "", "invalid_api_key");
     }
     if (!known && !model_path) {
