@@ -23,7 +23,8 @@ void serve_usage() {
                "         [--max-num-batched-tokens N] [--max-live-requests N] [--max-body-bytes N]\n"
                "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
                "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
-               "         [--default-thinking on|off]\n"
+               "         [--default-thinking on|off] [--scheduling-policy fcfs|priority]\n"
+               "         [--state-budget-mib N] [--no-overlap]\n"
                "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n");
 }
 
@@ -31,8 +32,9 @@ int cmd_serve(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"model", "host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
              "max-num-batched-tokens", "max-live-requests", "max-body-bytes", "chat-encoding", "numerics",
-             "io-threads", "prep-threads", "drain-seconds", "default-thinking"},
-            {"batch-invariant", "dummy-weights", "help"});
+             "io-threads", "prep-threads", "drain-seconds", "default-thinking", "scheduling-policy",
+             "state-budget-mib"},
+            {"batch-invariant", "dummy-weights", "no-overlap", "help"});
   if (args.has("help")) {
     serve_usage();
     return 0;
@@ -45,6 +47,11 @@ int cmd_serve(int argc, char** argv) {
   engine_args.max_num_seqs = args.get_int("max-num-seqs", engine_args.max_num_seqs);
   engine_args.max_num_batched_tokens = args.get_int("max-num-batched-tokens", engine_args.max_num_batched_tokens);
   engine_args.max_model_len = args.get_int("max-model-len", 0);
+  engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
+  engine_args.overlap = !args.has("no-overlap");
+  const std::string policy = args.get("scheduling-policy", "fcfs");
+  CHECK(policy == "fcfs" || policy == "priority") << "--scheduling-policy must be fcfs or priority";
+  engine_args.priority = policy == "priority";
 
   server::ServerOptions options;
   options.host = args.get("host", options.host);

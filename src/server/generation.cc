@@ -49,6 +49,7 @@ void Generation::add_choice(const std::vector<int32_t>& prompt, int64_t max_toke
   r.params.seed = sampling_.seed ? *sampling_.seed + i : random_u64();
   r.stop = sampling_.stop;
   r.n_logprobs = sampling_.n_logprobs;
+  r.priority = sampling_.priority;
   r.skip_special_tokens = !keep_special_;  // the engine matches stop strings on this text
   index_[r.id] = i;
   choices_.emplace_back().engine_id = r.id;

@@ -108,6 +108,7 @@ SamplingRequest parse_sampling(const Json& r, bool chat, const RequestLimits& li
       static_cast<float>(get_number(r, "repetition_penalty", 1e-3, 100.0).value_or(1.0));
   s.params.min_tokens = get_int(r, "min_tokens", 0, INT32_MAX).value_or(0);
   s.params.ignore_eos = get_bool(r, "ignore_eos").value_or(false);
+  s.priority = get_int(r, "priority", INT32_MIN, INT32_MAX).value_or(0);
   if (const Json* v = find(r, "seed")) {
     if (!v->is_number_integer()) throw bad_request("seed must be an integer", "seed");
     s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());

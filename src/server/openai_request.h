@@ -2,7 +2,7 @@
 // the recipe layer take. Every refusal is an ApiError (api_error.h) naming the field: 400 for
 // malformed JSON, wrong types, out-of-range values and unsupported features, 404 for an
 // unknown model. Field names and defaults follow the OpenAI API; vLLM's extensions top_k,
-// min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids are accepted too.
+// min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids, priority are accepted too.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -46,6 +46,7 @@ struct SamplingRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int64_t n_logprobs = -1;            // -1: none; k: chosen token + top-k
+  int64_t priority = 0;               // vLLM's extension: lower runs first (priority policy)
 };
 
 SamplingRequest parse_sampling(const Json& request, bool chat, const RequestLimits& limits);
