@@ -426,15 +426,19 @@ Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
 }  // namespace
 
 Dfa trim_dfa(const Dfa& d) {
-  int32_t n = d.n_states();
+  // Works on byte classes; the result keeps d's classes (wide inputs are compressed by finish()).
+  const int32_t n = d.n_states(), nc = d.n_classes;
   if (n == 0) return Dfa{};
+  auto row = [&](int32_t s) { return &d.next[static_cast<size_t>(s) * nc]; };
   // Reverse reachability from accepting states.
   std::vector<std::vector<int32_t>> rev(n);
-  for (int32_t s = 0; s < n; ++s)
-    for (int b = 0; b < 256; ++b) {
-      int32_t t = d.at(s, b);
+  for (int32_t s = 0; s < n; ++s) {
+    const int32_t* r = row(s);
+    for (int32_t k = 0; k < nc; ++k) {
+      int32_t t = r[k];
       if (t != kDead && (rev[t].empty() || rev[t].back() != s)) rev[t].push_back(s);
     }
+  }
   std::vector<uint8_t> live(n, 0);
   std::vector<int32_t> work;
   for (int32_t s = 0; s < n; ++s)
@@ -450,23 +454,28 @@ Dfa trim_dfa(const Dfa& d) {
   std::vector<int32_t> id(n, -1);
   std::vector<int32_t> order{d.start};
   id[d.start] = 0;
-  for (size_t i = 0; i < order.size(); ++i)
-    for (int b = 0; b < 256; ++b) {
-      int32_t t = d.at(order[i], b);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t* r = row(order[i]);
+    for (int32_t k = 0; k < nc; ++k) {
+      int32_t t = r[k];
       if (t != kDead && live[t] && id[t] < 0) {
         id[t] = static_cast<int32_t>(order.size());
         order.push_back(t);
       }
     }
+  }
   Dfa out;
   out.start = 0;
-  out.next.assign(order.size() * 256, kDead);
+  out.byte_class = d.byte_class;
+  out.n_classes = nc;
+  out.next.assign(order.size() * nc, kDead);
   out.accept.resize(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     out.accept[i] = d.accept[order[i]];
-    for (int b = 0; b < 256; ++b) {
-      int32_t t = d.at(order[i], b);
-      out.at(i, b) = (t != kDead && live[t]) ? id[t] : kDead;
+    const int32_t* r = row(order[i]);
+    for (int32_t k = 0; k < nc; ++k) {
+      int32_t t = r[k];
+      out.next[i * nc + k] = (t != kDead && live[t]) ? id[t] : kDead;
     }
   }
   return finish(std::move(out));
@@ -535,13 +544,27 @@ Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) 
     return (static_cast<uint64_t>(static_cast<uint32_t>(x)) << 32) | static_cast<uint32_t>(y);
   };
   ids[key(a.start, b.start)] = 0;
+  // Byte classes of the product: pairs of the operands' classes.
   Dfa d;
+  std::vector<int> reps;
+  {
+    std::unordered_map<int, int> pair_class;
+    for (int c = 0; c < 256; ++c) {
+      int k = a.byte_class[c] * 256 + b.byte_class[c];
+      auto [it, fresh] = pair_class.emplace(k, static_cast<int>(reps.size()));
+      if (fresh) reps.push_back(c);
+      d.byte_class[c] = static_cast<uint8_t>(it->second);
+    }
+    d.n_classes = static_cast<int32_t>(reps.size());
+  }
+  const int32_t nc = d.n_classes;
   for (size_t i = 0; i < pairs.size(); ++i) {
     auto [x, y] = pairs[i];
-    d.next.resize((i + 1) * 256, kDead);
+    d.next.resize((i + 1) * nc, kDead);
     bool acc_b = y != kDead && b.accept[y];
     d.accept.push_back(a.accept[x] && (subtract ? !acc_b : acc_b));
-    for (int c = 0; c < 256; ++c) {
+    for (int32_t kc = 0; kc < nc; ++kc) {
+      const uint8_t c = static_cast<uint8_t>(reps[kc]);
       int32_t x2 = a.at(x, c);
       if (x2 == kDead) continue;
       int32_t y2 = y == kDead ? kDead : b.at(y, c);
@@ -552,7 +575,7 @@ Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) 
             << what << " is too complex (more than " << kMaxDfaStates << " automaton states)";
         pairs.push_back({x2, y2});
       }
-      d.at(i, c) = it->second;
+      d.next[i * nc + kc] = it->second;
     }
   }
   return minimize_dfa(trim_dfa(d));
