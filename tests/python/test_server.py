@@ -632,3 +632,26 @@ def test_malformed_http_keeps_serving(server, client):
         time.sleep(0.2)
     assert running(server) == 0  # 2000 tokens would take minutes: it was aborted
     assert client.completions.create(model=MODEL, prompt="still here", max_tokens=1).choices
+
+
+def test_v41_chat_encoding():
+    """--chat-encoding v4.1 renders V4.1 prompts (deepseek-recipe's DeepseekV41Encoding is the
+    reference). The tiny model's V4 tokenizer has no <｜System｜> token, which V4.1 system
+    turns need: such a request is refused with a 400 naming it."""
+    dr = pytest.importorskip("deepseek_recipe")
+    s = Server("--chat-encoding", "v4.1")
+    try:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="x", max_retries=0)
+        assert "chat encoding v4.1" in s.log_text()
+        messages = [{"role": "user", "content": "Bonjour, ça va ?"}]
+        r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, temperature=0,
+                                      extra_body={"thinking": {"type": "disabled"}})
+        enc = dr.DeepseekV41Encoding().with_tokenizer(dr.Tokenizer.from_file(TOKENIZER))
+        conv = dr.Conversation([dr.UserMessage(messages[0]["content"])], thinking_mode=False)
+        assert r.usage.prompt_tokens == len(enc.encode(conv))
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model=MODEL, max_tokens=2,
+                                      messages=[{"role": "system", "content": "Be kind."}] + messages)
+        assert "<｜System｜>" in e.value.body["message"]
+    finally:
+        s.stop()
