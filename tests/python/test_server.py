@@ -476,7 +476,9 @@ def test_500_concurrent_streams():
     import asyncio
 
     n = 500
-    s = Server()  # default admission (1024 live requests) takes them all
+    # Default admission (1024 live requests) takes them all; two io threads (one strand per
+    # connection) while the other tests use the default one.
+    s = Server("--io-threads", "2")
 
     async def one(i):
         body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"Request {i}"}],
