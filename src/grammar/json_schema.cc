@@ -26,12 +26,31 @@ const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k = {
       "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
       "contains", "minContains", "maxContains", "propertyNames", "unevaluatedItems",
-      "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "multipleOf",
+      "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
       "divisibleBy", "disallow", "extends"};
   return k;
 }
 
 constexpr int64_t kMaxCountedLength = 512;
+
+// Canonical JSON integers ("-"? "0" | [1-9][0-9]*, and "-0") divisible by k: states track the
+// remainder of the digits read so far.
+Dfa multiple_of_dfa(int64_t k) {
+  const int32_t n = static_cast<int32_t>(3 + k);  // 0 start, 1 after '-', 2 after a leading 0, 3 + r
+  Dfa d;
+  d.next.assign(static_cast<size_t>(n) * 256, kDead);
+  d.accept.assign(n, 0);
+  d.accept[2] = 1;
+  d.accept[3] = 1;
+  d.at(0, '-') = 1;
+  for (int32_t from : {0, 1}) {
+    d.at(from, '0') = 2;
+    for (int c = 1; c <= 9; ++c) d.at(from, static_cast<uint8_t>('0' + c)) = static_cast<int32_t>(3 + c % k);
+  }
+  for (int64_t r = 0; r < k; ++r)
+    for (int c = 0; c <= 9; ++c) d.at(static_cast<int32_t>(3 + r), static_cast<uint8_t>('0' + c)) = static_cast<int32_t>(3 + (10 * r + c) % k);
+  return trim_dfa(d);
+}
 
 class JsonSchemaCompiler {
  public:
@@ -312,7 +331,17 @@ class JsonSchemaCompiler {
       tighten_lo(num("exclusiveMinimum"), true);
       tighten_hi(num("maximum"), legacy_hi);
       tighten_hi(num("exclusiveMaximum"), true);
-      if (t == "number") return number_expr(lo, lo_excl, hi, hi_excl);
+      // multipleOf: integer divisors only, matched by a remainder automaton over integer
+      // spellings (for "number" this narrows multiples to integer syntax, e.g. 4 but not 4.0).
+      int64_t divisor = 0;
+      if (s.contains("multipleOf")) {
+        CHECK(s["multipleOf"].is_number() && s["multipleOf"].get<double>() > 0)
+            << "JSON Schema at '" << path << "': 'multipleOf' must be a positive number";
+        const double m = s["multipleOf"].get<double>();
+        if (m != std::floor(m) || m > 10000) unsupported(path, "'multipleOf' " + s["multipleOf"].dump() + " (only integers up to 10000)");
+        divisor = static_cast<int64_t>(m);
+      }
+      if (t == "number" && divisor == 0) return number_expr(lo, lo_excl, hi, hi_excl);
       std::optional<int64_t> ilo, ihi;
       if (lo) {
         double c = lo_excl ? std::floor(*lo) + 1 : std::ceil(*lo);
@@ -324,7 +353,10 @@ class JsonSchemaCompiler {
         if (f < -9e15) return nothing();
         if (f < 9e15) ihi = static_cast<int64_t>(f);
       }
-      return integer_range_expr(ilo, ihi);
+      ExprPtr range = integer_range_expr(ilo, ihi);
+      if (divisor <= 1) return range;
+      Dfa d = intersect_dfa(build_dfa(*range, "integer range"), multiple_of_dfa(divisor), "multipleOf at '" + path + "'");
+      return automaton(std::make_shared<const Dfa>(std::move(d)));
     }
     if (t == "array") return array_expr(s, path);
     if (t == "object") return object_expr(s, path);

@@ -7,11 +7,12 @@
 // branches are provably disjoint: distinct types, distinct literals, a distinct const
 // discriminator property, or a property one branch requires and the other forbids), allOf (merged), $ref / $defs / definitions (local JSON pointers,
 // recursion allowed), minLength / maxLength, pattern, format (date, time, date-time, email,
-// uuid, uri, ipv4, ipv6, hostname), minimum / maximum / exclusiveMinimum / exclusiveMaximum.
+// uuid, uri, ipv4, ipv6, hostname), minimum / maximum / exclusiveMinimum / exclusiveMaximum,
+// multipleOf (integer divisors up to 10000; multiples are written as integers).
 // Annotations (title, description, default, examples, $comment, $schema, $id, ...) and unknown
 // non-standard keywords are ignored (they do not constrain instances).
 // Anything else that constrains instances (not, if/then/else, contains, uniqueItems: true,
-// multipleOf, propertyNames, dependentRequired, dependentSchemas, remote $ref, $dynamicRef, ...)
+// non-integer multipleOf, propertyNames, dependentRequired, dependentSchemas, remote $ref, $dynamicRef, ...)
 // throws kUnsupported naming the keyword and where it is: never silently loosened.
 //
 // Output policy (the language is a subset of the valid instances' serialisations):

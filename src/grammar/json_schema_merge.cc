@@ -154,7 +154,7 @@ json merge(json a, const json& b, const std::string& path) {
       x = out;
     } else if (k == "$defs" || k == "definitions") {
       continue;
-    } else if (k == "format" || k == "oneOf" || k == "prefixItems" || k == "exclusiveMinimum" ||
+    } else if (k == "format" || k == "oneOf" || k == "prefixItems" || k == "exclusiveMinimum" || k == "multipleOf" ||
                k == "exclusiveMaximum" || k == "patternProperties" || k == "uniqueItems") {
       unsupported(path, "allOf with two different '" + k + "'");
     }
