@@ -58,7 +58,9 @@ class SamplingParams:
                  stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
                  repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
                  frequency_penalty: float = 0.0, logprobs: Optional[int] = None,
-                 skip_special_tokens: bool = True, priority: int = 0, n: int = 1):
+                 skip_special_tokens: bool = True, priority: int = 0, n: int = 1,
+                 json_schema: Union[None, str, dict] = None, json_object: bool = False,
+                 regex: Optional[str] = None, grammar: Optional[str] = None):
         if int(n) < 1:
             raise ValueError(f"SamplingParams: n must be >= 1, got {n}")
         self.n = int(n)
@@ -78,6 +80,17 @@ class SamplingParams:
         self.logprobs = logprobs
         self.skip_special_tokens = skip_special_tokens
         self.priority = priority
+        # Structured output: at most one of json_schema (dict or JSON text), json_object,
+        # regex (whole-output match) and grammar (EBNF, GBNF dialect, root rule "root").
+        constraints = [(k, v) for k, v in (("json_schema", json_schema), ("regex", regex),
+                                           ("ebnf", grammar)) if v is not None]
+        if json_object:
+            constraints.append(("json_object", ""))
+        if len(constraints) > 1:
+            raise ValueError("SamplingParams: give at most one of json_schema, json_object, regex, grammar")
+        self.constraint = constraints[0] if constraints else None
+        if self.constraint and self.constraint[0] == "json_schema" and not isinstance(json_schema, str):
+            self.constraint = ("json_schema", json.dumps(json_schema))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -221,6 +234,8 @@ class LLM:
         r.priority = int(params.priority)
         r.n_logprobs = -1 if params.logprobs is None else int(params.logprobs)
         r.skip_special_tokens = bool(params.skip_special_tokens)
+        if params.constraint is not None:
+            r.constraint_kind, r.constraint = params.constraint
         return r, text
 
     def generate(self, prompts: Union[Prompt, Sequence[Prompt]],

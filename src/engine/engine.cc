@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "engine/structured_output.h"
 
 #include <algorithm>
 #include <cmath>
@@ -72,6 +73,7 @@ struct Engine::Impl {
     int64_t n_prompt = 0;
     std::unique_ptr<SequenceState> state;
     std::unique_ptr<TextStream> text;
+    std::unique_ptr<grammar::GrammarMatcher> matcher;  // structured output, or null
     std::vector<TokenLogprob> logprobs;  // by output index, when requested
     int64_t n_emitted = 0;               // output tokens already reported
   };
@@ -97,6 +99,8 @@ struct Engine::Impl {
   std::unique_ptr<StepWorker> worker;
   EngineStats stats;
   std::vector<float> row;
+  std::unique_ptr<StructuredOutput> structured;  // built on the first constrained request
+  std::vector<uint32_t> mask;
 
   void init();
   std::unique_ptr<InFlight> prepare(SchedulerOutput so,
@@ -200,10 +204,20 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits)
   const std::span<const int32_t> history(r.token_ids.data() + r.num_prompt_tokens,
                                          size_t(r.num_output_tokens()));
   apply_penalties(row, l.params, history);
-  if (position < l.params.min_tokens || l.params.ignore_eos) {
+  if (l.matcher) {
+    // The constraint decides when the output may end: EOS stays allowed where it allows it.
+    l.matcher->fill_next_token_bitmask(mask.data());
+    for (size_t t = 0; t < row.size(); ++t) {
+      if (!((mask[t / 32] >> (t % 32)) & 1u)) row[t] = -INFINITY;
+    }
+  } else if (position < l.params.min_tokens || l.params.ignore_eos) {
     for (int64_t eos : cfg.eos_token_ids) row[size_t(eos)] = -INFINITY;
   }
   const int32_t token = sample_token(row, l.params, position);
+  if (l.matcher) {
+    ICHECK(l.matcher->accept_token(token)) << "engine: sampled token " << token
+                                           << " is not allowed by the constraint of " << l.id;
+  }
   if (l.n_logprobs >= 0) {
     if (int64_t(l.logprobs.size()) <= position) l.logprobs.resize(size_t(position + 1));
     l.logprobs[size_t(position)] = token_logprob(raw, token, l.n_logprobs);
@@ -336,6 +350,18 @@ void Engine::add_request(EngineRequest request) {
   }
   auto text = std::make_unique<TextStream>(m.tokenizer.get(), request.skip_special_tokens,
                                            request.stop);
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
+  if (!request.constraint_kind.empty()) {
+    CHECK(m.tokenizer != nullptr) << "engine: request '" << request.id
+                                  << "' has a structured-output constraint but the model has no tokenizer";
+    if (!m.structured) {
+      std::vector<int32_t> stops;
+      for (int64_t eos : cfg.eos_token_ids) stops.push_back(int32_t(eos));
+      m.structured = std::make_unique<StructuredOutput>(*m.tokenizer, cfg.vocab_size, stops);
+      m.mask.resize(size_t(m.structured->n_mask_words()));
+    }
+    matcher = m.structured->make_matcher(request.constraint_kind, request.constraint);
+  }
   RequestSpec spec;
   spec.id = m.next_num;
   spec.prompt_token_ids = request.prompt;
@@ -353,6 +379,7 @@ void Engine::add_request(EngineRequest request) {
   l.n_logprobs = request.n_logprobs;
   l.n_prompt = int64_t(request.prompt.size());
   l.text = std::move(text);
+  l.matcher = std::move(matcher);
   m.ids.emplace(l.id, m.next_num);
   m.live.emplace(m.next_num, std::move(l));
   ++m.next_num;

@@ -76,6 +76,11 @@ struct EngineRequest {
   int64_t priority = 0;
   int64_t n_logprobs = -1;             // -1: none; k >= 0: chosen token + top-k logprobs
   bool skip_special_tokens = true;     // in new_text
+  // Structured output: kind "json_schema", "json_object", "regex" or "ebnf" (empty: none)
+  // and its text (schema JSON, pattern, grammar). Every sampled token is masked by the
+  // constraint; EOS is allowed exactly when the output is complete. Needs a tokenizer.
+  std::string constraint_kind;
+  std::string constraint;
 };
 
 // Log-softmax of the model's raw logits row (before penalties and temperature).

@@ -80,7 +80,9 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("stop", &EngineRequest::stop)
       .def_readwrite("priority", &EngineRequest::priority)
       .def_readwrite("n_logprobs", &EngineRequest::n_logprobs)
-      .def_readwrite("skip_special_tokens", &EngineRequest::skip_special_tokens);
+      .def_readwrite("skip_special_tokens", &EngineRequest::skip_special_tokens)
+      .def_readwrite("constraint_kind", &EngineRequest::constraint_kind)
+      .def_readwrite("constraint", &EngineRequest::constraint);
 
   py::class_<TokenLogprob>(m, "TokenLogprob")
       .def_readonly("token", &TokenLogprob::token)

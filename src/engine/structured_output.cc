@@ -1,0 +1,32 @@
+#include "engine/structured_output.h"
+
+#include "base/error.h"
+#include "recipe/tokenizer.h"
+
+namespace deepinfer {
+
+StructuredOutput::StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t vocab_size,
+                                   std::vector<int32_t> stop_token_ids) {
+  // Every model id gets its decoded bytes; special (control) tokens are not text and can
+  // never be produced inside a constrained output, so they get no bytes.
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (id < tokenizer.vocab_size() && tokenizer.has_token(id) && !tokenizer.is_special(id)) {
+      bytes[static_cast<size_t>(id)] = std::string(tokenizer.token_bytes(id));
+    }
+  }
+  vocab_ = std::make_shared<const grammar::Vocabulary>(std::move(bytes), std::move(stop_token_ids));
+}
+
+std::unique_ptr<grammar::GrammarMatcher> StructuredOutput::make_matcher(const std::string& kind,
+                                                                        const std::string& text) {
+  auto key = std::make_pair(kind, text);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    auto compiled = grammar::compile_grammar({kind, text}, vocab_);
+    it = cache_.emplace(std::move(key), std::move(compiled)).first;
+  }
+  return std::make_unique<grammar::GrammarMatcher>(it->second);
+}
+
+}  // namespace deepinfer

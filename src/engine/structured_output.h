@@ -1,0 +1,40 @@
+// Structured output for the engine: builds the grammar vocabulary from the tokenizer once,
+// compiles constraints (json_schema, json_object, regex, ebnf) with a cache keyed by
+// (kind, text), and hands out one GrammarMatcher per request. The sampler masks the logits
+// with the matcher's bitmask and accepts the sampled token.
+// Thread-safety: not thread-safe; the engine's thread owns it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "grammar/compile.h"
+
+namespace deepinfer {
+
+namespace recipe {
+class Tokenizer;
+}
+
+class StructuredOutput {
+ public:
+  // `stop_token_ids`: the tokens that end a constrained output (the model's EOS ids).
+  StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t vocab_size,
+                   std::vector<int32_t> stop_token_ids);
+
+  // Compiles (or reuses) the constraint; throws Error naming an unsupported feature or a
+  // malformed schema / pattern / grammar.
+  std::unique_ptr<grammar::GrammarMatcher> make_matcher(const std::string& kind,
+                                                        const std::string& text);
+
+  int32_t n_mask_words() const { return vocab_->n_mask_words(); }
+
+ private:
+  std::shared_ptr<const grammar::Vocabulary> vocab_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const grammar::CompiledGrammar>> cache_;
+};
+
+}  // namespace deepinfer
