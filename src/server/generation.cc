@@ -51,6 +51,8 @@ void Generation::add_choice(const std::vector<int32_t>& prompt, int64_t max_toke
   r.n_logprobs = sampling_.n_logprobs;
   r.priority = sampling_.priority;
   r.skip_special_tokens = !keep_special_;  // the engine matches stop strings on this text
+  r.constraint_kind = sampling_.constraint_kind;
+  r.constraint = sampling_.constraint;
   index_[r.id] = i;
   choices_.emplace_back().engine_id = r.id;
   detok_.emplace_back(tokenizer_, /*skip_special_tokens=*/!keep_special_);

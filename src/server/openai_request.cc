@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "grammar/compile.h"
 #include "recipe/chat_request.h"
 
 namespace deepinfer::server {
@@ -185,10 +186,70 @@ int64_t resolve_max_tokens(const SamplingRequest& s, int64_t n_prompt, int64_t m
   return std::min(default_max, room);
 }
 
+Json parse_constraint(const Json& r, SamplingRequest& s) {
+  std::string kind, text;
+  Json for_encoder;  // deepseek-recipe's response_format form
+  if (const Json* rf = find(r, "response_format")) {
+    const Json* type = rf->is_object() ? find(*rf, "type") : nullptr;
+    if (!type || !type->is_string()) throw bad_request("response_format.type is required", "response_format");
+    const std::string t = type->get<std::string>();
+    auto field = [&](const char* a, const char* b) -> const Json* {
+      const Json* v = find(*rf, a);
+      return v ? v : find(*rf, b);
+    };
+    if (t == "json_object") {
+      kind = "json_object";
+      for_encoder = Json{{"type", "json_object"}};
+    } else if (t == "json_schema") {
+      // OpenAI: {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}.
+      const Json* js = find(*rf, "json_schema");
+      const Json* schema = js && js->is_object() ? find(*js, "schema") : find(*rf, "schema");
+      if (!schema || !(schema->is_object() || schema->is_boolean())) {
+        throw bad_request("response_format json_schema needs json_schema.schema (an object)", "response_format");
+      }
+      kind = "json_schema";
+      text = schema->dump();
+      for_encoder = Json{{"type", "json_schema"}, {"schema", *schema}};
+    } else if (t == "regex") {
+      const Json* v = field("regex", "pattern");
+      if (!v || !v->is_string()) throw bad_request("response_format regex needs \"regex\" (a string)", "response_format");
+      kind = "regex";
+      text = v->get<std::string>();
+      for_encoder = Json{{"type", "regex"}, {"regex", text}};
+    } else if (t == "ebnf" || t == "grammar") {
+      const Json* v = field("ebnf", "grammar");
+      if (!v || !v->is_string()) throw bad_request("response_format ebnf needs \"ebnf\" (a string)", "response_format");
+      kind = "ebnf";
+      text = v->get<std::string>();
+    } else if (t != "text") {
+      throw bad_request("unknown response_format type '" + t + "'", "response_format");
+    }
+  }
+  for (const auto& [key, k] : {std::pair<const char*, const char*>{"guided_json", "json_schema"},
+                               {"guided_regex", "regex"}, {"guided_grammar", "ebnf"}}) {
+    if (const Json* v = find(r, key)) {
+      if (!kind.empty()) throw bad_request(std::string("give one structured-output constraint, not ") + key + " too", key);
+      kind = k;
+      text = v->is_string() ? v->get<std::string>() : v->dump();
+    }
+  }
+  if (kind.empty()) return Json();
+  try {
+    grammar::build_grammar({kind, text});  // malformed or unsupported -> 400, before any work
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("response_format: ") + e.what(), "invalid_request_error",
+                   "response_format", e.kind() == ErrorKind::kUnsupported ? "unsupported" : "");
+  }
+  s.constraint_kind = kind;
+  s.constraint = text;
+  return for_encoder;
+}
+
 CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenizer& tokenizer,
                                            const RequestLimits& limits) {
   CompletionRequest c;
   c.sampling = parse_sampling(r, /*chat=*/false, limits);
+  parse_constraint(r, c.sampling);
   if (get_bool(r, "echo").value_or(false)) throw bad_request("echo is not supported", "echo");
   if (find(r, "suffix")) throw bad_request("suffix is not supported", "suffix");
   const Json* p = find(r, "prompt");
@@ -332,13 +393,16 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   conv["tools"] = tool_list;
   conv["tool_choice"] = choice;
 
+  // Structured output. The json_object check mirrors OpenAI and deepseek-recipe: the prompt
+  // must ask for JSON. A constraint covers the whole output, so it cannot follow a thinking
+  // turn's free-form reasoning.
+  const Json for_encoder = parse_constraint(r, c.sampling);
   bool json_output = false;
-  if (const Json* rf = find(r, "response_format")) {
-    const Json* type = rf->is_object() ? find(*rf, "type") : nullptr;
-    if (!type || !type->is_string()) throw bad_request("response_format.type is required", "response_format");
-    const std::string t = type->get<std::string>();
-    if (t == "json_object") {
-      // As OpenAI and deepseek-recipe require: the prompt must ask for JSON.
+  if (!for_encoder.is_null()) {
+    if (thinking) {
+      throw bad_request("response_format constraints cannot be combined with thinking", "response_format");
+    }
+    if (c.sampling.constraint_kind == "json_object") {
       bool mentions_json = false;
       for (const Json& m : conv["messages"]) {
         if (auto it = m.find("content"); it != m.end() && !it->is_null()) {
@@ -351,14 +415,11 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
         throw bad_request("the messages must contain the word 'json' to use response_format json_object",
                           "response_format");
       }
-      json_output = true;
-      conv["response_format"] = "json_object";
-    } else if (t == "json_schema") {
-      throw ApiError(400, "response_format json_schema is not supported yet (structured output is not wired in)",
-                     "invalid_request_error", "response_format", "unsupported");
-    } else if (t != "text") {
-      throw bad_request("unknown response_format type '" + t + "'", "response_format");
     }
+    json_output = c.sampling.constraint_kind == "json_object" || c.sampling.constraint_kind == "json_schema";
+    conv["response_format"] = for_encoder;
+  } else if (!c.sampling.constraint_kind.empty() && thinking) {
+    throw bad_request("structured-output constraints cannot be combined with thinking", "response_format");
   }
   try {
     c.conversation = recipe::conversation_from_json(

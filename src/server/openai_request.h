@@ -47,7 +47,18 @@ struct SamplingRequest {
   bool include_usage = false;         // stream_options.include_usage
   int64_t n_logprobs = -1;            // -1: none; k: chosen token + top-k
   int64_t priority = 0;               // vLLM's extension: lower runs first (priority policy)
+  // Structured output (EngineRequest::constraint_kind / constraint): from response_format
+  // json_object / json_schema, or our extensions response_format {"type": "regex", "regex"}
+  // and {"type": "ebnf", "ebnf"} (also vLLM's guided_json / guided_regex / guided_grammar).
+  std::string constraint_kind;
+  std::string constraint;
 };
+
+// Reads the structured-output constraint of a request into `s` (both endpoints) and checks
+// that it compiles to a grammar: a malformed or unsupported schema, pattern or grammar is a
+// 400 naming the problem. Returns the response_format object to give the chat encoder
+// (deepseek-recipe's form), or null for none.
+Json parse_constraint(const Json& request, SamplingRequest& s);
 
 SamplingRequest parse_sampling(const Json& request, bool chat, const RequestLimits& limits);
 
@@ -77,7 +88,7 @@ struct ChatRequest {
 // a named function),
 // chat_template_kwargs {thinking, reasoning_effort}, the DeepSeek API's thinking {type},
 // reasoning_effort, response_format
-// (text, json_object; json_schema is refused until structured output is wired in).
+// (text, json_object, json_schema, regex, ebnf: see parse_constraint; not with thinking on).
 // Thinking is `default_thinking` unless the request says; thinking with tool_choice required
 // or named is refused (as deepseek-recipe does).
 ChatRequest parse_chat_request(const Json& request, const RequestLimits& limits,

@@ -335,10 +335,12 @@ def test_invalid_fields_400(server, client):
         client.chat.completions.create(model=MODEL, messages=[], max_tokens=4)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=MODEL, prompt="x", max_tokens=100000)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError) as e:  # a schema feature we do not support
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
-            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "a", "schema": {"not": {"type": "string"}}}})
+    assert e.value.body["param"] == "response_format" and "not" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:  # json_object needs the word JSON
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
                                        max_tokens=4, response_format={"type": "json_object"})
@@ -657,3 +659,27 @@ def test_v41_chat_encoding():
         assert "<｜System｜>" in e.value.body["message"]
     finally:
         s.stop()
+
+
+def test_response_format_json_schema_output_validates(server, client):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                               "population": {"type": "integer", "minimum": 0, "maximum": 99999}},
+              "required": ["city", "population"], "additionalProperties": False}
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name a city as JSON."}], max_tokens=96,
+        seed=3, temperature=1.0, n=2,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    finished = [c for c in r.choices if c.finish_reason == "stop"]
+    for c in finished:
+        jsonschema.validate(json.loads(c.message.content), schema)
+    assert finished, "no constrained choice finished within max_tokens"
+
+
+def test_completion_regex_extension(server, client):
+    pattern = r"(yes|no), [a-z]{2,6}\."
+    r = client.completions.create(model=MODEL, prompt="Q:", max_tokens=32, seed=1, temperature=1.0,
+                                  extra_body={"response_format": {"type": "regex", "regex": pattern}})
+    assert r.choices[0].finish_reason == "stop"
+    import re
+    assert re.fullmatch(pattern, r.choices[0].text), r.choices[0].text
