@@ -21,7 +21,7 @@ run: build
 build-cuda: setup
 	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then \
 	  PATH=$$PATH:/usr/local/cuda/bin cmake -S . -B $(BUILD)-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON >/dev/null && \
-	  cmake --build $(BUILD)-cuda -j $(JOBS); \
+	  cmake --build $(BUILD)-cuda -j $(JOBS) --target cuda_all; \
 	else echo "build-cuda: nvcc not found, skipping"; fi
 
 test-cpp: build
