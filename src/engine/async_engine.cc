@@ -1,5 +1,7 @@
 #include "engine/async_engine.h"
 
+#include <malloc.h>
+
 #include <pthread.h>
 
 #include <chrono>
@@ -81,6 +83,7 @@ void AsyncEngine::shutdown(double drain_seconds) {
 void AsyncEngine::loop() {
   pthread_setname_np(pthread_self(), "di-engine");  // per-thread CPU time in /proc (bench)
   bool busy = false;  // the engine has unfinished requests (read on this thread only)
+  bool trimmed = true;  // the heap was trimmed since the engine last had work
   for (;;) {
     std::vector<Pending> incoming;
     std::vector<std::string> aborts;
@@ -88,7 +91,18 @@ void AsyncEngine::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!busy) {
-        wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty(); });
+        // Idle: once the engine has been idle for half a second after work, hand freed heap
+        // back to the OS (glibc keeps it otherwise), so a burst does not leave the server at
+        // its peak resident size.
+        auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty(); };
+        while (!wake_.wait_for(lock, std::chrono::milliseconds(500), ready)) {
+          if (!trimmed) {
+            lock.unlock();
+            malloc_trim(0);
+            lock.lock();
+            trimmed = true;
+          }
+        }
       }
       incoming.swap(inbox_);
       aborts.swap(aborts_);
@@ -119,6 +133,7 @@ void AsyncEngine::loop() {
     std::vector<RequestOutput> outputs;
     std::string step_error;
     busy = engine_->has_unfinished();
+    if (busy) trimmed = false;
     if (busy && !stop) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
