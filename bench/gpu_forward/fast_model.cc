@@ -1,5 +1,6 @@
 // FastModel: construction (weights from host fp32 tensors quantised to FP8, or random on the
 // device), activation buffers, state pools. The forward is in fast_forward.cc.
+#include "model/rope_config.h"
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,20 +17,6 @@
 
 namespace deepinfer {
 namespace {
-
-RopeParams rope_params(const ModelConfig& cfg, bool compressed) {
-  RopeParams p;
-  p.rope_dim = cfg.rope_dim;
-  p.theta = compressed ? cfg.compress_rope_theta : cfg.rope_theta;
-  if (compressed && cfg.yarn.enabled) {
-    p.yarn = true;
-    p.yarn_factor = cfg.yarn.factor;
-    p.yarn_original_max_position = cfg.yarn.original_max_position;
-    p.yarn_beta_fast = cfg.yarn.beta_fast;
-    p.yarn_beta_slow = cfg.yarn.beta_slow;
-  }
-  return p;
-}
 
 constexpr int64_t kExpertRowAlign = 64;
 

@@ -5,6 +5,7 @@
 
 #include "base/parallel.h"
 #include "model/model_batch.h"
+#include "model/rope_config.h"
 #include "ops/mhc/mhc.h"
 #include "ops/rms_norm/rms_norm.h"
 
@@ -36,23 +37,6 @@ void CompressorState::init(int64_t ratio_in, int64_t width_in) {
   n_entries = 0;
 }
 
-namespace {
-
-RopeParams rope_params(const ModelConfig& cfg, bool compressed) {
-  RopeParams p;
-  p.rope_dim = cfg.rope_dim;
-  p.theta = compressed ? cfg.compress_rope_theta : cfg.rope_theta;
-  if (compressed && cfg.yarn.enabled) {
-    p.yarn = true;
-    p.yarn_factor = cfg.yarn.factor;
-    p.yarn_original_max_position = cfg.yarn.original_max_position;
-    p.yarn_beta_fast = cfg.yarn.beta_fast;
-    p.yarn_beta_slow = cfg.yarn.beta_slow;
-  }
-  return p;
-}
-
-}  // namespace
 
 Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
     : config_(std::move(config)),

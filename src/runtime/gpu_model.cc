@@ -1,6 +1,7 @@
 // GpuModel: construction (uploads, buffers, pools), sequences, and the forward's outer loop
 // (embedding, mHC around each block, head). Blocks: gpu_attention.cc, gpu_moe.cc.
 #include "runtime/gpu_model.h"
+#include "model/rope_config.h"
 
 #include <algorithm>
 #include <cstring>
@@ -19,20 +20,6 @@
 
 namespace deepinfer {
 namespace {
-
-RopeParams rope_params(const ModelConfig& cfg, bool compressed) {
-  RopeParams p;
-  p.rope_dim = cfg.rope_dim;
-  p.theta = compressed ? cfg.compress_rope_theta : cfg.rope_theta;
-  if (compressed && cfg.yarn.enabled) {
-    p.yarn = true;
-    p.yarn_factor = cfg.yarn.factor;
-    p.yarn_original_max_position = cfg.yarn.original_max_position;
-    p.yarn_beta_fast = cfg.yarn.beta_fast;
-    p.yarn_beta_slow = cfg.yarn.beta_slow;
-  }
-  return p;
-}
 
 constexpr int64_t kExpertRowAlign = 64;  // keeps every per-expert GEMM operand 256-byte aligned
 

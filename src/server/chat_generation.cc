@@ -1,7 +1,7 @@
 #include "server/chat_generation.h"
 
 #include "base/error.h"
-#include "server/prompt_tokens.h"
+#include "recipe/chat_encoding.h"
 
 namespace deepinfer::server {
 namespace {
@@ -29,7 +29,7 @@ ChatGeneration::ChatGeneration(const ChatRequest& request, const ModelInfo& mode
   const int64_t max_model_len = model.max_model_len;
   std::vector<int32_t> prompt;
   try {
-    prompt = prompt_token_ids(recipe::render_prompt(request.conversation, model.chat_version), tokenizer_);
+    prompt = recipe::encode_conversation(request.conversation, model.chat_version, tokenizer_);
   } catch (const Error& e) {
     throw bad_request(e.what(), "messages");
   }

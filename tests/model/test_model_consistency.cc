@@ -55,7 +55,10 @@ TEST(Model, ChunkingIsBitwiseExactInBatchInvariantMode) {
 }
 
 TEST(Model, BatchOfSequencesEqualsSoloRuns) {
-  auto model = make_model(Numerics::kOfficial);
+  // Default (BLAS) GEMMs round differently with the batch shape; reference numerics keep
+  // that at fp32 level (official numerics can flip an FP8/FP4 rounding, which is why the
+  // exact batch check below runs in batch-invariant mode).
+  auto model = make_model(Numerics::kReference);
   const auto a = random_tokens(140, 300, 2), b = random_tokens(60, 300, 3);
   const auto solo_a = run_chunked(*model, a, a.size());
   const auto solo_b = run_chunked(*model, b, b.size());
@@ -65,8 +68,8 @@ TEST(Model, BatchOfSequencesEqualsSoloRuns) {
   const int64_t V = 300;
   std::vector<float> got_a(logits.f32(), logits.f32() + a.size() * V);
   std::vector<float> got_b(logits.f32() + a.size() * V, logits.f32() + logits.numel());
-  expect_close(got_a, solo_a, 1e-3f);
-  expect_close(got_b, solo_b, 1e-3f);
+  expect_close(got_a, solo_a, 1e-5f);
+  expect_close(got_b, solo_b, 1e-5f);
 }
 
 TEST(Model, BatchInvariantModeIsBitwiseBatchIndependent) {
