@@ -1,12 +1,13 @@
 // bench_gpu_forward: the DeepSeek-V4 forward at V4-Flash shapes, truncated to 4 layers
 // (compress ratios 4, 128, 4, 128: CSA and HCA), random weights generated on the device
-// (--dummy-weights style; FP8 block-scaled projections and experts, see fast_model.h), with a
-// synthetic context (random window / compressed / indexer state instead of a prefill).
+// (--dummy-weights style: GpuModel with WeightFormat::kFp8 and device-generated weights, FP8
+// block-scaled projections and experts, see src/runtime/gpu_model.h), with a synthetic context
+// (random window / compressed / indexer state instead of a prefill, set_sequence_length).
 //
 // Runs, in order:
 //  1. ceilings measured in this run: copy bandwidth (uint4 kernel, bytes read + written, 2 GiB),
 //     cuBLASLt bf16 and FP8 block-scaled 8192^3;
-//  2. a correctness check: FastModel on a tiny config against the CPU Model (reference
+//  2. a correctness check: GpuModel (kFp8) on a tiny config against the CPU Model (reference
 //     numerics) with the same (FP8 round-tripped) weights: cosine of the logits per position,
 //     full prefill and prefill + batched decode steps;
 //  3. decode steps at batch 1, 16, 64, 256 x context 4K, 32K and prefill of 4K and 16K tokens,
@@ -35,19 +36,13 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
 #include "cuda/event.h"
-#include "fast_model.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "ops/gemm/gemm.h"
+#include "runtime/gpu_kernels.h"
+#include "runtime/gpu_model.h"
 
 namespace deepinfer {
-
-void fill_uniform_f32(cudaStream_t s, float* p, int64_t n, float mean, float std, uint64_t seed);
-void fill_random_e4m3(cudaStream_t s, uint8_t* p, int64_t n, uint64_t seed);
-void fill_const_f32(cudaStream_t s, float* p, int64_t n, float value);
-void fill_uniform_bf16(cudaStream_t s, void* p, int64_t n, float half_width, uint64_t seed);
-void copy_uint4(cudaStream_t s, const void* src, void* dst, int64_t bytes);
-
 namespace {
 
 FILE* g_file = nullptr;  // --out: everything printed, flushed as it goes
@@ -226,17 +221,19 @@ CosStats cos_stats(std::vector<double> c) {
   return s;
 }
 
-// FastModel vs the CPU Model on `cfg` with the same FP8 weights: (full prefill, all positions;
-// prefill 250 in two sequences + 50 batched decode steps of both).
+// GpuModel (kFp8) vs the CPU Model on `cfg` with the same FP8 weights: (full prefill, all
+// positions; prefill 250 in two sequences + 50 batched decode steps of both).
 std::pair<CosStats, CosStats> compare_with_cpu(const ModelConfig& cfg) {
   auto src = random_weights(cfg, 7);
   ModelWeights w = load_model_weights(cfg, *src);
-  FastModelOptions fo;
+  GpuModel::fp8_round_trip(cfg, w);  // the CPU Model computes with the FP8 weights too
+  GpuModelOptions fo;
   fo.max_sequences = 4;
   fo.max_context = 512;
   fo.max_batch_tokens = 512;
   fo.max_out_rows = 320;
-  FastModel fast(cfg, &w, fo, 1);  // replaces w's projections by their FP8 round trip
+  fo.weight_format = WeightFormat::kFp8;
+  GpuModel fast(cfg, w, fo);
   Model cpu(cfg, std::move(w), ModelOptions{Numerics::kReference, false});
   const int64_t n = 300, V = cfg.vocab_size;
   const auto tokens = random_tokens(n, V, 11);
@@ -244,34 +241,34 @@ std::pair<CosStats, CosStats> compare_with_cpu(const ModelConfig& cfg) {
   const SequenceChunk cc{st.get(), std::span<const int32_t>(tokens), true};
   const Tensor ref = cpu.forward(std::span<const SequenceChunk>(&cc, 1));
 
-  fast.clear_state();
-  const FastChunk fc{0, 0, std::span<const int32_t>(tokens), true};
-  fast.forward(std::span<const FastChunk>(&fc, 1));
-  const Tensor got = fast.logits();
+  const int64_t s0 = fast.new_sequence();
+  const GpuChunk fc{s0, std::span<const int32_t>(tokens), true};
+  const Tensor got = fast.forward(std::span<const GpuChunk>(&fc, 1));
+  fast.free_sequence(s0);
   std::vector<double> full, dec;
   for (int64_t i = 0; i < n; ++i) full.push_back(cosine(got.f32() + i * V, ref.f32() + i * V, V));
 
-  // Slot 2 holds another sequence (shifted by one token) decoded in the same batches.
+  // A second sequence (shifted by one token) is decoded in the same batches.
   fast.clear_state();
   const int64_t p = 250;
   std::vector<int32_t> other(tokens.begin() + 1, tokens.end());
   other.push_back(5);
-  FastChunk pre[2] = {{1, 0, std::span<const int32_t>(tokens.data(), p), false},
-                      {2, 0, std::span<const int32_t>(other.data(), p), false}};
-  fast.forward(std::span<const FastChunk>(pre, 2));
-  dec.push_back(cosine(fast.logits().f32(), ref.f32() + (p - 1) * V, V));
+  const int64_t s1 = fast.new_sequence(), s2 = fast.new_sequence();
+  GpuChunk pre[2] = {{s1, std::span<const int32_t>(tokens.data(), p), false},
+                     {s2, std::span<const int32_t>(other.data(), p), false}};
+  dec.push_back(cosine(fast.forward(std::span<const GpuChunk>(pre, 2)).f32(),
+                       ref.f32() + (p - 1) * V, V));
   for (int64_t pos = p; pos < n; ++pos) {
-    FastChunk step[2] = {{2, pos, std::span<const int32_t>(other.data() + pos, 1), false},
-                         {1, pos, std::span<const int32_t>(tokens.data() + pos, 1), false}};
-    fast.forward(std::span<const FastChunk>(step, 2));
-    const Tensor l = fast.logits();
+    GpuChunk step[2] = {{s2, std::span<const int32_t>(other.data() + pos, 1), false},
+                        {s1, std::span<const int32_t>(tokens.data() + pos, 1), false}};
+    const Tensor l = fast.forward(std::span<const GpuChunk>(step, 2));
     dec.push_back(cosine(l.f32() + V, ref.f32() + pos * V, V));
   }
   return {cos_stats(full), cos_stats(dec)};
 }
 
 bool run_check() {
-  out("Correctness: FastModel (FP8 weights and FP8-quantised GEMM inputs) vs the CPU Model "
+  out("Correctness: GpuModel kFp8 (FP8 weights and FP8-quantised GEMM inputs) vs the CPU Model "
       "(reference numerics, fp32 activations) with the same FP8 weights; tiny config D 256, "
       "window 16, 300 tokens; cosine of the logits per position. 'no selection' = every expert "
       "and every compressed entry selected (top-k = all), so no discrete choice can flip.\n\n"
@@ -320,19 +317,32 @@ struct Row {
   bool ran = false;
   std::string why;
   double ms = 0, roof_ms = 0, bw_ms = 0, fl_ms = 0, tokens = 0;
-  FastWork work;
-  FastProfile prof;
+  GpuWork work;
+  GpuProfile prof;
 };
 
-double time_forward(FastModel& m, std::span<const FastChunk> chunks, int warm, int reps) {
+// Every sequence of the chunks is set back to its start position before each forward (the
+// same step re-run at a fixed position over the synthetic context); logits stay on the device.
+struct Step {
+  std::vector<GpuChunk> chunks;
+  std::vector<int64_t> starts;
+  void run(GpuModel& m) const {
+    for (size_t i = 0; i < chunks.size(); ++i) m.set_sequence_length(chunks[i].sequence, starts[i]);
+    m.forward_device(chunks);
+  }
+};
+
+double time_forward(GpuModel& m, const Step& step, int warm, int reps) {
   auto s = static_cast<cudaStream_t>(m.stream());
-  for (int i = 0; i < warm; ++i) m.forward(chunks);
+  for (int i = 0; i < warm; ++i) step.run(m);
   m.synchronize();
   std::vector<double> ms;
   cuda::Event a, b;
   for (int i = 0; i < reps; ++i) {
+    for (size_t j = 0; j < step.chunks.size(); ++j)
+      m.set_sequence_length(step.chunks[j].sequence, step.starts[j]);
     a.record(s);
-    m.forward(chunks);
+    m.forward_device(step.chunks);
     b.record(s);
     b.synchronize();
     ms.push_back(cuda::Event::elapsed_ms(a, b));
@@ -340,15 +350,15 @@ double time_forward(FastModel& m, std::span<const FastChunk> chunks, int warm, i
   return median(ms);
 }
 
-FastProfile profiled(FastModel& m, std::span<const FastChunk> chunks) {
+GpuProfile profiled(GpuModel& m, const Step& step) {
   m.set_profiling(true);
-  m.forward(chunks);
-  const FastProfile p = m.profile();
+  step.run(m);
+  const GpuProfile p = m.profile();
   m.set_profiling(false);
   return p;
 }
 
-void finish_row(Row& r, const FastWork& w, const Ceilings& c) {
+void finish_row(Row& r, const GpuWork& w, const Ceilings& c) {
   r.work = w;
   r.bw_ms = (w.weight_bytes + w.state_bytes) / (c.copy_gbs * 1e6);
   r.fl_ms = (w.gemm_flops + w.attn_flops) / (c.fp8_tflops * 1e9);
@@ -393,14 +403,17 @@ int main(int argc, char** argv) {
     save();
 
     const ModelConfig cfg = flash_config();
-    FastModelOptions fo;
+    GpuModelOptions fo;
     fo.max_sequences = 256;
     fo.max_context = 32768 + 256;
     fo.max_batch_tokens = 16384;
     fo.max_out_rows = 256;
+    fo.weight_format = WeightFormat::kFp8;
     const auto t0 = std::chrono::steady_clock::now();
-    FastModel m(cfg, nullptr, fo, 2026);
+    GpuModel m(cfg, 2026, fo);
     m.randomize_state(99);
+    std::vector<int64_t> seqs;
+    for (int64_t b = 0; b < fo.max_sequences; ++b) seqs.push_back(m.new_sequence());
     const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
@@ -417,9 +430,11 @@ int main(int argc, char** argv) {
         r.name = "decode B=" + std::to_string(B) + " ctx=" + std::to_string(ctxlen / 1024) + "K";
         try {
           const auto toks = random_tokens(B, cfg.vocab_size, static_cast<uint32_t>(B + ctxlen));
-          std::vector<FastChunk> ch;
-          for (int64_t b = 0; b < B; ++b)
-            ch.push_back({b, ctxlen, std::span<const int32_t>(toks.data() + b, 1), false});
+          Step ch;
+          for (int64_t b = 0; b < B; ++b) {
+            ch.chunks.push_back({seqs[b], std::span<const int32_t>(toks.data() + b, 1), false});
+            ch.starts.push_back(ctxlen);
+          }
           r.ms = time_forward(m, ch, 2, reps);
           r.tokens = static_cast<double>(B);
           finish_row(r, m.work(), c);
@@ -437,11 +452,13 @@ int main(int argc, char** argv) {
       try {
         m.clear_state();
         const auto toks = random_tokens(L, cfg.vocab_size, static_cast<uint32_t>(L));
-        const FastChunk ch{0, 0, std::span<const int32_t>(toks), false};
-        r.ms = time_forward(m, std::span<const FastChunk>(&ch, 1), 1, quick ? 2 : 3);
+        Step ch;
+        ch.chunks.push_back({seqs[0], std::span<const int32_t>(toks), false});
+        ch.starts.push_back(0);
+        r.ms = time_forward(m, ch, 1, quick ? 2 : 3);
         r.tokens = static_cast<double>(L);
         finish_row(r, m.work(), c);
-        r.prof = profiled(m, std::span<const FastChunk>(&ch, 1));
+        r.prof = profiled(m, ch);
       } catch (const std::exception& e) {
         r.why = e.what();
       }

@@ -1,13 +1,14 @@
 // Attention block on the GPU, mirroring Model::attention_block (src/model/attention_block.cc):
 // low-rank q with norms, shared K=V with RoPE, compressors (entries emitted before the
 // attention reads them), indexer top-k on ratio-4 layers, sparse attention with sinks,
-// inverse RoPE, window ring update, grouped output projection.
+// inverse RoPE, window ring update, grouped output projection. Projections through
+// DeviceLinear (fp32 or FP8); in FP8 the block input x_in is quantised once for wq_a, wkv and
+// the compressors, and q_r once for wq_b and the indexer's wq_b.
 #include <cmath>
 
 #include "cuda/cuda_check.h"
 #include "ops/attention/sparse_attention_cuda.h"
 #include "ops/compressor/compress_pool_cuda.h"
-#include "ops/gemm/gemm.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "ops/quant/qat_cuda.h"
 #include "ops/rms_norm/rms_norm_cuda.h"
@@ -24,8 +25,8 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
   const int64_t N = n_rows, D = cfg.hidden_size;
   const bool overlap = ratio == 4;
   const int64_t cw = (overlap ? 2 : 1) * width;
-  gemm_f32_cuda(ctx, x_in, w.wkv, N, cw, D, ca);
-  gemm_f32_cuda(ctx, x_in, w.wgate, N, cw, D, cz);
+  lin_in(w.wkv, x_in, a_in, N, ca);
+  lin_in(w.wgate, x_in, a_in, N, cz);
   compressor_add_ape_cuda(stream, cz, w.ape, sec(kPositions), N, ratio, cw);
   CompressorEmitParams p;
   p.a = ca;
@@ -50,7 +51,7 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
   if (opt.numerics == Numerics::kOfficial) {
     p.qat = indexer ? CompressorQat::kHadamardFp4 : CompressorQat::kFp8Nope;
   }
-  compressor_emit_cuda(stream, p);
+  if (p.n_emit > 0) compressor_emit_cuda(stream, p);
   ring_store_cuda(stream, ca, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_a, 2 * ratio);
   ring_store_cuda(stream, cz, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_z, 2 * ratio);
 }
@@ -66,11 +67,13 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   const float* inv_freq = ratio > 0 ? inv_freq_compress : inv_freq_main;
   const int32_t* positions = sec(kPositions);
 
-  gemm_f32_cuda(ctx, x_in, w.wq_a, N, Rq, D, q_r);
+  if (fp8()) act_quantize(ctx, x_in, N, D, a_in);  // shared by wq_a, wkv and the compressors
+  lin_in(w.wq_a, x_in, a_in, N, q_r);
   rms_norm_cuda(stream, q_r, w.q_norm, N, Rq, Rq, eps, q_r);
-  gemm_f32_cuda(ctx, q_r, w.wq_b, N, H * d, Rq, q);
+  if (fp8()) act_quantize(ctx, q_r, N, Rq, a_r);  // shared by wq_b and the indexer's wq_b
+  lin_in(w.wq_b, q_r, a_r, N, q);
   rms_norm_cuda(stream, q, nullptr, N * H, d, d, eps, q);
-  gemm_f32_cuda(ctx, x_in, w.wkv, N, d, D, kv);
+  lin_in(w.wkv, x_in, a_in, N, kv);
   rms_norm_cuda(stream, kv, w.kv_norm, N, d, d, eps, kv);
   rope_cuda(stream, q, positions, N, H, d, r, inv_freq);
   rope_cuda(stream, kv, positions, N, 1, d, r, inv_freq);
@@ -85,8 +88,8 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   if (w.has_indexer) {
     run_compressor(w.idx_cmp, 4, dI, st.idx_a, st.idx_z, st.idx_entries, st.idx_max_entries, x_in,
                    true);
-    gemm_f32_cuda(ctx, q_r, w.idx_wq_b, N, HI * dI, Rq, qi);
-    gemm_f32_cuda(ctx, x_in, w.idx_wproj, N, HI, D, gi);
+    lin_in(w.idx_wq_b, q_r, a_r, N, qi);
+    lin(w.idx_wproj, x_in, N, gi, a_gen);  // fp32
     rope_cuda(stream, qi, positions, N, HI, dI, r, inv_freq_compress);
     if (official) hadamard_fp4_rows_cuda(stream, qi, N * HI, dI, 32);
     IndexerScoresParams ip;
@@ -143,11 +146,11 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   for (int64_t g = 0; g < G; ++g) {
     CUDA_CHECK(cudaMemcpy2DAsync(og, gw * sizeof(float), o + g * gw, H * d * sizeof(float),
                                  gw * sizeof(float), N, cudaMemcpyDeviceToDevice, stream));
-    gemm_f32_cuda(ctx, og, w.wo_a[g], N, Ro, gw, zg);
+    lin(w.wo_a[g], og, N, zg, a_gen);
     CUDA_CHECK(cudaMemcpy2DAsync(zz + g * Ro, G * Ro * sizeof(float), zg, Ro * sizeof(float),
                                  Ro * sizeof(float), N, cudaMemcpyDeviceToDevice, stream));
   }
-  gemm_f32_cuda(ctx, zz, w.wo_b, N, D, G * Ro, out);
+  lin(w.wo_b, zz, N, out, a_gen);
 }
 
 }  // namespace deepinfer

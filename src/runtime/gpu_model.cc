@@ -1,21 +1,21 @@
-// GpuModel: construction (uploads, buffers, pools), sequences, and the forward's outer loop
-// (embedding, mHC around each block, head). Blocks: gpu_attention.cc, gpu_moe.cc.
+// GpuModel: construction (weights uploaded from host tensors or generated on the device,
+// activation buffers, state pools). Sequences and the forward: gpu_forward.cc; blocks:
+// gpu_attention.cc, gpu_moe.cc.
 #include "runtime/gpu_model.h"
-#include "model/rope_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
 #include "io/config_parser.h"
+#include "model/rope_config.h"
 #include "model/weight_source.h"
-#include "ops/embedding/embedding_cuda.h"
 #include "ops/gemm/gemm.h"
 #include "ops/mhc/mhc_cuda.h"
-#include "ops/moe/moe_cuda.h"
-#include "ops/rms_norm/rms_norm_cuda.h"
 #include "ops/rope/rope.h"
+#include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model_impl.h"
 
 namespace deepinfer {
@@ -23,111 +23,199 @@ namespace {
 
 constexpr int64_t kExpertRowAlign = 64;  // keeps every per-expert GEMM operand 256-byte aligned
 
+float proj_std(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
+
 }  // namespace
 
-float* GpuModel::Impl::alloc(int64_t n_floats) {
-  owned.emplace_back(static_cast<size_t>(std::max<int64_t>(n_floats, 1)) * sizeof(float));
-  return static_cast<float*>(owned.back().data());
+void* GpuModel::Impl::raw_alloc(int64_t bytes) {
+  owned.emplace_back(static_cast<size_t>(std::max<int64_t>(bytes, 16)));
+  return owned.back().data();
 }
 
-const float* GpuModel::Impl::upload_raw(const float* p, int64_t n) {
+float* GpuModel::Impl::state_alloc(int64_t n_floats) {
+  float* p = alloc(n_floats);
+  state_pools.emplace_back(p, n_floats);
+  return p;
+}
+
+const float* GpuModel::Impl::f32(const float* host, int64_t n, float mean, float std) {
   float* d = alloc(n);
-  CUDA_CHECK(cudaMemcpy(d, p, n * sizeof(float), cudaMemcpyHostToDevice));
+  if (host != nullptr) {
+    CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
+  } else {
+    fill_uniform_f32(ctx.stream(), d, n, mean, std, seed * 1000003 + ++fill_counter);
+  }
+  weight_bytes_total += 4.0 * n;
   return d;
 }
 
-const float* GpuModel::Impl::upload(const Tensor& t) {
-  ICHECK(t.defined()) << "upload of an undefined tensor";
-  ICHECK(t.dtype() == DType::F32 || t.dtype() == DType::I32) << "upload: " << t.str();
-  return upload_raw(static_cast<const float*>(t.raw()), t.numel());
+const float* GpuModel::Impl::f32(const Tensor* t, int64_t n, float mean, float std) {
+  if (t == nullptr) return f32(static_cast<const float*>(nullptr), n, mean, std);
+  ICHECK(t->defined() && (t->dtype() == DType::F32 || t->dtype() == DType::I32) && t->numel() == n)
+      << "GpuModel: tensor " << t->str() << " where " << n << " fp32 values were expected";
+  return f32(static_cast<const float*>(t->raw()), n, mean, std);
 }
 
-GpuModel::Impl::Impl(ModelConfig config, const ModelWeights& w, const GpuModelOptions& options)
-    : cfg(std::move(config)), opt(options) {
-  CHECK(opt.max_sequences > 0 && opt.max_context > 0 && opt.max_batch_tokens > 0)
-      << "GpuModel: max_sequences, max_context and max_batch_tokens must be positive";
-  const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, T = opt.max_batch_tokens;
-  const int64_t S = opt.max_sequences, hc = cfg.hc_mult, L = cfg.num_layers;
-  const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim, E = cfg.n_routed_experts;
-  const int64_t k = cfg.n_experts_per_tok, I = cfg.moe_intermediate_size;
-  const int64_t Is = I * cfg.n_shared_experts, G = cfg.o_groups, Ro = cfg.o_lora_rank;
-  CHECK_KIND(kUnsupported, G > 0 && (H * d) % G == 0) << "GpuModel: o_groups " << G;
+DeviceLinear GpuModel::Impl::linear(const float* host, int64_t n, int64_t k, float std,
+                                    bool force_f32) {
+  DeviceLinear w;
+  w.n = n;
+  w.k = k;
+  if (!fp8() || force_f32) {
+    w.w32 = f32(host, n * k, 0.0f, std);
+    return w;
+  }
+  const int64_t n_nb = ceil_div64(n, kFp8GemmBlock), ld = fp8_weight_scale_ld(k);
+  auto* q = static_cast<uint8_t*>(raw_alloc(n * k));
+  float* s = alloc(n_nb * ld);
+  if (host != nullptr) {
+    std::vector<float> copy(host, host + n * k);
+    std::vector<uint8_t> codes(n * k);
+    std::vector<float> grid(n_nb * ceil_div64(k, kFp8GemmBlock));
+    quantize_fp8_blocks(copy.data(), n, k, codes.data(), grid.data(), false);
+    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n, k);
+    CUDA_CHECK(cudaMemcpy(q, codes.data(), n * k, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s, sw.data(), sw.size() * sizeof(float), cudaMemcpyHostToDevice));
+  } else {
+    // Codes uniform in [-448, 448) times this scale: std of the values = std.
+    fill_random_e4m3(ctx.stream(), q, n * k, seed * 1000003 + ++fill_counter);
+    fill_const_f32(ctx.stream(), s, n_nb * ld, std * 1.7320508f / 448.0f);
+  }
+  w.q = q;
+  w.s = s;
+  weight_bytes_total += w.bytes();
+  return w;
+}
 
-  embed = upload(w.embed);
-  head = upload(w.head);
-  norm = upload(w.norm);
-  hc_head = {upload(w.hc_head.fn), upload(w.hc_head.base), upload(w.hc_head.scale)};
+DeviceLinear GpuModel::Impl::linear(const Tensor* t, int64_t n, int64_t k, float std,
+                                    bool force_f32) {
+  if (t == nullptr) return linear(static_cast<const float*>(nullptr), n, k, std, force_f32);
+  ICHECK(t->defined() && t->dtype() == DType::F32 && t->numel() == n * k)
+      << "GpuModel: weight " << t->str() << " where [" << n << ", " << k << "] fp32 was expected";
+  return linear(t->f32(), n, k, std, force_f32);
+}
+
+GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
+                     const GpuModelOptions& options)
+    : cfg(std::move(config)), opt(options), seed(seed_) {
+  CHECK(opt.max_sequences > 0 && opt.max_context > 0 && opt.max_batch_tokens > 0 &&
+        opt.max_out_rows >= 0)
+      << "GpuModel: max_sequences, max_context and max_batch_tokens must be positive";
+  if (opt.max_out_rows == 0) opt.max_out_rows = opt.max_batch_tokens;
+  const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, T = opt.max_batch_tokens;
+  const int64_t S = opt.max_sequences, hc = cfg.hc_mult, L = cfg.num_layers, V = cfg.vocab_size;
+  const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim, E = cfg.n_routed_experts;
+  const int64_t k = cfg.n_experts_per_tok, I = cfg.moe_intermediate_size, Rq = cfg.q_lora_rank;
+  const int64_t Is = I * cfg.n_shared_experts, G = cfg.o_groups, Ro = cfg.o_lora_rank;
+  const int64_t R = opt.max_out_rows, nmix = (2 + hc) * hc;
+  CHECK_KIND(kUnsupported, G > 0 && (H * d) % G == 0) << "GpuModel: o_groups " << G;
   const int64_t gw = H * d / G;
-  auto up_cmp = [&](const CompressorWeights& c) {
-    return GpuCompressorW{upload(c.wkv), upload(c.wgate), upload(c.ape), upload(c.norm)};
-  };
+  const bool host = hw != nullptr;
+
+  embed = f32(host ? &hw->embed : nullptr, V * D, 0.0f, 1.0f);
+  weight_bytes_total -= 4.0 * V * D;  // only the gathered rows are read
+  head = linear(host ? &hw->head : nullptr, V, D, proj_std(D));
+  norm = f32(host ? &hw->norm : nullptr, D, 1.0f, 0.1f);
+  hc_head = {f32(host ? &hw->hc_head.fn : nullptr, hc * hc * D, 0.0f, proj_std(hc * D)),
+             f32(host ? &hw->hc_head.base : nullptr, hc, 0.0f, 0.1f),
+             f32(host ? &hw->hc_head.scale : nullptr, 1, 0.5f, 0.1f)};
   layers.resize(L);
   states.resize(L);
   bool any_indexer = false;
   for (int64_t l = 0; l < L; ++l) {
-    const LayerWeights& lw = w.layers[l];
+    const LayerWeights* lw = host ? &hw->layers[l] : nullptr;
     GpuLayerW& g = layers[l];
-    g.attn_norm = upload(lw.attn_norm);
-    g.ffn_norm = upload(lw.ffn_norm);
-    g.hc_attn = {upload(lw.hc_attn.fn), upload(lw.hc_attn.base), upload(lw.hc_attn.scale)};
-    g.hc_ffn = {upload(lw.hc_ffn.fn), upload(lw.hc_ffn.base), upload(lw.hc_ffn.scale)};
-    const AttentionWeights& a = lw.attn;
-    g.wq_a = upload(a.wq_a);
-    g.q_norm = upload(a.q_norm);
-    g.wq_b = upload(a.wq_b);
-    g.wkv = upload(a.wkv);
-    g.kv_norm = upload(a.kv_norm);
-    g.wo_b = upload(a.wo_b);
-    g.sink = upload(a.sink);
-    for (int64_t grp = 0; grp < G; ++grp) g.wo_a.push_back(upload_raw(a.wo_a.f32() + grp * Ro * gw, Ro * gw));
-    g.has_compressor = a.has_compressor;
-    g.has_indexer = a.has_indexer;
-    if (a.has_compressor) g.cmp = up_cmp(a.compressor);
-    if (a.has_indexer) {
-      g.idx_cmp = up_cmp(a.indexer.compressor);
-      g.idx_wq_b = upload(a.indexer.wq_b);
-      g.idx_wproj = upload(a.indexer.weights_proj);
+    const int64_t ratio = cfg.compress_ratio(l);
+    auto hc_w = [&](const HcWeightsT* h) {
+      return GpuHcW{f32(h ? &h->fn : nullptr, nmix * hc * D, 0.0f, proj_std(hc * D)),
+                    f32(h ? &h->base : nullptr, nmix, 0.0f, 0.1f),
+                    f32(h ? &h->scale : nullptr, 3, 0.5f, 0.1f)};
+    };
+    g.attn_norm = f32(host ? &lw->attn_norm : nullptr, D, 1.0f, 0.1f);
+    g.ffn_norm = f32(host ? &lw->ffn_norm : nullptr, D, 1.0f, 0.1f);
+    g.hc_attn = hc_w(host ? &lw->hc_attn : nullptr);
+    g.hc_ffn = hc_w(host ? &lw->hc_ffn : nullptr);
+    const AttentionWeights* a = host ? &lw->attn : nullptr;
+    g.wq_a = linear(a ? &a->wq_a : nullptr, Rq, D, proj_std(D));
+    g.q_norm = f32(a ? &a->q_norm : nullptr, Rq, 1.0f, 0.1f);
+    g.wq_b = linear(a ? &a->wq_b : nullptr, H * d, Rq, proj_std(Rq));
+    g.wkv = linear(a ? &a->wkv : nullptr, d, D, proj_std(D));
+    g.kv_norm = f32(a ? &a->kv_norm : nullptr, d, 1.0f, 0.1f);
+    if (a != nullptr) {
+      ICHECK(a->wo_a.numel() == G * Ro * gw) << "GpuModel: wo_a " << a->wo_a.str();
+    }
+    for (int64_t grp = 0; grp < G; ++grp) {
+      g.wo_a.push_back(linear(a ? a->wo_a.f32() + grp * Ro * gw : nullptr, Ro, gw, proj_std(gw)));
+    }
+    g.wo_b = linear(a ? &a->wo_b : nullptr, D, G * Ro, proj_std(G * Ro));
+    g.sink = f32(a ? &a->sink : nullptr, H, 0.0f, 1.0f);
+    g.has_compressor = host ? a->has_compressor : ratio > 0;
+    g.has_indexer = host ? a->has_indexer : ratio == 4 && HI > 0;
+    auto cmp_w = [&](const CompressorWeights* c, int64_t m, int64_t width) {
+      const int64_t cw = (m == 4 ? 2 : 1) * width;
+      GpuCompressorW f;
+      f.wkv = linear(c ? &c->wkv : nullptr, cw, D, proj_std(D));
+      f.wgate = linear(c ? &c->wgate : nullptr, cw, D, proj_std(D));
+      f.ape = f32(c ? &c->ape : nullptr, m * cw, 0.0f, 0.5f);
+      f.norm = f32(c ? &c->norm : nullptr, width, 1.0f, 0.1f);
+      return f;
+    };
+    if (g.has_compressor) g.cmp = cmp_w(a ? &a->compressor : nullptr, ratio, d);
+    if (g.has_indexer) {
+      CHECK_KIND(kUnsupported, ratio == 4) << "GpuModel: indexer on a ratio-" << ratio << " layer";
+      g.idx_cmp = cmp_w(a ? &a->indexer.compressor : nullptr, 4, dI);
+      g.idx_wq_b = linear(a ? &a->indexer.wq_b : nullptr, HI * dI, Rq, proj_std(Rq));
+      g.idx_wproj = linear(a ? &a->indexer.weights_proj : nullptr, HI, D, proj_std(D), true);
       any_indexer = true;
     }
-    const MoeWeights& m = lw.moe;
-    g.gate = upload(m.gate);
+    const MoeWeights* m = host ? &lw->moe : nullptr;
+    g.gate = linear(m ? &m->gate : nullptr, E, D, proj_std(D), true);
     if (cfg.is_hash_layer(l)) {
-      g.tid2eid = reinterpret_cast<const int32_t*>(upload(m.tid2eid));
-    } else if (m.bias.defined()) {
-      g.bias = upload(m.bias);
+      CHECK_KIND(kUnsupported, host) << "GpuModel: dummy weights with hash-routed layer " << l;
+      ICHECK(m->tid2eid.numel() == V * k) << "GpuModel: tid2eid " << m->tid2eid.str();
+      g.tid2eid = reinterpret_cast<const int32_t*>(f32(&m->tid2eid, V * k, 0.0f, 0.0f));
+    } else if (!host || m->bias.defined()) {
+      g.bias = f32(m ? &m->bias : nullptr, E, 0.0f, 0.1f);
     }
-    for (int64_t e = 0; e < E; ++e) {
-      g.w1.push_back(upload(m.experts[e].w1));
-      g.w3.push_back(upload(m.experts[e].w3));
-      g.w2.push_back(upload(m.experts[e].w2));
+    if (host) {
+      for (int64_t e = 0; e < E; ++e) {
+        g.w1.push_back(linear(&m->experts[e].w1, I, D, 0));
+        g.w3.push_back(linear(&m->experts[e].w3, I, D, 0));
+        g.w2.push_back(linear(&m->experts[e].w2, D, I, 0));
+      }
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        g.w1.push_back(linear(static_cast<const float*>(nullptr), I, D, proj_std(D)));
+        g.w3.push_back(linear(static_cast<const float*>(nullptr), I, D, proj_std(D)));
+        g.w2.push_back(linear(static_cast<const float*>(nullptr), D, I, proj_std(I)));
+      }
     }
-    g.sw1 = upload(m.shared.w1);
-    g.sw3 = upload(m.shared.w3);
-    g.sw2 = upload(m.shared.w2);
+    g.sw1 = linear(m ? &m->shared.w1 : nullptr, Is, D, proj_std(D));
+    g.sw3 = linear(m ? &m->shared.w3 : nullptr, Is, D, proj_std(D));
+    g.sw2 = linear(m ? &m->shared.w2 : nullptr, D, Is, proj_std(Is));
 
     // State pools.
     GpuLayerState& st = states[l];
-    st.ring = alloc(S * cfg.sliding_window * d);
-    const int64_t ratio = cfg.compress_ratio(l);
-    if (a.has_compressor) {
+    st.ring = state_alloc(S * cfg.sliding_window * d);
+    if (g.has_compressor) {
       const int64_t cw = (ratio == 4 ? 2 : 1) * d;
-      st.cmp_a = alloc(S * 2 * ratio * cw);
-      st.cmp_z = alloc(S * 2 * ratio * cw);
+      st.cmp_a = state_alloc(S * 2 * ratio * cw);
+      st.cmp_z = state_alloc(S * 2 * ratio * cw);
       st.cmp_max_entries = opt.max_context / ratio;
-      st.cmp_entries = alloc(S * st.cmp_max_entries * d);
+      st.cmp_entries = state_alloc(S * st.cmp_max_entries * d);
       if (!emit_section.count(ratio)) emit_section[ratio] = 0;
     }
-    if (a.has_indexer) {
-      CHECK_KIND(kUnsupported, ratio == 4) << "GpuModel: indexer on a ratio-" << ratio << " layer";
-      st.idx_a = alloc(S * 2 * 4 * 2 * dI);
-      st.idx_z = alloc(S * 2 * 4 * 2 * dI);
+    if (g.has_indexer) {
+      st.idx_a = state_alloc(S * 2 * 4 * 2 * dI);
+      st.idx_z = state_alloc(S * 2 * 4 * 2 * dI);
       st.idx_max_entries = opt.max_context / 4;
-      st.idx_entries = alloc(S * st.idx_max_entries * dI);
+      st.idx_entries = state_alloc(S * st.idx_max_entries * dI);
     }
   }
   const RopeTable rope_main(rope_params(cfg, false)), rope_compress(rope_params(cfg, true));
-  inv_freq_main = upload_raw(rope_main.inv_freq().data(), cfg.rope_dim / 2);
-  inv_freq_compress = upload_raw(rope_compress.inv_freq().data(), cfg.rope_dim / 2);
+  inv_freq_main = f32(rope_main.inv_freq().data(), cfg.rope_dim / 2, 0.0f, 0.0f);
+  inv_freq_compress = f32(rope_compress.inv_freq().data(), cfg.rope_dim / 2, 0.0f, 0.0f);
+  weight_bytes_total -= 4.0 * cfg.rope_dim;
   hp = HcMixParams{hc, D, cfg.hc_sinkhorn_iters, static_cast<float>(cfg.hc_eps),
                    static_cast<float>(cfg.rms_norm_eps)};
 
@@ -140,8 +228,8 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights& w, const GpuModelOp
   pre = alloc(T * hc);
   post = alloc(T * hc);
   comb = alloc(T * hc * hc);
-  mix_scratch = alloc(hc_mix_scratch_floats(T, hp));
-  q_r = alloc(T * cfg.q_lora_rank);
+  mix_scratch = alloc(hc_mix_scratch_floats(std::max(T, R), hp));
+  q_r = alloc(T * Rq);
   q = alloc(T * H * d);
   kv = alloc(T * d);
   o = alloc(T * H * d);
@@ -165,25 +253,42 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights& w, const GpuModelOp
   eg = alloc(moe_rows_cap * I);
   ev = alloc(moe_rows_cap * I);
   ys = alloc(moe_rows_cap * D);
+  CUDA_CHECK(cudaMemset(eg, 0, moe_rows_cap * I * sizeof(float)));
+  CUDA_CHECK(cudaMemset(ev, 0, moe_rows_cap * I * sizeof(float)));
   sg = alloc(T * Is);
   sv = alloc(T * Is);
   ysh = alloc(T * D);
-  Xo = alloc(T * hc * D);
-  h = alloc(T * D);
-  head_pre = alloc(T * hc);
-  logits = alloc(T * cfg.vocab_size);
+  Xo = alloc(R * hc * D);
+  h = alloc(R * D);
+  head_pre = alloc(R * hc);
+  logits = alloc(R * V);
+  if (fp8()) {
+    const int64_t kmax = std::max({H * d, D, Rq, G * Ro, Is, I, gw});
+    auto scratch = [&](int64_t rows, int64_t width) {
+      return ActScratch{static_cast<uint8_t*>(raw_alloc(rows * width)),
+                        alloc(rows * ceil_div64(width, kFp8GemmBlock))};
+    };
+    a_in = scratch(T, D);
+    a_r = scratch(T, Rq);
+    a_gen = scratch(std::max(T, R), kmax);
+    const int64_t kmoe = std::max(D, I);
+    moe_q = static_cast<uint8_t*>(raw_alloc(moe_rows_cap * kmoe));
+    moe_s_rm = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));
+    moe_s_seg = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));
+  }
 
   int next = kNumFixedSections;
   for (auto& [ratio, section] : emit_section) section = next++;
   n_sections = next;
   meta = reinterpret_cast<int32_t*>(alloc(n_sections * T));
-  const int64_t moe_meta_n = 2 * moe_rows_cap + T * k;
+  const int64_t moe_meta_n = 4 * moe_rows_cap + T * k;
   moe_meta = reinterpret_cast<int32_t*>(alloc(moe_meta_n));
   CUDA_CHECK(cudaMallocHost(&meta_host, n_sections * T * sizeof(int32_t)));
   CUDA_CHECK(cudaMallocHost(&moe_meta_host, moe_meta_n * sizeof(int32_t)));
   CUDA_CHECK(cudaMallocHost(&route_ids_host, T * k * sizeof(int32_t)));
   CUDA_CHECK(cudaMallocHost(&route_w_host, T * k * sizeof(float)));
   seq_tokens.assign(S, -1);
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
 }
 
 GpuModel::Impl::~Impl() {
@@ -194,7 +299,10 @@ GpuModel::Impl::~Impl() {
 }
 
 GpuModel::GpuModel(ModelConfig config, const ModelWeights& weights, const GpuModelOptions& options)
-    : impl_(std::make_unique<Impl>(std::move(config), weights, options)) {}
+    : impl_(std::make_unique<Impl>(std::move(config), &weights, 0, options)) {}
+
+GpuModel::GpuModel(ModelConfig config, uint64_t seed, const GpuModelOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(config), nullptr, seed, options)) {}
 
 GpuModel::~GpuModel() = default;
 
@@ -205,126 +313,52 @@ std::unique_ptr<GpuModel> GpuModel::load(const std::string& dir, const GpuModelO
   return std::make_unique<GpuModel>(config, weights, options);
 }
 
-const ModelConfig& GpuModel::config() const { return impl_->cfg; }
-
-int64_t GpuModel::new_sequence() {
-  auto& s = impl_->seq_tokens;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] < 0) {
-      s[i] = 0;
-      return static_cast<int64_t>(i);
-    }
-  }
-  THROW(kResourceExhausted) << "GpuModel: all " << s.size() << " sequence slots are in use";
-}
-
-void GpuModel::free_sequence(int64_t sequence) {
-  CHECK(sequence >= 0 && sequence < static_cast<int64_t>(impl_->seq_tokens.size()) &&
-        impl_->seq_tokens[sequence] >= 0)
-      << "free_sequence: " << sequence << " is not a live sequence";
-  impl_->seq_tokens[sequence] = -1;
-}
-
-int64_t GpuModel::n_tokens(int64_t sequence) const {
-  CHECK(sequence >= 0 && sequence < static_cast<int64_t>(impl_->seq_tokens.size()) &&
-        impl_->seq_tokens[sequence] >= 0)
-      << "n_tokens: " << sequence << " is not a live sequence";
-  return impl_->seq_tokens[sequence];
-}
-
-Tensor GpuModel::forward(std::span<const GpuChunk> chunks) {
-  Impl& m = *impl_;
-  const ModelConfig& cfg = m.cfg;
-  const int64_t T = m.opt.max_batch_tokens;
-  int64_t N = 0, n_out = 0;
-  std::vector<bool> seen(m.seq_tokens.size(), false);
-  for (const GpuChunk& c : chunks) {
-    CHECK(c.sequence >= 0 && c.sequence < static_cast<int64_t>(m.seq_tokens.size()) &&
-          m.seq_tokens[c.sequence] >= 0)
-        << "forward: " << c.sequence << " is not a live sequence";
-    CHECK(!seen[c.sequence]) << "forward: sequence " << c.sequence << " appears twice in one batch";
-    seen[c.sequence] = true;
-    CHECK(!c.tokens.empty()) << "forward: empty chunk";
-    for (int32_t t : c.tokens) {
-      CHECK(t >= 0 && t < cfg.vocab_size) << "token id " << t << " is outside the vocabulary [0, "
-                                          << cfg.vocab_size << ")";
-    }
-    const int64_t end = m.seq_tokens[c.sequence] + static_cast<int64_t>(c.tokens.size());
-    CHECK(end <= m.opt.max_context) << "sequence of " << end << " tokens exceeds the GPU context of "
-                                    << m.opt.max_context;
-    CHECK(cfg.max_position_embeddings <= 0 || end <= cfg.max_position_embeddings)
-        << "sequence of " << end << " tokens exceeds the context limit of "
-        << cfg.max_position_embeddings;
-    N += static_cast<int64_t>(c.tokens.size());
-    n_out += c.all_logits ? static_cast<int64_t>(c.tokens.size()) : 1;
-  }
-  CHECK_KIND(kResourceExhausted, N <= T)
-      << "forward: " << N << " rows exceed max_batch_tokens " << T;
-  if (N == 0) return Tensor::empty(DType::F32, {0, cfg.vocab_size});
-
-  // Row metadata.
-  int32_t* mh = m.meta_host;
-  auto sec = [&](int s) { return mh + static_cast<int64_t>(s) * T; };
-  std::map<int64_t, int64_t> n_emit;
-  for (auto& [ratio, s] : m.emit_section) n_emit[ratio] = 0;
-  int64_t row = 0, out_i = 0;
-  m.tokens_host.assign(N, 0);
-  for (const GpuChunk& c : chunks) {
-    const int64_t start = m.seq_tokens[c.sequence], len = static_cast<int64_t>(c.tokens.size());
-    for (int64_t i = 0; i < len; ++i, ++row) {
-      const int64_t pos = start + i;
-      sec(kTokens)[row] = c.tokens[i];
-      m.tokens_host[row] = c.tokens[i];
-      sec(kPositions)[row] = static_cast<int32_t>(pos);
-      sec(kSlot)[row] = static_cast<int32_t>(c.sequence);
-      sec(kChunkStart)[row] = static_cast<int32_t>(start);
-      sec(kChunkRow0)[row] = static_cast<int32_t>(row - i);
-      sec(kChunkEnd)[row] = static_cast<int32_t>(start + len);
-      if (c.all_logits || i == len - 1) sec(kOutRows)[out_i++] = static_cast<int32_t>(row);
-      for (auto& [ratio, s] : m.emit_section) {
-        if ((pos + 1) % ratio == 0) sec(s)[n_emit[ratio]++] = static_cast<int32_t>(row);
-      }
-    }
-  }
-  m.n_rows = N;
-  cudaStream_t stream = m.ctx.stream();
-  CUDA_CHECK(cudaMemcpyAsync(m.meta, m.meta_host, m.n_sections * T * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream));
-  m.emit_counts.clear();
-  for (auto& [ratio, cnt] : n_emit) m.emit_counts[ratio] = cnt;
-
-  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
-  const float eps = static_cast<float>(cfg.rms_norm_eps);
-  embedding_cuda(stream, m.embed, m.sec(kTokens), N, D, hc, m.X);
+void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w) {
+  auto rt = [](Tensor& t, int64_t n, int64_t k) {
+    ICHECK(t.defined() && t.dtype() == DType::F32 && t.numel() == n * k)
+        << "fp8_round_trip: " << t.str() << " is not [" << n << ", " << k << "] fp32";
+    std::vector<uint8_t> codes(n * k);
+    std::vector<float> grid(ceil_div64(n, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock));
+    quantize_fp8_blocks(t.f32(), n, k, codes.data(), grid.data(), true);
+  };
+  const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, Rq = cfg.q_lora_rank;
+  const int64_t I = cfg.moe_intermediate_size, Is = I * cfg.n_shared_experts;
+  const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
+  const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
+  rt(w.head, cfg.vocab_size, D);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    const GpuLayerW& lw = m.layers[l];
-    hc_mix_cuda(m.ctx, m.X, N, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, m.hp,
-                m.mix_scratch, m.pre, m.post, m.comb);
-    hc_collapse_cuda(stream, m.X, m.pre, N, hc, D, m.u);
-    rms_norm_cuda(stream, m.u, lw.attn_norm, N, D, D, eps, m.x);
-    m.attention_block(l, m.x, m.y);
-    hc_expand_cuda(stream, m.X, m.y, m.post, m.comb, N, hc, D, m.X2);
-    std::swap(m.X, m.X2);
-
-    hc_mix_cuda(m.ctx, m.X, N, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, m.hp, m.mix_scratch,
-                m.pre, m.post, m.comb);
-    hc_collapse_cuda(stream, m.X, m.pre, N, hc, D, m.u);
-    rms_norm_cuda(stream, m.u, lw.ffn_norm, N, D, D, eps, m.x);
-    m.moe_block(l, m.x, m.y);
-    hc_expand_cuda(stream, m.X, m.y, m.post, m.comb, N, hc, D, m.X2);
-    std::swap(m.X, m.X2);
+    AttentionWeights& a = w.layers[l].attn;
+    rt(a.wq_a, Rq, D);
+    rt(a.wq_b, H * d, Rq);
+    rt(a.wkv, d, D);
+    for (int64_t g = 0; g < G; ++g) {  // each group is its own FP8 matrix
+      Tensor view = Tensor::empty(DType::F32, {Ro, gw});
+      std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
+      rt(view, Ro, gw);
+      std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
+    }
+    rt(a.wo_b, D, G * Ro);
+    const int64_t ratio = cfg.compress_ratio(l);
+    if (a.has_compressor) {
+      const int64_t cw = (ratio == 4 ? 2 : 1) * d;
+      rt(a.compressor.wkv, cw, D);
+      rt(a.compressor.wgate, cw, D);
+    }
+    if (a.has_indexer) {
+      rt(a.indexer.compressor.wkv, 2 * dI, D);
+      rt(a.indexer.compressor.wgate, 2 * dI, D);
+      rt(a.indexer.wq_b, HI * dI, Rq);
+    }
+    MoeWeights& m = w.layers[l].moe;
+    for (auto& e : m.experts) {
+      rt(e.w1, I, D);
+      rt(e.w3, I, D);
+      rt(e.w2, D, I);
+    }
+    rt(m.shared.w1, Is, D);
+    rt(m.shared.w3, Is, D);
+    rt(m.shared.w2, D, Is);
   }
-  for (const GpuChunk& c : chunks) m.seq_tokens[c.sequence] += static_cast<int64_t>(c.tokens.size());
-
-  gather_rows_cuda(stream, m.X, m.sec(kOutRows), n_out, hc * D, m.Xo);
-  hc_head_cuda(m.ctx, m.Xo, n_out, m.hc_head.fn, m.hc_head.base, m.hc_head.scale, m.hp,
-               m.mix_scratch, m.head_pre, m.h);
-  rms_norm_cuda(stream, m.h, m.norm, n_out, D, D, eps, m.h);
-  gemm_f32_cuda(m.ctx, m.h, m.head, n_out, cfg.vocab_size, D, m.logits);
-  Tensor out = Tensor::empty(DType::F32, {n_out, cfg.vocab_size});
-  CUDA_CHECK(cudaMemcpyAsync(out.raw(), m.logits, out.nbytes(), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  return out;
 }
 
 }  // namespace deepinfer

@@ -1,13 +1,20 @@
-// MoE block on the GPU, mirroring Model::moe_block (src/model/moe_block.cc): router GEMM +
-// routing kernel, then (after reading the routing back to the host) rows grouped by expert,
-// one fp32 GEMM pair + SwiGLU + down GEMM per used expert, the shared expert over all rows,
-// and a combine that sums each row's k expert outputs (in its selection order) plus the
+// MoE block on the GPU, mirroring Model::moe_block (src/model/moe_block.cc): router GEMM
+// (fp32) + routing kernel, then (after reading the routing back to the host) rows grouped by
+// expert, per used expert the w1 / w3 GEMMs + SwiGLU + the w2 GEMM, the shared expert over all
+// rows, and a combine that sums each row's k expert outputs (in its selection order) plus the
 // shared expert's.
+// FP8: the grouped rows are quantised once (row-major scales, regrouped into per-expert
+// block-major segments by segment_scales) and each expert runs over M_e rows: the count when
+// it is below 4 or batch_invariant (SIMT kernel), else the count rounded up to 4 (cuBLASLt;
+// padding rows carry weight 0 and are never combined).
+// Seam: this whole function is what a device-side grouped MoE (src/ops/moe) replaces.
 #include <algorithm>
 
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/quant/act_quant.h"
+#include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model_impl.h"
 
 namespace deepinfer {
@@ -21,7 +28,7 @@ void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
   const float limit = static_cast<float>(cfg.swiglu_limit);
   constexpr int64_t kAlign = 64;
 
-  gemm_f32_cuda(ctx, x_in, w.gate, N, E, D, router);
+  lin(w.gate, x_in, N, router, a_gen);  // fp32
   const RouterParams rp{E, k, static_cast<float>(cfg.routed_scaling_factor)};
   route_cuda(stream, router, N, w.tid2eid != nullptr ? nullptr : w.bias, w.tid2eid, sec(kTokens), rp,
              route_ids, route_w);
@@ -32,20 +39,31 @@ void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
   CUDA_CHECK(cudaStreamSynchronize(stream));
 
   // Group the (row, j) slots by expert; each expert's block starts at a multiple of kAlign.
-  std::vector<int64_t> count(E, 0), offset(E + 1, 0);
+  std::vector<int64_t> count(E, 0), offset(E + 1, 0), m_e(E, 0);
   for (int64_t i = 0; i < N * k; ++i) {
     const int32_t e = route_ids_host[i];
     ICHECK(e >= 0 && e < E) << "routing produced expert " << e;
     ++count[e];
   }
-  for (int64_t e = 0; e < E; ++e) offset[e + 1] = offset[e] + (count[e] + kAlign - 1) / kAlign * kAlign;
+  for (int64_t e = 0; e < E; ++e) {
+    offset[e + 1] = offset[e] + (count[e] + kAlign - 1) / kAlign * kAlign;
+    m_e[e] = (!fp8() || opt.batch_invariant || count[e] < 4) ? count[e] : (count[e] + 3) / 4 * 4;
+  }
   const int64_t total = offset[E];
   ICHECK(total <= moe_rows_cap) << "moe: " << total << " rows exceed " << moe_rows_cap;
   int32_t* perm_rows = moe_meta_host;
-  int32_t* slot_of = moe_meta_host + moe_rows_cap;
-  float* perm_w = reinterpret_cast<float*>(moe_meta_host + moe_rows_cap + N * k);
+  int32_t* slot_of = perm_rows + moe_rows_cap;
+  float* perm_w = reinterpret_cast<float*>(slot_of + N * k);
+  int32_t* seg_row0 = reinterpret_cast<int32_t*>(perm_w + moe_rows_cap);
+  int32_t* seg_m = seg_row0 + moe_rows_cap;
   std::fill(perm_rows, perm_rows + total, 0);
   std::fill(perm_w, perm_w + total, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = offset[e]; r < offset[e + 1]; ++r) {
+      seg_row0[r] = static_cast<int32_t>(offset[e]);
+      seg_m[r] = r - offset[e] < m_e[e] ? static_cast<int32_t>(m_e[e]) : 0;
+    }
+  }
   std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
   for (int64_t row = 0; row < N; ++row) {
     for (int64_t j = 0; j < k; ++j) {
@@ -55,32 +73,60 @@ void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
       slot_of[row * k + j] = static_cast<int32_t>(at);
     }
   }
-  int32_t* d_perm_rows = moe_meta;
-  int32_t* d_slot_of = moe_meta + moe_rows_cap;
-  float* d_perm_w = reinterpret_cast<float*>(moe_meta + moe_rows_cap + N * k);
-  CUDA_CHECK(cudaMemcpyAsync(d_perm_rows, perm_rows, total * sizeof(int32_t),
+  // One copy of the whole metadata block (the parts past N*k / total are stale and unread).
+  CUDA_CHECK(cudaMemcpyAsync(moe_meta, moe_meta_host, (4 * moe_rows_cap + N * k) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaMemcpyAsync(d_slot_of, slot_of, N * k * sizeof(int32_t), cudaMemcpyHostToDevice,
-                             stream));
-  CUDA_CHECK(cudaMemcpyAsync(d_perm_w, perm_w, total * sizeof(float), cudaMemcpyHostToDevice,
-                             stream));
+  const int32_t* d_perm_rows = moe_meta;
+  const int32_t* d_slot_of = moe_meta + moe_rows_cap;
+  const float* d_perm_w = reinterpret_cast<const float*>(d_slot_of + N * k);
+  const int32_t* d_row0 = reinterpret_cast<const int32_t*>(d_perm_w + moe_rows_cap);
+  const int32_t* d_m = d_row0 + moe_rows_cap;
 
   gather_rows_cuda(stream, x_in, d_perm_rows, total, D, xs);
+  const int64_t kb_d = ceil_div64(D, kFp8GemmBlock), kb_i = ceil_div64(I, kFp8GemmBlock);
+  if (fp8()) {
+    act_quant_cuda(stream, xs, DType::F32, total, D, kFp8GemmBlock, moe_q, moe_s_rm,
+                   ScaleLayout::kRowMajor);
+    segment_scales(stream, moe_s_rm, total, kb_d, d_row0, d_m, moe_s_seg);
+  }
   for (int64_t e = 0; e < E; ++e) {
     if (count[e] == 0) continue;
-    gemm_f32_cuda(ctx, xs + offset[e] * D, w.w1[e], count[e], I, D, eg + offset[e] * I);
-    gemm_f32_cuda(ctx, xs + offset[e] * D, w.w3[e], count[e], I, D, ev + offset[e] * I);
+    ++work.experts_used;
+    work.weight_bytes += w.w1[e].bytes() + w.w3[e].bytes() + w.w2[e].bytes();
+    work.gemm_flops += 2.0 * count[e] * 3.0 * I * D;
+    float* g_out = eg + offset[e] * I;
+    float* v_out = ev + offset[e] * I;
+    if (fp8()) {
+      const ActScratch xe{moe_q + offset[e] * D, moe_s_seg + offset[e] * kb_d};
+      linear_run_quantized(ctx, w.w1[e], xe, m_e[e], g_out, opt.batch_invariant);
+      linear_run_quantized(ctx, w.w3[e], xe, m_e[e], v_out, opt.batch_invariant);
+    } else {
+      linear_run(ctx, w.w1[e], xs + offset[e] * D, m_e[e], g_out, {}, opt.batch_invariant);
+      linear_run(ctx, w.w3[e], xs + offset[e] * D, m_e[e], v_out, {}, opt.batch_invariant);
+    }
   }
-  // Padding rows (never read by the down GEMM) go through SwiGLU too; harmless.
+  // Padding rows (never combined) go through SwiGLU too; harmless (weight 0, finite inputs).
   swiglu_cuda(stream, eg, ev, d_perm_w, total, I, limit);
+  if (fp8()) {
+    act_quant_cuda(stream, eg, DType::F32, total, I, kFp8GemmBlock, moe_q, moe_s_rm,
+                   ScaleLayout::kRowMajor);
+    segment_scales(stream, moe_s_rm, total, kb_i, d_row0, d_m, moe_s_seg);
+  }
   for (int64_t e = 0; e < E; ++e) {
     if (count[e] == 0) continue;
-    gemm_f32_cuda(ctx, eg + offset[e] * I, w.w2[e], count[e], D, I, ys + offset[e] * D);
+    float* y_out = ys + offset[e] * D;
+    if (fp8()) {
+      const ActScratch ge{moe_q + offset[e] * I, moe_s_seg + offset[e] * kb_i};
+      linear_run_quantized(ctx, w.w2[e], ge, m_e[e], y_out, opt.batch_invariant);
+    } else {
+      linear_run(ctx, w.w2[e], eg + offset[e] * I, m_e[e], y_out, {}, opt.batch_invariant);
+    }
   }
-  gemm_f32_cuda(ctx, x_in, w.sw1, N, Is, D, sg);
-  gemm_f32_cuda(ctx, x_in, w.sw3, N, Is, D, sv);
+  if (fp8()) act_quantize(ctx, x_in, N, D, a_in);
+  lin_in(w.sw1, x_in, a_in, N, sg);
+  lin_in(w.sw3, x_in, a_in, N, sv);
   swiglu_cuda(stream, sg, sv, nullptr, N, Is, limit);
-  gemm_f32_cuda(ctx, sg, w.sw2, N, D, Is, ysh);
+  lin(w.sw2, sg, N, ysh, a_gen);
   moe_combine_cuda(stream, ys, d_slot_of, ysh, N, k, D, out);
 }
 

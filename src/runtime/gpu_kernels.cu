@@ -1,13 +1,12 @@
-// Device helpers of FastModel: random fills from a counter hash (weights and synthetic state
-// are generated on the device, never uploaded) and the per-expert scale segmentation of the
-// MoE activation quantisation.
+// Device helpers of GpuModel (contracts in gpu_kernels.h).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 
+#include "base/error.h"
 #include "cuda/cuda_check.h"
-#include "fast_model_impl.h"
+#include "runtime/gpu_kernels.h"
 
 namespace deepinfer {
 namespace {
@@ -82,6 +81,21 @@ __global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ d
   }
 }
 
+// One warp per (column, row); lanes take k = lane, lane + 32, ... in order.
+__global__ void gemm_f32_rowwise_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                        int64_t m, int64_t n, int64_t k, float* __restrict__ y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  const int64_t row = blockIdx.y;
+  if (col >= n || row >= m) return;
+  const float* xr = x + row * k;
+  const float* wr = w + col * k;
+  float acc = 0.0f;
+  for (int64_t i = lane; i < k; i += 32) acc = fmaf(__ldg(xr + i), __ldg(wr + i), acc);
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  if (lane == 0) y[row * n + col] = acc;
+}
+
 constexpr int kBlocks = 2048, kThreads = 256;
 
 int grid_for(int64_t n) {
@@ -119,6 +133,19 @@ void segment_scales(cudaStream_t s, const float* in, int64_t n_rows, int64_t n_k
 void fill_uniform_bf16(cudaStream_t s, void* p, int64_t n, float half_width, uint64_t seed) {
   if (n <= 0) return;
   fill_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, half_width, seed);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gemm_f32_rowwise_cuda(cudaStream_t s, const float* x, const float* w, int64_t m, int64_t n,
+                           int64_t k, float* y) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    CUDA_CHECK(cudaMemsetAsync(y, 0, m * n * sizeof(float), s));
+    return;
+  }
+  ICHECK(m < 65536) << "gemm_f32_rowwise: M=" << m;
+  const dim3 grid(static_cast<unsigned>((n + 3) / 4), static_cast<unsigned>(m));
+  gemm_f32_rowwise_kernel<<<grid, 128, 0, s>>>(x, w, m, n, k, y);
   CUDA_CHECK_LAUNCH();
 }
 
