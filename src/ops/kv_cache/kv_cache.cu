@@ -1,0 +1,114 @@
+// Store and load of the paged K=V cache: one warp per entry. The fp8 store rounds with the
+// QAT device rounding (qat_device.cuh, bit-identical to the CPU's) and then encodes the
+// exactly representable result, so its bytes equal kv_store_ref's.
+#include "base/error.h"
+#include "cuda/cuda_check.h"
+#include "ops/kv_cache/kv_cache_cuda.h"
+#include "ops/kv_cache/kv_cache_device.cuh"
+#include "ops/quant/qat_device.cuh"
+
+namespace deepinfer {
+namespace {
+
+using kv_device::Geometry;
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    kv_store_kernel(Geometry g, const float* entries, int64_t n, int64_t row_stride,
+                    const int32_t* slots, uint8_t* cache) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n) return;
+  const int64_t slot = slots[i];
+  if (slot < 0) return;
+  const float* x = entries + i * row_stride;
+  uint8_t* data = cache + kv_device::data_offset(g, slot);
+  // bf16 dims: [nope, head_dim) for fp8 (at byte nope + 2 (c - nope)), all dims for bf16.
+  const int64_t bf16_begin = g.fp8 ? g.nope : 0;
+  uint8_t* bf16_base = data + (g.fp8 ? g.nope : 0);
+  for (int64_t c = bf16_begin + 2 * lane; c < g.head_dim; c += 64) {
+    const uint32_t pair = kv_device::bf16_bits(x[c]) | (kv_device::bf16_bits(x[c + 1]) << 16);
+    *reinterpret_cast<uint32_t*>(bf16_base + 2 * (c - bf16_begin)) = pair;
+  }
+  if (!g.fp8) return;
+  uint8_t* scales = cache + kv_device::scale_offset(g, slot);
+  for (int64_t grp = 0; grp < g.n_scales; ++grp) {
+    const int64_t c = grp * KvCacheLayout::kScaleGroup + 2 * lane;
+    const float v0 = x[c], v1 = x[c + 1];
+    const float amax = fmaxf(1e-4f, warp_max(fmaxf(fabsf(v0), fabsf(v1))));
+    const float s = qat_device::pow2_scale(amax, qat_device::kE4M3MaxF);
+    const float q0 = fminf(qat_device::kE4M3MaxF, fmaxf(-qat_device::kE4M3MaxF, v0 / s));
+    const float q1 = fminf(qat_device::kE4M3MaxF, fmaxf(-qat_device::kE4M3MaxF, v1 / s));
+    const uint32_t codes = kv_device::e4m3_code(qat_device::round_e4m3(q0)) |
+                           (kv_device::e4m3_code(qat_device::round_e4m3(q1)) << 8);
+    *reinterpret_cast<uint16_t*>(data + c) = static_cast<uint16_t>(codes);
+    if (lane == 0) scales[grp] = static_cast<uint8_t>((__float_as_uint(s) >> 23) & 0xffu);
+  }
+  for (int64_t b = g.n_scales + lane; b < g.scale_bytes; b += 32) scales[b] = 0;
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    kv_load_kernel(Geometry g, const uint8_t* cache, const int32_t* slots, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n) return;
+  const int64_t slot = slots[i];
+  float* y = out + i * g.head_dim;
+  if (slot < 0) {
+    for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = 0.0f;
+    return;
+  }
+  const uint8_t* data = cache + kv_device::data_offset(g, slot);
+  const int64_t bf16_begin = g.fp8 ? g.nope : 0;
+  const uint8_t* bf16_base = data + (g.fp8 ? g.nope : 0);
+  for (int64_t c = bf16_begin + 2 * lane; c < g.head_dim; c += 64) {
+    const uint32_t pair = *reinterpret_cast<const uint32_t*>(bf16_base + 2 * (c - bf16_begin));
+    y[c] = kv_device::bf16_value(pair & 0xffffu);
+    y[c + 1] = kv_device::bf16_value(pair >> 16);
+  }
+  if (!g.fp8) return;
+  const uint8_t* scales = cache + kv_device::scale_offset(g, slot);
+  for (int64_t c = 2 * lane; c < g.nope; c += 64) {
+    const float s = kv_device::e8m0_value(scales[c / KvCacheLayout::kScaleGroup]);
+    const float2 v = kv_device::e4m3x2_values(*reinterpret_cast<const uint16_t*>(data + c));
+    y[c] = v.x * s;
+    y[c + 1] = v.y * s;
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kWarps - 1) / kWarps;
+  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31)) << "kv cache: " << n << " entries in one call";
+  return static_cast<unsigned>(blocks);
+}
+
+}  // namespace
+
+void kv_store_cuda(cudaStream_t stream, const KvCacheLayout& layout, const float* entries,
+                   int64_t n, int64_t row_stride, const int32_t* slots, uint8_t* cache) {
+  layout.validate();
+  CHECK(row_stride >= layout.head_dim) << "kv store: row stride " << row_stride << " < head_dim "
+                                       << layout.head_dim;
+  if (n == 0) return;
+  kv_store_kernel<<<grid_for(n), kWarps * 32, 0, stream>>>(kv_device::geometry(layout), entries, n,
+                                                           row_stride, slots, cache);
+  CUDA_CHECK_LAUNCH();
+}
+
+void kv_load_cuda(cudaStream_t stream, const KvCacheLayout& layout, const uint8_t* cache,
+                  const int32_t* slots, int64_t n, float* out) {
+  layout.validate();
+  if (n == 0) return;
+  kv_load_kernel<<<grid_for(n), kWarps * 32, 0, stream>>>(kv_device::geometry(layout), cache, slots,
+                                                          n, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer

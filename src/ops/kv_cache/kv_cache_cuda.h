@@ -1,0 +1,33 @@
+// CUDA entries of the paged K=V cache (layouts and math in kv_cache.h). Device pointers;
+// run on `stream`; never allocate or synchronise; graph capturable. Slots must lie in
+// [-1, n_blocks * block_size) of the cache they address (not checked on the device).
+//
+//  * kv_store_cuda: byte-identical to kv_store_ref. entries [n, row_stride] fp32 (first
+//    head_dim values of each row), slots int32 [n] (-1 skips the row).
+//  * kv_load_cuda: identical to kv_load_ref (-1 rows become 0): the unfused composition
+//    kv_load_cuda + sparse_attention_cuda is the oracle / bisection path of paged attention.
+//  * paged_attention_cuda: paged_attention_ref's math (fp32 online softmax, the sink merged
+//    at the end). One thread block per (row, group of up to 16 heads), one warp per head;
+//    the block dequantises 16 keys at a time into shared memory, so every key is read once
+//    per (row, head group) instead of once per (row, head). Each warp's arithmetic depends
+//    only on its row's key list (fixed tile order), never on the batch or the head grouping:
+//    a row's output is bitwise the same alone or in any batch. head_dim at most 512.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/kv_cache/kv_cache.h"
+
+namespace deepinfer {
+
+void kv_store_cuda(cudaStream_t stream, const KvCacheLayout& layout, const float* entries,
+                   int64_t n, int64_t row_stride, const int32_t* slots, uint8_t* cache);
+
+void kv_load_cuda(cudaStream_t stream, const KvCacheLayout& layout, const uint8_t* cache,
+                  const int32_t* slots, int64_t n, float* out);
+
+void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p);
+
+}  // namespace deepinfer

@@ -1,0 +1,69 @@
+// Device helpers of the paged K=V cache (formats in kv_cache.h): byte offsets of a slot,
+// bf16 encoding bit-identical to base/dtype.h's f32_to_bf16, exact e4m3 / UE8M0 / bf16
+// decoding. Included by .cu files only.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "ops/kv_cache/kv_cache.h"
+
+namespace deepinfer::kv_device {
+
+// A layout's derived sizes, computed once on the host (KvCacheLayout's methods are host-only).
+struct Geometry {
+  int64_t head_dim = 0, nope = 0, n_scales = 0, block_size = 1;
+  int64_t data_bytes = 0, scale_bytes = 0, block_bytes = 0;
+  bool fp8 = false;
+};
+
+inline Geometry geometry(const KvCacheLayout& l) {
+  Geometry g;
+  g.head_dim = l.head_dim;
+  g.fp8 = l.dtype == KvCacheDtype::kFp8;
+  g.nope = g.fp8 ? l.nope_dim() : l.head_dim;
+  g.n_scales = l.n_scales();
+  g.block_size = l.block_size;
+  g.data_bytes = l.data_bytes();
+  g.scale_bytes = l.scale_bytes();
+  g.block_bytes = l.block_bytes();
+  return g;
+}
+
+__device__ __forceinline__ int64_t data_offset(const Geometry& g, int64_t slot) {
+  return slot / g.block_size * g.block_bytes + slot % g.block_size * g.data_bytes;
+}
+
+__device__ __forceinline__ int64_t scale_offset(const Geometry& g, int64_t slot) {
+  return slot / g.block_size * g.block_bytes + g.block_size * g.data_bytes +
+         slot % g.block_size * g.scale_bytes;
+}
+
+// Same bits as f32_to_bf16 (RNE; NaN keeps its payload with the quiet bit set).
+__device__ __forceinline__ uint32_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+
+__device__ __forceinline__ float bf16_value(uint32_t bits) { return __uint_as_float(bits << 16); }
+
+// UE8M0 code -> 2^(code - 127) for the codes kv_store writes (1..254).
+__device__ __forceinline__ float e8m0_value(uint32_t code) { return __uint_as_float(code << 23); }
+
+// Two e4m3 codes (low byte first) -> their exact values (e4m3 -> f16 -> f32 is exact).
+__device__ __forceinline__ float2 e4m3x2_values(uint32_t two_codes) {
+  const __half2_raw raw =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(raw));
+}
+
+// Exact e4m3 value `v` (already on the e4m3 grid, |v| <= 448) -> its code.
+__device__ __forceinline__ uint32_t e4m3_code(float v) {
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+}  // namespace deepinfer::kv_device

@@ -1,0 +1,156 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "ops/attention/sparse_attention.h"
+#include "ops/kv_cache/kv_cache.h"
+#include "ops/quant/qat.h"
+
+namespace deepinfer {
+
+const char* kv_cache_dtype_name(KvCacheDtype dtype) {
+  return dtype == KvCacheDtype::kFp8 ? "fp8" : "bf16";
+}
+
+KvCacheDtype kv_cache_dtype_from_string(const std::string& name) {
+  if (name == "fp8") return KvCacheDtype::kFp8;
+  if (name == "bf16") return KvCacheDtype::kBf16;
+  THROW(kInvalidInput) << "kv cache dtype '" << name << "': expected bf16 or fp8";
+}
+
+void KvCacheLayout::validate() const {
+  CHECK(head_dim > 0 && head_dim % 32 == 0 && head_dim <= 512)
+      << "kv cache: head_dim " << head_dim << " must be a positive multiple of 32, at most 512";
+  CHECK(block_size > 0) << "kv cache: block_size " << block_size << " must be positive";
+  if (dtype == KvCacheDtype::kFp8) {
+    CHECK(rope_dim >= 0 && rope_dim < head_dim && rope_dim % 4 == 0)
+        << "kv cache: rope_dim " << rope_dim << " must be a multiple of 4 below head_dim " << head_dim;
+    CHECK(nope_dim() % kScaleGroup == 0)
+        << "kv cache: fp8 needs head_dim - rope_dim (" << nope_dim() << ") a multiple of 64";
+  }
+}
+
+KvCacheLayout KvCacheLayout::v4(KvCacheDtype dtype, int64_t block_size) {
+  KvCacheLayout l;
+  l.dtype = dtype;
+  l.head_dim = 512;
+  l.rope_dim = 64;
+  l.block_size = block_size;
+  return l;
+}
+
+namespace {
+
+void check_slot(const KvCacheLayout& layout, int32_t slot, int64_t n_blocks) {
+  CHECK(slot >= -1 && slot < n_blocks * layout.block_size)
+      << "kv cache: slot " << slot << " outside [-1, " << n_blocks * layout.block_size << ")";
+}
+
+void put_bf16(uint8_t* dst, float v) {
+  const uint16_t bits = f32_to_bf16(v);
+  std::memcpy(dst, &bits, 2);  // little-endian, as the device stores it
+}
+
+float get_bf16(const uint8_t* src) {
+  uint16_t bits;
+  std::memcpy(&bits, src, 2);
+  return bf16_to_f32(bits);
+}
+
+}  // namespace
+
+void kv_store_ref(const KvCacheLayout& layout, const float* entries, int64_t n,
+                  int64_t row_stride, const int32_t* slots, uint8_t* cache, int64_t n_blocks) {
+  layout.validate();
+  const int64_t d = layout.head_dim;
+  for (int64_t i = 0; i < n; ++i) {
+    check_slot(layout, slots[i], n_blocks);
+    if (slots[i] < 0) continue;
+    const float* x = entries + i * row_stride;
+    uint8_t* data = cache + layout.data_offset(slots[i]);
+    if (layout.dtype == KvCacheDtype::kBf16) {
+      for (int64_t c = 0; c < d; ++c) put_bf16(data + 2 * c, x[c]);
+      continue;
+    }
+    const int64_t nope = layout.nope_dim();
+    uint8_t* scales = cache + layout.scale_offset(slots[i]);
+    std::memset(scales, 0, layout.scale_bytes());
+    for (int64_t g = 0; g < layout.n_scales(); ++g) {
+      const float* xg = x + g * KvCacheLayout::kScaleGroup;
+      float amax = 1e-4f;
+      for (int64_t c = 0; c < KvCacheLayout::kScaleGroup; ++c) amax = std::max(amax, std::fabs(xg[c]));
+      const float s = pow2_scale(amax, kE4M3Max);
+      uint32_t bits;
+      std::memcpy(&bits, &s, 4);
+      scales[g] = static_cast<uint8_t>((bits >> 23) & 0xff);  // 2^(e) -> biased exponent e + 127
+      for (int64_t c = 0; c < KvCacheLayout::kScaleGroup; ++c) {
+        const float q = std::min(kE4M3Max, std::max(-kE4M3Max, xg[c] / s));
+        data[g * KvCacheLayout::kScaleGroup + c] = f32_to_e4m3(q);
+      }
+    }
+    for (int64_t c = nope; c < d; ++c) put_bf16(data + nope + 2 * (c - nope), x[c]);
+  }
+}
+
+void kv_load_ref(const KvCacheLayout& layout, const uint8_t* cache, int64_t n_blocks,
+                 const int32_t* slots, int64_t n, float* out) {
+  layout.validate();
+  const int64_t d = layout.head_dim;
+  for (int64_t i = 0; i < n; ++i) {
+    check_slot(layout, slots[i], n_blocks);
+    float* y = out + i * d;
+    if (slots[i] < 0) {
+      std::fill(y, y + d, 0.0f);
+      continue;
+    }
+    const uint8_t* data = cache + layout.data_offset(slots[i]);
+    if (layout.dtype == KvCacheDtype::kBf16) {
+      for (int64_t c = 0; c < d; ++c) y[c] = get_bf16(data + 2 * c);
+      continue;
+    }
+    const int64_t nope = layout.nope_dim();
+    const uint8_t* scales = cache + layout.scale_offset(slots[i]);
+    for (int64_t c = 0; c < nope; ++c) {
+      y[c] = e4m3_to_f32(data[c]) * e8m0_to_f32(scales[c / KvCacheLayout::kScaleGroup]);
+    }
+    for (int64_t c = nope; c < d; ++c) y[c] = get_bf16(data + nope + 2 * (c - nope));
+  }
+}
+
+void paged_attention_ref(const PagedAttentionParams& p) {
+  const KvCacheLayout& l0 = p.sources[0].layout;
+  const int64_t d = l0.head_dim;
+  for (const KvSource& s : p.sources) {
+    if (s.max_indices == 0) continue;
+    CHECK(s.cache != nullptr && s.indices != nullptr) << "paged attention: source without cache/indices";
+    CHECK(s.layout.dtype == l0.dtype && s.layout.head_dim == d && s.layout.rope_dim == l0.rope_dim)
+        << "paged attention: sources differ in dtype/head_dim/rope_dim";
+  }
+  std::vector<float> keys;
+  std::vector<const float*> ptrs;
+  for (int64_t r = 0; r < p.n_rows; ++r) {
+    keys.clear();
+    for (const KvSource& s : p.sources) {
+      if (s.max_indices == 0) continue;
+      const int64_t n = s.n_indices != nullptr ? s.n_indices[r] : s.max_indices;
+      CHECK(n >= 0 && n <= s.max_indices) << "paged attention: row " << r << " lists " << n
+                                          << " indices, stride " << s.max_indices;
+      for (int64_t j = 0; j < n; ++j) {
+        const int32_t slot = s.indices[r * s.max_indices + j];
+        if (slot < 0) continue;
+        keys.resize(keys.size() + d);
+        kv_load_ref(s.layout, s.cache, s.n_blocks, &slot, 1, keys.data() + keys.size() - d);
+      }
+    }
+    const int64_t n_kv = static_cast<int64_t>(keys.size()) / d;
+    ptrs.resize(n_kv);
+    for (int64_t j = 0; j < n_kv; ++j) ptrs[j] = keys.data() + j * d;
+    sparse_attention_row_ref(p.q + r * p.n_heads * d, p.n_heads, d, ptrs.data(), n_kv, p.sinks,
+                             p.scale, p.out + r * p.n_heads * d);
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,234 @@
+// Paged K=V cache, CPU reference (kv_cache.h): layout sizes, the bytes of a hand-built fp8
+// entry (MODEL1 layout: 448 e4m3 + 64 bf16 + 7 UE8M0 + pad, data parts first in a block),
+// load(store(x)) == the official QAT round trip (fp8_roundtrip of the NoPE dims, bf16 of the
+// RoPE dims), the bf16 variant, slot checks, and paged attention over non-contiguous blocks
+// against sparse_attention_row_ref on the plain vectors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "ops/attention/sparse_attention.h"
+#include "ops/kv_cache/kv_cache.h"
+#include "ops/quant/qat.h"
+
+namespace deepinfer {
+namespace {
+
+std::vector<float> randn(std::mt19937& gen, int64_t n, float stddev) {
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+KvCacheLayout layout_of(KvCacheDtype dtype, int64_t head_dim, int64_t rope_dim, int64_t block_size) {
+  KvCacheLayout l;
+  l.dtype = dtype;
+  l.head_dim = head_dim;
+  l.rope_dim = rope_dim;
+  l.block_size = block_size;
+  return l;
+}
+
+TEST(KvCache, LayoutSizes) {
+  const KvCacheLayout fp8 = KvCacheLayout::v4(KvCacheDtype::kFp8, 64);
+  EXPECT_EQ(fp8.data_bytes(), 576);
+  EXPECT_EQ(fp8.scale_bytes(), 8);
+  EXPECT_EQ(fp8.entry_bytes(), 584);
+  EXPECT_EQ(fp8.block_bytes(), 37440);  // 64 * 584 = 37376 rounded up to a multiple of 576
+  EXPECT_EQ(fp8.n_scales(), 7);
+  EXPECT_EQ(fp8.data_offset(3 * 64 + 5), 3 * 37440 + 5 * 576);
+  EXPECT_EQ(fp8.scale_offset(3 * 64 + 5), 3 * 37440 + 64 * 576 + 5 * 8);
+  const KvCacheLayout bf16 = KvCacheLayout::v4(KvCacheDtype::kBf16, 64);
+  EXPECT_EQ(bf16.entry_bytes(), 1024);
+  EXPECT_EQ(bf16.block_bytes(), 65536);
+  EXPECT_EQ(bf16.data_offset(64 + 2), 65536 + 2048);
+  const KvCacheLayout small = layout_of(KvCacheDtype::kFp8, 128, 64, 3);
+  EXPECT_EQ(small.entry_bytes(), 200);
+  EXPECT_EQ(small.block_bytes(), 768);  // 600 rounded up to a multiple of 192
+  EXPECT_EQ(kv_cache_dtype_from_string("fp8"), KvCacheDtype::kFp8);
+  EXPECT_EQ(kv_cache_dtype_from_string("bf16"), KvCacheDtype::kBf16);
+  EXPECT_THROW(kv_cache_dtype_from_string("fp16"), Error);
+  EXPECT_THROW(layout_of(KvCacheDtype::kFp8, 512, 96, 64).validate(), Error);  // nope 416
+  EXPECT_THROW(layout_of(KvCacheDtype::kBf16, 100, 0, 64).validate(), Error);
+  EXPECT_THROW(layout_of(KvCacheDtype::kFp8, 512, 64, 0).validate(), Error);
+}
+
+// Entry whose codes are known by construction: group g has scale 2^(g-3) (its amax is
+// 448 * 2^(g-3)), element i > 0 is sign * (1 + m/8) * 2^(E-7) * scale with code
+// sign<<7 | E<<3 | m (E = 0: subnormal m/8 * 2^-6); RoPE values are bf16-exact.
+TEST(KvCache, Fp8EntryBytesMatchAHandBuiltEntry) {
+  const KvCacheLayout l = KvCacheLayout::v4(KvCacheDtype::kFp8, 4);
+  const int64_t n_blocks = 3, slot = 2 * 4 + 1;  // block 2, offset 1
+  std::vector<float> x(512);
+  std::vector<uint8_t> want_codes(448), want_scales(8, 0), want_rope(128);
+  for (int64_t g = 0; g < 7; ++g) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(g) - 3);
+    want_scales[g] = static_cast<uint8_t>(127 + g - 3);
+    for (int64_t i = 0; i < 64; ++i) {
+      int E = 1 + static_cast<int>((i + g) % 15), m = static_cast<int>((i * 5 + g) % 8);
+      if (E == 15 && m == 7) m = 6;  // 0x7f is NaN
+      if (i == 0) E = 15, m = 6;      // 448: the group's amax
+      if (i == 5) E = 0, m = 3;       // subnormal
+      const bool neg = i % 3 == 1;
+      float v = E == 0 ? m / 8.0f * std::ldexp(1.0f, -6) : (1.0f + m / 8.0f) * std::ldexp(1.0f, E - 7);
+      uint8_t code = static_cast<uint8_t>((E << 3) | m);
+      if (i == 7) v = 0.0f, code = 0;
+      x[g * 64 + i] = (neg && v != 0.0f ? -v : v) * scale;
+      want_codes[g * 64 + i] = static_cast<uint8_t>(code | (neg && v != 0.0f ? 0x80 : 0));
+    }
+  }
+  for (int64_t k = 0; k < 64; ++k) {
+    const int mant = static_cast<int>(k % 4), e = static_cast<int>(k % 10) - 5;
+    const bool neg = k % 2 == 1;
+    x[448 + k] = (neg ? -1.0f : 1.0f) * (1.0f + mant / 4.0f) * std::ldexp(1.0f, e);
+    const uint16_t bits = static_cast<uint16_t>((neg ? 0x8000 : 0) | ((e + 127) << 7) | (mant << 5));
+    want_rope[2 * k] = static_cast<uint8_t>(bits & 0xff);
+    want_rope[2 * k + 1] = static_cast<uint8_t>(bits >> 8);
+  }
+  std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0xab);
+  const int32_t s = static_cast<int32_t>(slot);
+  kv_store_ref(l, x.data(), 1, 512, &s, cache.data(), n_blocks);
+
+  std::vector<uint8_t> want(cache.size(), 0xab);
+  const int64_t base = 2 * l.block_bytes();
+  std::copy(want_codes.begin(), want_codes.end(), want.begin() + base + 1 * 576);
+  std::copy(want_rope.begin(), want_rope.end(), want.begin() + base + 1 * 576 + 448);
+  std::copy(want_scales.begin(), want_scales.end(), want.begin() + base + 4 * 576 + 1 * 8);
+  for (size_t b = 0; b < cache.size(); ++b) {
+    ASSERT_EQ(cache[b], want[b]) << "byte " << b << " (block " << b / l.block_bytes() << ", offset "
+                                 << b % l.block_bytes() << ")";
+  }
+  std::vector<float> y(512);
+  kv_load_ref(l, cache.data(), n_blocks, &s, 1, y.data());
+  EXPECT_EQ(y, x);  // every value was on its grid
+}
+
+TEST(KvCache, Fp8RoundTripEqualsTheQatRoundTrip) {
+  std::mt19937 gen(7);
+  for (const auto& [head_dim, rope] : {std::pair<int64_t, int64_t>{512, 64}, {128, 64}, {256, 0}}) {
+    const KvCacheLayout l = layout_of(KvCacheDtype::kFp8, head_dim, rope, 5);
+    const int64_t n = 23, stride = head_dim + 3, n_blocks = 7;
+    std::vector<float> x(n * stride);
+    for (int64_t i = 0; i < n; ++i) {
+      const float stddev = std::pow(10.0f, static_cast<float>(i % 9) - 5.0f);  // 1e-5 .. 1e3
+      const auto row = randn(gen, head_dim, stddev);
+      std::copy(row.begin(), row.end(), x.begin() + i * stride);
+    }
+    std::fill(x.begin() + 2 * stride, x.begin() + 2 * stride + 64, 0.0f);  // an all-zero group
+    x[3 * stride + 10] = 1e6f;                                             // one outlier
+    std::vector<int32_t> slots(n);
+    std::vector<int32_t> all(n_blocks * 5);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), gen);
+    std::copy(all.begin(), all.begin() + n, slots.begin());
+    std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0x5a);
+    kv_store_ref(l, x.data(), n, stride, slots.data(), cache.data(), n_blocks);
+    std::vector<float> y(n * head_dim);
+    kv_load_ref(l, cache.data(), n_blocks, slots.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> want(x.begin() + i * stride, x.begin() + i * stride + head_dim);
+      fp8_roundtrip(want.data(), head_dim - rope, 64);
+      for (int64_t c = head_dim - rope; c < head_dim; ++c) want[c] = round_bf16(want[c]);
+      for (int64_t c = 0; c < head_dim; ++c) {
+        ASSERT_EQ(y[i * head_dim + c], want[c]) << "head_dim " << head_dim << " row " << i << " dim " << c;
+      }
+    }
+  }
+}
+
+TEST(KvCache, Bf16LayoutAndRoundTrip) {
+  std::mt19937 gen(11);
+  const KvCacheLayout l = KvCacheLayout::v4(KvCacheDtype::kBf16, 2);
+  const int64_t n_blocks = 4;
+  const auto x = randn(gen, 3 * 512, 2.0f);
+  const std::vector<int32_t> slots = {7, -1, 2};
+  std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0xcd);
+  kv_store_ref(l, x.data(), 3, 512, slots.data(), cache.data(), n_blocks);
+  for (int64_t c = 0; c < 512; ++c) {
+    const uint16_t bits = f32_to_bf16(x[c]);
+    const int64_t at = 3 * l.block_bytes() + 1 * 1024 + 2 * c;  // slot 7: block 3, offset 1
+    ASSERT_EQ(cache[at], bits & 0xff);
+    ASSERT_EQ(cache[at + 1], bits >> 8);
+  }
+  // Slot 2 is block 1 offset 0; the skipped row wrote nothing: blocks 0 and 2 are intact.
+  for (int64_t b : {0, 2}) {
+    for (int64_t i = 0; i < l.block_bytes(); ++i) ASSERT_EQ(cache[b * l.block_bytes() + i], 0xcd);
+  }
+  std::vector<float> y(3 * 512, 1.0f);
+  kv_load_ref(l, cache.data(), n_blocks, slots.data(), 3, y.data());
+  for (int64_t c = 0; c < 512; ++c) {
+    EXPECT_EQ(y[c], round_bf16(x[c]));
+    EXPECT_EQ(y[512 + c], 0.0f);
+    EXPECT_EQ(y[1024 + c], round_bf16(x[1024 + c]));
+  }
+  const int32_t bad = 8;
+  EXPECT_THROW(kv_store_ref(l, x.data(), 1, 512, &bad, cache.data(), n_blocks), Error);
+  EXPECT_THROW(kv_load_ref(l, cache.data(), n_blocks, &bad, 1, y.data()), Error);
+}
+
+// Two pools with shuffled block tables, -1 holes and per-row counts; keys are bf16-exact so
+// the bf16 cache holds them exactly and the result must equal plain sparse attention.
+TEST(KvCache, PagedAttentionMatchesSparseAttentionOnThePlainKeys) {
+  std::mt19937 gen(13);
+  const int64_t H = 3, d = 128, rows = 4, bs0 = 4, bs1 = 3, nb0 = 6, nb1 = 5;
+  const KvCacheLayout l0 = layout_of(KvCacheDtype::kBf16, d, 64, bs0);
+  const KvCacheLayout l1 = layout_of(KvCacheDtype::kBf16, d, 64, bs1);
+  auto keys0 = randn(gen, nb0 * bs0 * d, 1.0f), keys1 = randn(gen, nb1 * bs1 * d, 1.0f);
+  for (auto& v : keys0) v = round_bf16(v);
+  for (auto& v : keys1) v = round_bf16(v);
+  std::vector<int32_t> slots0(nb0 * bs0), slots1(nb1 * bs1);
+  std::iota(slots0.begin(), slots0.end(), 0);
+  std::iota(slots1.begin(), slots1.end(), 0);
+  std::shuffle(slots0.begin(), slots0.end(), gen);  // key k lives in slot slots0[k]
+  std::shuffle(slots1.begin(), slots1.end(), gen);
+  std::vector<uint8_t> c0(nb0 * l0.block_bytes()), c1(nb1 * l1.block_bytes());
+  kv_store_ref(l0, keys0.data(), nb0 * bs0, d, slots0.data(), c0.data(), nb0);
+  kv_store_ref(l1, keys1.data(), nb1 * bs1, d, slots1.data(), c1.data(), nb1);
+
+  const int64_t m0 = 9, m1 = 7;
+  std::vector<int32_t> idx0(rows * m0, -1), idx1(rows * m1, -1), n1(rows);
+  std::vector<std::vector<const float*>> plain(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < m0; ++j) {
+      if ((j + r) % 4 == 3) continue;  // a hole
+      const int64_t k = (r * 5 + j * 2) % (nb0 * bs0);
+      idx0[r * m0 + j] = slots0[k];
+      plain[r].push_back(&keys0[k * d]);
+    }
+    n1[r] = static_cast<int32_t>(r == 2 ? 0 : m1 - r);
+    for (int64_t j = 0; j < m1; ++j) {
+      const int64_t k = (r * 3 + j) % (nb1 * bs1);
+      idx1[r * m1 + j] = slots1[k];
+      if (j < n1[r]) plain[r].push_back(&keys1[k * d]);
+    }
+  }
+  const auto q = randn(gen, rows * H * d, 1.0f), sinks = randn(gen, H, 1.0f);
+  std::vector<float> out(rows * H * d), want(rows * H * d);
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.sinks = sinks.data();
+  p.n_rows = rows;
+  p.n_heads = H;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.sources[0] = {c0.data(), l0, nb0, idx0.data(), nullptr, m0};
+  p.sources[1] = {c1.data(), l1, nb1, idx1.data(), n1.data(), m1};
+  paged_attention_ref(p);
+  for (int64_t r = 0; r < rows; ++r) {
+    sparse_attention_row_ref(&q[r * H * d], H, d, plain[r].data(),
+                             static_cast<int64_t>(plain[r].size()), sinks.data(), p.scale,
+                             &want[r * H * d]);
+  }
+  EXPECT_EQ(out, want);
+}
+
+}  // namespace
+}  // namespace deepinfer
