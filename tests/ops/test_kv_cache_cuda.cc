@@ -1,0 +1,263 @@
+// Paged K=V cache on the GPU vs the CPU reference (kv_cache.h): kv_store_cuda writes the
+// same bytes as kv_store_ref (random entries over many magnitudes, e4m3 rounding ties, the
+// 1e-4 amax floor), kv_load_cuda returns the same floats, and paged_attention_cuda matches
+// paged_attention_ref over shuffled (non-contiguous) block tables: a window pool and a
+// compressed pool (all visible entries or a random top-k with -1 holes) at awkward sizes
+// and at V4-Flash shapes (64 heads x 512, window 128, top-512), decode and prefill rows.
+// Also: a row alone gives bitwise the same output as inside the batch. NaN-poisoned outputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "op_test_util.h"
+#include "ops/kv_cache/kv_cache.h"
+#include "ops/kv_cache/kv_cache_cuda.h"
+
+namespace deepinfer {
+namespace {
+
+KvCacheLayout layout_of(KvCacheDtype dtype, int64_t head_dim, int64_t rope_dim, int64_t block_size) {
+  KvCacheLayout l;
+  l.dtype = dtype;
+  l.head_dim = head_dim;
+  l.rope_dim = rope_dim;
+  l.block_size = block_size;
+  return l;
+}
+
+Tensor upload_bytes(const std::vector<uint8_t>& v) { return test::upload_vec(v, DType::U8); }
+
+std::vector<uint8_t> download_bytes(const Tensor& t) {
+  std::vector<uint8_t> v(t.numel());
+  cuda::copy_d2h(v.data(), t.raw(), t.nbytes());
+  return v;
+}
+
+void check_store_and_load(std::mt19937_64& rng, const KvCacheLayout& l, int64_t n, int64_t n_blocks) {
+  SCOPED_TRACE(testing::Message() << kv_cache_dtype_name(l.dtype) << " d " << l.head_dim << " rope "
+                                  << l.rope_dim << " block " << l.block_size);
+  const int64_t d = l.head_dim, stride = d + 5;
+  std::vector<float> x(n * stride);
+  for (int64_t i = 0; i < n; ++i) {
+    const float stddev = std::pow(10.0f, static_cast<float>(i % 9) - 5.0f);  // 1e-5 .. 1e3
+    const auto row = test::randn(rng, d, stddev);
+    std::copy(row.begin(), row.end(), x.begin() + i * stride);
+  }
+  // Row 1: values halfway between e4m3 neighbours (scale 1: amax 448) -> ties to even.
+  for (int64_t c = 0; c < std::min<int64_t>(d, 64); ++c) {
+    x[stride + c] = c == 0 ? 448.0f : (c % 2 ? 1.0625f : 17.0f) * (c % 3 ? 1.0f : -1.0f);
+  }
+  std::vector<int32_t> all(n_blocks * l.block_size);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  std::vector<int32_t> slots(all.begin(), all.begin() + n);
+  slots[n / 2] = -1;
+  std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0xab);
+  Tensor cache_d = upload_bytes(cache), x_d = test::upload_f32(x), slots_d = test::upload_i32(slots);
+  kv_store_ref(l, x.data(), n, stride, slots.data(), cache.data(), n_blocks);
+  kv_store_cuda(nullptr, l, x_d.data<float>(), n, stride, slots_d.data<int32_t>(), cache_d.data<uint8_t>());
+  const auto got = download_bytes(cache_d);
+  int64_t mismatches = 0, first = -1;
+  for (size_t b = 0; b < got.size(); ++b) {
+    if (got[b] != cache[b]) {
+      if (first < 0) first = static_cast<int64_t>(b);
+      ++mismatches;
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "first differing byte " << first;
+
+  std::vector<float> want(n * d);
+  kv_load_ref(l, cache.data(), n_blocks, slots.data(), n, want.data());
+  Tensor y_d = test::poisoned_f32(n * d);
+  kv_load_cuda(nullptr, l, cache_d.data<uint8_t>(), slots_d.data<int32_t>(), n, y_d.data<float>());
+  const auto y = test::download_f32(y_d);
+  for (int64_t i = 0; i < n * d; ++i) ASSERT_EQ(y[i], want[i]) << "load element " << i;
+}
+
+TEST(KvCacheCuda, StoreIsByteIdenticalAndLoadIdentical) {
+  auto rng = test::fresh_rng();
+  check_store_and_load(rng, KvCacheLayout::v4(KvCacheDtype::kFp8, 64), 300, 7);
+  check_store_and_load(rng, KvCacheLayout::v4(KvCacheDtype::kBf16, 64), 300, 7);
+  check_store_and_load(rng, layout_of(KvCacheDtype::kFp8, 128, 64, 5), 37, 11);
+  check_store_and_load(rng, layout_of(KvCacheDtype::kFp8, 256, 0, 3), 20, 9);
+  check_store_and_load(rng, layout_of(KvCacheDtype::kBf16, 96, 0, 1), 13, 17);
+}
+
+// One pool: n_blocks blocks holding random entries (stored with kv_store_ref), and per
+// sequence a shuffled block table: logical entry e of sequence s is slot
+// table[s][e / block_size] * block_size + e % block_size.
+struct Pool {
+  KvCacheLayout layout;
+  int64_t n_blocks = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<std::vector<int32_t>> tables;
+
+  int32_t slot(int64_t seq, int64_t e) const {
+    return static_cast<int32_t>(tables[seq][e / layout.block_size] * layout.block_size +
+                                e % layout.block_size);
+  }
+};
+
+Pool make_pool(std::mt19937_64& rng, KvCacheLayout layout, const std::vector<int64_t>& entries_per_seq) {
+  Pool p;
+  p.layout = layout;
+  std::vector<int64_t> n_tables;
+  for (int64_t n : entries_per_seq) {
+    n_tables.push_back((n + layout.block_size - 1) / layout.block_size);
+    p.n_blocks += n_tables.back();
+  }
+  p.n_blocks += 3;  // spare blocks nobody owns
+  std::vector<int32_t> ids(p.n_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  int64_t next = 0;
+  for (int64_t t : n_tables) {
+    p.tables.emplace_back(ids.begin() + next, ids.begin() + next + t);
+    next += t;
+  }
+  const int64_t n_slots = p.n_blocks * layout.block_size, d = layout.head_dim;
+  const auto x = test::randn(rng, n_slots * d, 1.0f);
+  std::vector<int32_t> all(n_slots);
+  std::iota(all.begin(), all.end(), 0);
+  p.bytes.assign(p.n_blocks * layout.block_bytes(), 0);
+  kv_store_ref(layout, x.data(), n_slots, d, all.data(), p.bytes.data(), p.n_blocks);
+  return p;
+}
+
+struct Case {
+  KvCacheDtype dtype;
+  int64_t n_heads, head_dim, rope_dim, window, ratio, topk;  // topk 0: all visible entries
+  int64_t block_size;
+  std::vector<std::pair<int64_t, int64_t>> chunks;  // (start position, length) per sequence
+};
+
+void run_case(std::mt19937_64& rng, const Case& c) {
+  SCOPED_TRACE(testing::Message() << kv_cache_dtype_name(c.dtype) << " H " << c.n_heads << " d "
+                                  << c.head_dim << " W " << c.window << " ratio " << c.ratio
+                                  << " topk " << c.topk << " seqs " << c.chunks.size());
+  const int64_t H = c.n_heads, d = c.head_dim, W = c.window, S = static_cast<int64_t>(c.chunks.size());
+  const KvCacheLayout layout = layout_of(c.dtype, d, c.rope_dim, c.block_size);
+  std::vector<int64_t> win_entries, cmp_entries;
+  for (const auto& [start, len] : c.chunks) {
+    win_entries.push_back(start + len);  // the window pool holds positions 0 .. end-1
+    cmp_entries.push_back(c.ratio > 0 ? std::max<int64_t>(1, (start + len) / c.ratio) : 1);
+  }
+  const Pool win = make_pool(rng, layout, win_entries);
+  KvCacheLayout cmp_layout = layout;
+  cmp_layout.block_size = c.block_size * 2 + 1;  // block sizes may differ between pools
+  const Pool cmp = make_pool(rng, cmp_layout, cmp_entries);
+
+  std::vector<int32_t> win_idx, cmp_idx, n_cmp;
+  const int64_t max_cmp = c.topk > 0 ? c.topk : [&] {
+    int64_t m = 1;
+    for (int64_t e : cmp_entries) m = std::max(m, e);
+    return m;
+  }();
+  int64_t N = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t i = 0; i < c.chunks[s].second; ++i, ++N) {
+      const int64_t pos = c.chunks[s].first + i;
+      for (int64_t j = 0; j < W; ++j) {  // window: positions pos-W+1 .. pos, -1 before 0
+        const int64_t kp = pos - W + 1 + j;
+        win_idx.push_back(kp >= 0 ? win.slot(s, kp) : -1);
+      }
+      std::vector<int32_t> row(max_cmp, -1);
+      int32_t count = 0;
+      if (c.ratio > 0) {
+        const int64_t n_vis = (pos + 1) / c.ratio;
+        std::vector<int64_t> ids(n_vis);
+        std::iota(ids.begin(), ids.end(), 0);
+        if (c.topk > 0) {
+          std::shuffle(ids.begin(), ids.end(), rng);
+          ids.resize(std::min(n_vis, c.topk));
+        }
+        for (size_t j = 0; j < ids.size(); ++j) row[j] = cmp.slot(s, ids[j]);
+        count = static_cast<int32_t>(c.topk > 0 ? std::min(c.topk, n_vis + 2) : n_vis);
+        if (count > 3) row[count / 2] = -1;  // a hole inside the list
+      }
+      cmp_idx.insert(cmp_idx.end(), row.begin(), row.end());
+      n_cmp.push_back(count);
+    }
+  }
+  const auto q = test::randn(rng, N * H * d, 1.0f);
+  const auto sinks = test::randn(rng, H, 1.0f);
+  std::vector<float> ref(N * H * d);
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.out = ref.data();
+  p.sinks = sinks.data();
+  p.n_rows = N;
+  p.n_heads = H;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.sources[0] = {win.bytes.data(), win.layout, win.n_blocks, win_idx.data(), nullptr, W};
+  if (c.ratio > 0) {
+    p.sources[1] = {cmp.bytes.data(), cmp.layout, cmp.n_blocks, cmp_idx.data(), n_cmp.data(), max_cmp};
+  }
+  paged_attention_ref(p);
+
+  Tensor qd = test::upload_f32(q), sd = test::upload_f32(sinks);
+  Tensor wcd = upload_bytes(win.bytes), ccd = upload_bytes(cmp.bytes);
+  Tensor wid = test::upload_i32(win_idx), cid = test::upload_i32(cmp_idx), ncd = test::upload_i32(n_cmp);
+  Tensor od = test::poisoned_f32(N * H * d);
+  PagedAttentionParams pd = p;
+  pd.q = qd.data<float>();
+  pd.out = od.data<float>();
+  pd.sinks = sd.data<float>();
+  pd.sources[0].cache = wcd.data<uint8_t>();
+  pd.sources[0].indices = wid.data<int32_t>();
+  if (c.ratio > 0) {
+    pd.sources[1].cache = ccd.data<uint8_t>();
+    pd.sources[1].indices = cid.data<int32_t>();
+    pd.sources[1].n_indices = ncd.data<int32_t>();
+  }
+  paged_attention_cuda(nullptr, pd);
+  const auto out = test::download_f32(od);
+  const double err = test::nmse(out.data(), ref.data(), N * H * d);
+  std::printf("paged attention %s H %lld d %lld W %lld ratio %lld topk %lld rows %lld: nmse %.3g\n",
+              kv_cache_dtype_name(c.dtype), static_cast<long long>(H), static_cast<long long>(d),
+              static_cast<long long>(W), static_cast<long long>(c.ratio),
+              static_cast<long long>(c.topk), static_cast<long long>(N), err);
+  EXPECT_LT(err, 1e-10);
+
+  // The last row alone (shifted index pointers) gives the same bits as inside the batch.
+  const int64_t r = N - 1;
+  Tensor o1 = test::poisoned_f32(H * d);
+  PagedAttentionParams p1 = pd;
+  p1.n_rows = 1;
+  p1.q = qd.data<float>() + r * H * d;
+  p1.out = o1.data<float>();
+  p1.sources[0].indices = wid.data<int32_t>() + r * W;
+  if (c.ratio > 0) {
+    p1.sources[1].indices = cid.data<int32_t>() + r * max_cmp;
+    p1.sources[1].n_indices = ncd.data<int32_t>() + r;
+  }
+  paged_attention_cuda(nullptr, p1);
+  const auto alone = test::download_f32(o1);
+  for (int64_t i = 0; i < H * d; ++i) ASSERT_EQ(alone[i], out[r * H * d + i]) << "element " << i;
+}
+
+TEST(KvCacheCuda, PagedAttentionAwkwardSizes) {
+  auto rng = test::fresh_rng();
+  run_case(rng, {KvCacheDtype::kFp8, 3, 128, 64, 5, 0, 0, 3, {{0, 11}, {7, 4}, {30, 1}}});
+  run_case(rng, {KvCacheDtype::kFp8, 5, 128, 64, 5, 4, 3, 2, {{0, 23}, {9, 6}, {41, 1}, {2, 1}}});
+  run_case(rng, {KvCacheDtype::kBf16, 1, 96, 0, 16, 7, 0, 5, {{0, 40}, {50, 9}, {100, 1}}});
+  run_case(rng, {KvCacheDtype::kFp8, 17, 256, 64, 3, 4, 50, 4, {{0, 30}, {13, 2}}});
+  run_case(rng, {KvCacheDtype::kBf16, 20, 512, 64, 9, 128, 0, 7, {{300, 3}}});
+}
+
+TEST(KvCacheCuda, PagedAttentionV4FlashShapes) {
+  auto rng = test::fresh_rng();
+  for (KvCacheDtype dt : {KvCacheDtype::kFp8, KvCacheDtype::kBf16}) {
+    // Decode: one query per sequence, batched; CSA top-512 of ~1000 entries; HCA all entries.
+    run_case(rng, {dt, 64, 512, 64, 128, 4, 512, 64, {{4000, 1}, {2100, 1}, {700, 1}, {3, 1}}});
+    run_case(rng, {dt, 64, 512, 64, 128, 128, 0, 64, {{8191, 1}, {5000, 1}}});
+  }
+  // Prefill: a 48-token chunk continuing a sequence plus a fresh one; a window-only layer.
+  run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 4, 512, 64, {{2200, 48}, {0, 16}}});
+  run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 0, 0, 64, {{300, 40}}});
+}
+
+}  // namespace
+}  // namespace deepinfer
