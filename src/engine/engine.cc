@@ -15,9 +15,9 @@
 #include "engine/step_worker.h"
 #include "engine/text_stream.h"
 #include "io/config_parser.h"
-#include "model/tiny_model.h"
-#include "model/weight_source.h"
 #include "recipe/tokenizer.h"
+#include "runtime/cpu_runner.h"
+#include "runtime/runner_factory.h"
 #include "scheduler/scheduler.h"
 
 namespace deepinfer {
@@ -27,21 +27,36 @@ namespace {
 // memory); this default bounds concurrency like a modest device budget would.
 constexpr int64_t kDefaultCpuStateBudget = int64_t(1) << 30;
 
-std::unique_ptr<Model> load_engine_model(const EngineArgs& args) {
-  if (args.model_dir.empty()) {
-    const ModelConfig config = tiny_model_config();
-    auto source = random_weights(config, kTinySeed);
-    LOG(INFO) << "engine: built-in tiny model (random weights, seed " << kTinySeed << ")";
-    return Model::from_source(config, *source, args.model_options);
+// State-cache budget that holds `n_seqs` requests of `max_model_len` tokens each plus one
+// step of prefill (with a quarter to spare for block rounding).
+int64_t accounting_budget(const CacheLayout& layout, int64_t n_seqs, int64_t max_model_len,
+                          int64_t max_num_batched_tokens) {
+  const int64_t bs = layout.block_size;
+  int64_t per_request = layout.state_slot_bytes(), window_block = 0;
+  for (const StateGroup& g : layout.groups()) {
+    const int64_t entries = g.kind == StateKind::kWindow ? std::min(max_model_len, layout.window + bs)
+                                                         : g.n_entries(max_model_len);
+    per_request += (entries / bs + 2) * g.block_bytes;
+    if (g.kind == StateKind::kWindow) window_block = g.block_bytes;
   }
-  if (args.dummy_weights) {
-    const ModelConfig config = load_model_config(args.model_dir + "/config.json");
-    auto source = random_weights(config, args.dummy_seed);
-    LOG(INFO) << "engine: " << args.model_dir << "/config.json with dummy weights (seed "
-              << args.dummy_seed << ")";
-    return Model::from_source(config, *source, args.model_options);
-  }
-  return Model::load(args.model_dir, args.model_options);
+  return (n_seqs + 1) * per_request / 4 * 5 + (max_num_batched_tokens / bs + 2) * window_block;
+}
+
+std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
+  CHECK(args.max_num_seqs > 0 && args.max_num_batched_tokens > 0)
+      << "engine: max_num_seqs and max_num_batched_tokens must be positive";
+  RunnerArgs r;
+  r.device = args.device;
+  r.model_dir = args.model_dir;
+  r.dummy_weights = args.dummy_weights;
+  r.dummy_seed = args.dummy_seed;
+  r.model_options = args.model_options;
+  r.max_sequences = args.max_num_seqs;
+  r.max_context = args.max_model_len;
+  r.max_batch_tokens = args.max_num_batched_tokens;
+  r.gpu_memory_utilization = args.gpu_memory_utilization;
+  r.weight_format = args.weight_format;
+  return make_model_runner(r);
 }
 
 std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs& args) {
@@ -71,7 +86,7 @@ struct Engine::Impl {
     SamplingParams params;
     int64_t n_logprobs = -1;
     int64_t n_prompt = 0;
-    std::unique_ptr<SequenceState> state;
+    int64_t sequence = -1;  // the runner's sequence holding its state, or -1
     std::unique_ptr<TextStream> text;
     std::unique_ptr<grammar::GrammarMatcher> matcher;  // structured output, or null
     std::vector<TokenLogprob> logprobs;  // by output index, when requested
@@ -81,20 +96,21 @@ struct Engine::Impl {
   struct InFlight {
     SchedulerOutput sched;
     std::vector<std::vector<int32_t>> tokens;  // per chunk
-    std::vector<SequenceChunk> chunks;
+    std::vector<RunnerChunk> chunks;
     Tensor logits;                             // [n_chunks, V], last row of each chunk
   };
 
   EngineArgs args;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<ModelRunner> runner;
   std::shared_ptr<const recipe::Tokenizer> tokenizer;
   std::unique_ptr<Scheduler> scheduler;
   std::unordered_map<int64_t, Live> live;        // by scheduler id
   std::unordered_map<std::string, int64_t> ids;  // request id -> scheduler id
   int64_t next_num = 0;
   std::vector<RequestOutput> pending;            // returned first by the next step()
-  // States of finished or preempted requests that a step in flight may still read.
-  std::vector<std::unique_ptr<SequenceState>> graveyard;
+  // Sequences of finished or preempted requests that a step in flight may still read:
+  // handed back to the runner by free_deferred() once no step is in flight.
+  std::vector<int64_t> deferred_frees;
   std::unique_ptr<InFlight> inflight;            // overlap: the step the worker runs
   std::unique_ptr<StepWorker> worker;
   EngineStats stats;
@@ -106,7 +122,9 @@ struct Engine::Impl {
   std::unique_ptr<InFlight> prepare(SchedulerOutput so,
                                     const std::unordered_map<int64_t, int32_t>& in_flight_samples);
   void note_preempted(const SchedulerOutput& so);
-  void run(InFlight& f) const { f.logits = model->forward(f.chunks); }
+  void release(Live& l);
+  void free_deferred();
+  void run(InFlight& f) { f.logits = runner->forward(f.chunks); }
   std::vector<std::vector<int32_t>> sample(const InFlight& f);
   int32_t sample_one(Live& l, const Request& r, const float* logits);
   void update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
@@ -117,13 +135,21 @@ struct Engine::Impl {
 };
 
 void Engine::Impl::init() {
-  const ModelConfig& cfg = model->config();
+  const ModelConfig& cfg = runner->config();
+  const RunnerCapacity cap = runner->capacity();
   const int64_t limit = cfg.max_position_embeddings;
-  const int64_t max_model_len = args.max_model_len > 0 ? args.max_model_len : limit;
+  const int64_t max_model_len =
+      args.max_model_len > 0 ? args.max_model_len : (limit > 0 ? std::min(limit, cap.max_context) : cap.max_context);
   CHECK(max_model_len > 0) << "engine: max_model_len is unknown (set it, or the config's "
                               "max_position_embeddings)";
   CHECK(limit <= 0 || max_model_len <= limit)
       << "engine: max_model_len " << max_model_len << " exceeds the model's " << limit;
+  CHECK(max_model_len <= cap.max_context)
+      << "engine: max_model_len " << max_model_len << " exceeds what " << runner->name() << " holds ("
+      << cap.max_context << " tokens per sequence)";
+  CHECK(args.max_num_batched_tokens <= cap.max_batch_tokens)
+      << "engine: max_num_batched_tokens " << args.max_num_batched_tokens << " exceeds what "
+      << runner->name() << " runs in one step (" << cap.max_batch_tokens << ")";
   CHECK(args.max_num_seqs > 0 && args.max_num_batched_tokens > 0 && args.block_size > 0)
       << "engine: max_num_seqs, max_num_batched_tokens and block_size must be positive";
   const int64_t f32 = int64_t(sizeof(float));
@@ -131,17 +157,25 @@ void Engine::Impl::init() {
                                        cfg.head_dim, cfg.index_head_dim, cfg.head_dim * f32,
                                        cfg.head_dim * f32, cfg.index_head_dim * f32);
   PoolPlanOptions po;
-  po.max_num_seqs = args.max_num_seqs;
+  po.max_num_seqs = std::min(args.max_num_seqs, cap.max_sequences);
   po.max_num_batched_tokens = args.max_num_batched_tokens;
   po.max_model_len = max_model_len;
-  const int64_t budget = args.state_budget_bytes > 0 ? args.state_budget_bytes : kDefaultCpuStateBudget;
+  int64_t budget = args.state_budget_bytes;
+  if (budget <= 0) {
+    // A device runner's own pools bound concurrency; the accounting must not bind first.
+    const bool on_cpu = dynamic_cast<const CpuRunner*>(runner.get()) != nullptr;
+    budget = on_cpu ? kDefaultCpuStateBudget
+                    : accounting_budget(layout, po.max_num_seqs, max_model_len, args.max_num_batched_tokens);
+  }
   const PoolPlan plan = plan_pools(layout, budget, po);
   SchedulerConfig sc;
   sc.max_num_batched_tokens = args.max_num_batched_tokens;
-  sc.max_num_seqs = std::min(args.max_num_seqs, plan.max_concurrent_requests);
+  sc.max_num_seqs = std::min({args.max_num_seqs, plan.max_concurrent_requests, cap.max_sequences});
   sc.max_model_len = max_model_len;
   sc.priority = args.priority;
   scheduler = std::make_unique<Scheduler>(sc, std::move(layout), plan);
+  LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
+            << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
   if (args.overlap) worker = std::make_unique<StepWorker>();
   row.resize(size_t(cfg.vocab_size));
 }
@@ -150,13 +184,26 @@ void Engine::Impl::note_preempted(const SchedulerOutput& so) {
   for (int64_t num : so.preempted_ids) {
     ++stats.n_preemptions;
     auto it = live.find(num);
-    if (it != live.end() && it->second.state) graveyard.push_back(std::move(it->second.state));
+    if (it != live.end()) release(it->second);
   }
+}
+
+void Engine::Impl::release(Live& l) {
+  if (l.sequence >= 0) deferred_frees.push_back(l.sequence);
+  l.sequence = -1;
+}
+
+void Engine::Impl::free_deferred() {
+  for (int64_t s : deferred_frees) runner->free_sequence(s);
+  deferred_frees.clear();
 }
 
 std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     SchedulerOutput so, const std::unordered_map<int64_t, int32_t>& in_flight_samples) {
+  // No step is in flight here: sequences freed so far (preempted ones included) go back to
+  // the runner before this step takes new ones.
   note_preempted(so);
+  free_deferred();
   auto f = std::make_unique<InFlight>();
   f->sched = std::move(so);
   const size_t n = f->sched.scheduled.size();
@@ -168,11 +215,11 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     ICHECK(r != nullptr) << "engine: scheduled request " << c.request_id << " is not live";
     Live& l = live.at(c.request_id);
     if (c.start_position == 0) {
-      if (l.state) graveyard.push_back(std::move(l.state));
-      l.state = model->new_state();
+      if (l.sequence >= 0) runner->free_sequence(l.sequence);
+      l.sequence = runner->new_sequence();
     }
-    ICHECK(l.state && l.state->n_tokens == c.start_position)
-        << "engine: request " << l.id << " state at " << (l.state ? l.state->n_tokens : -1)
+    ICHECK(l.sequence >= 0 && runner->n_tokens(l.sequence) == c.start_position)
+        << "engine: request " << l.id << " state at " << (l.sequence >= 0 ? runner->n_tokens(l.sequence) : -1)
         << ", chunk starts at " << c.start_position;
     std::vector<int32_t>& t = f->tokens[i];
     t.reserve(size_t(c.n_tokens));
@@ -187,7 +234,7 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
         t.push_back(s->second);
       }
     }
-    f->chunks.push_back({l.state.get(), t, false});
+    f->chunks.push_back({l.sequence, t, false});
   }
   ++stats.n_steps;
   stats.n_scheduled_tokens += f->sched.n_scheduled_tokens;
@@ -196,7 +243,7 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
 }
 
 int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits) {
-  const ModelConfig& cfg = model->config();
+  const ModelConfig& cfg = runner->config();
   const int64_t position = r.num_output_tokens();
   const std::span<const float> raw(logits, size_t(cfg.vocab_size));
   if (args.on_logits) args.on_logits(l.id, position, raw);
@@ -226,7 +273,7 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits)
 }
 
 std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
-  const int64_t V = model->config().vocab_size;
+  const int64_t V = runner->config().vocab_size;
   std::vector<std::vector<int32_t>> sampled(f.sched.scheduled.size());
   for (size_t i = 0; i < sampled.size(); ++i) {
     const ScheduledChunk& c = f.sched.scheduled[i];
@@ -299,20 +346,24 @@ void Engine::Impl::update(const InFlight& f, const std::vector<std::vector<int32
 void Engine::Impl::retire(int64_t num) {
   auto it = live.find(num);
   if (it == live.end()) return;
-  if (it->second.state) graveyard.push_back(std::move(it->second.state));
+  release(it->second);
   ids.erase(it->second.id);
   live.erase(it);
 }
 
 Engine::Engine(const EngineArgs& args)
-    : Engine(args, load_engine_model(args), load_engine_tokenizer(args)) {}
+    : Engine(args, make_engine_runner(args), load_engine_tokenizer(args)) {}
 
 Engine::Engine(const EngineArgs& args, std::unique_ptr<Model> model,
                std::shared_ptr<const recipe::Tokenizer> tokenizer)
+    : Engine(args, model ? std::make_unique<CpuRunner>(std::move(model)) : nullptr, std::move(tokenizer)) {}
+
+Engine::Engine(const EngineArgs& args, std::unique_ptr<ModelRunner> runner,
+               std::shared_ptr<const recipe::Tokenizer> tokenizer)
     : impl_(std::make_unique<Impl>()) {
-  CHECK(model != nullptr) << "engine: no model";
+  CHECK(runner != nullptr) << "engine: no model";
   impl_->args = args;
-  impl_->model = std::move(model);
+  impl_->runner = std::move(runner);
   impl_->tokenizer = std::move(tokenizer);
   impl_->init();
 }
@@ -326,15 +377,15 @@ Engine::~Engine() {
   }
 }
 
-const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
-const Model& Engine::model() const { return *impl_->model; }
+const ModelConfig& Engine::model_config() const { return impl_->runner->config(); }
+const ModelRunner& Engine::runner() const { return *impl_->runner; }
 const recipe::Tokenizer* Engine::tokenizer() const { return impl_->tokenizer.get(); }
 const StateCache& Engine::state_cache() const { return impl_->scheduler->cache(); }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 
 void Engine::add_request(EngineRequest request) {
   Impl& m = *impl_;
-  const ModelConfig& cfg = m.model->config();
+  const ModelConfig& cfg = m.runner->config();
   CHECK(!request.id.empty()) << "engine: request id is empty";
   CHECK(m.ids.count(request.id) == 0) << "engine: request id '" << request.id << "' is already live";
   request.params.validate();
@@ -408,7 +459,7 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> out = std::move(m.pending);
   m.pending.clear();
   if (!m.args.overlap) {
-    m.graveyard.clear();
+    m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
     if (so.scheduled.empty()) {
       m.note_preempted(so);
@@ -422,7 +473,7 @@ std::vector<RequestOutput> Engine::step() {
   }
   // Overlap: step t (m.inflight) runs on the worker while step t+1 is scheduled here.
   if (m.inflight == nullptr) {
-    m.graveyard.clear();
+    m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
     if (so.scheduled.empty()) {
       m.note_preempted(so);
@@ -438,7 +489,7 @@ std::vector<RequestOutput> Engine::step() {
     m.inflight.reset();  // the failed step's logits do not exist
     throw;
   }
-  m.graveyard.clear();
+  m.free_deferred();
   const auto sampled = m.sample(*m.inflight);
   std::unique_ptr<Impl::InFlight> launched;
   if (!next.scheduled.empty()) {

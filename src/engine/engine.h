@@ -12,10 +12,15 @@
 // detokenizes step t while step t+1 runs. step() then returns the outputs of the step that
 // just completed. Results are identical with overlap on or off.
 //
-// State: the scheduler's StateCache does the block accounting (admission, preemption);
-// on the CPU backend each request's attention state itself is the model's SequenceState in
-// host memory, created when a chunk starts at position 0 and dropped on preemption (the
-// request then recomputes prompt + outputs) or when it finishes.
+// Backends: the model runs through a ModelRunner (runtime/model_runner.h): CpuRunner (the
+// CPU Model, states in host memory) or CudaRunner (GpuModel, states in device pools), chosen
+// by EngineArgs::device. The scheduler's limits never exceed the runner's capacity.
+//
+// State: the scheduler's StateCache does the block accounting (admission, preemption); each
+// request's attention state itself is one runner sequence, taken when a chunk starts at
+// position 0 and freed on preemption (the request then recomputes prompt + outputs) or when
+// it finishes. A freed sequence is handed back to the runner only once no step in flight
+// may still read it (its id could otherwise be reused under a running forward).
 //
 // Sampling: penalties see the request's output tokens (as generate_loop does); EOS is masked
 // before min_tokens outputs and with ignore_eos; the RNG position is the output index.
@@ -37,6 +42,7 @@
 
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "runtime/model_runner.h"
 
 namespace deepinfer {
 
@@ -49,9 +55,16 @@ struct EngineArgs {
   std::string model_dir;               // empty: the built-in tiny model
   ModelOptions model_options;          // numerics, batch_invariant
   bool dummy_weights = false;          // random weights for model_dir's config.json
+  std::string device = "cpu";          // "cpu" | "cuda" (a build with DEEPINFER_CUDA)
+  // cuda: fraction of the device's memory the engine may use (weights, activations and the
+  // per-sequence state pools, sized at start: fewer sequences than max_num_seqs when short).
+  double gpu_memory_utilization = 0.9;
+  std::string weight_format = "fp32";  // cuda: "fp32" | "fp8" (block-scaled FP8 projections)
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;           // 0: the model's max_position_embeddings
+  // 0: the model's max_position_embeddings (cuda: at most runtime's kDefaultGpuContext,
+  // the depth of the device state pools).
+  int64_t max_model_len = 0;
   int64_t state_budget_bytes = 0;      // 0: a default CPU budget; sizes the state pools
   bool overlap = true;                 // schedule step t+1 while step t runs
   bool priority = false;               // priority scheduling instead of FCFS
@@ -114,14 +127,18 @@ class Engine {
  public:
   // Loads the model named by args (model_dir with real or dummy weights, or the tiny model).
   explicit Engine(const EngineArgs& args);
-  // Serves a given model (args.model_dir, dummy_weights and model_options are ignored);
-  // `tokenizer` may be null (see EngineArgs::tokenizer_path).
+  // Serves a given model (args.model_dir, dummy_weights, model_options, device and the GPU
+  // sizing are ignored); `tokenizer` may be null (see EngineArgs::tokenizer_path).
   Engine(const EngineArgs& args, std::unique_ptr<Model> model,
+         std::shared_ptr<const recipe::Tokenizer> tokenizer);
+  Engine(const EngineArgs& args, std::unique_ptr<ModelRunner> runner,
          std::shared_ptr<const recipe::Tokenizer> tokenizer);
   ~Engine();
 
   const ModelConfig& model_config() const;
-  const Model& model() const;
+  // The backend. Its busy_seconds() may be read only while no step is in flight (overlap
+  // off, or has_unfinished() false).
+  const ModelRunner& runner() const;
   const recipe::Tokenizer* tokenizer() const;  // null without one
   // Block accounting of the scheduler's state cache (tests check it returns to all_free()).
   const StateCache& state_cache() const;

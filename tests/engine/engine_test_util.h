@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/generate_loop.h"
 #include "model/weight_source.h"
+#include "runtime/cpu_runner.h"
 
 namespace deepinfer::testing {
 
@@ -39,6 +40,11 @@ inline EngineArgs tiny_pool_args(bool overlap) {
 inline std::unique_ptr<Engine> small_engine(const EngineArgs& args, bool batch_invariant = true,
                                             Numerics numerics = Numerics::kOfficial) {
   return std::make_unique<Engine>(args, small_model(batch_invariant, numerics), nullptr);
+}
+
+// The CPU Model an engine on the CPU backend runs.
+inline const Model& cpu_model(const Engine& engine) {
+  return dynamic_cast<const CpuRunner&>(engine.runner()).model();
 }
 
 struct Job {

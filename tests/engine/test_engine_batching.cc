@@ -19,12 +19,12 @@ void check_against_solo(bool overlap, float temperature, uint32_t seed) {
   auto jobs = random_jobs(64, 40, 16, seed, temperature);
   // Every 4th job stops on a token id its solo run produces (after min_tokens = 1 outputs).
   for (size_t i = 1; i < jobs.size(); i += 4) {
-    const auto preview = generate_tokens(engine->model(), jobs[i].prompt, jobs[i].params).tokens;
+    const auto preview = generate_tokens(cpu_model(*engine), jobs[i].prompt, jobs[i].params).tokens;
     if (preview.size() < 4) continue;
     jobs[i].params.stop_token_ids = {preview[2]};
     jobs[i].params.min_tokens = 1;
   }
-  const auto solo = solo_results(engine->model(), jobs);
+  const auto solo = solo_results(cpu_model(*engine), jobs);
   for (const Job& j : jobs) engine->add_request(to_request(j));
 
   // Cancel every 9th request after a few steps (some mid-prefill, some mid-decode).
@@ -134,7 +134,7 @@ TEST(EngineBatching, LogitsBitwiseEqualAloneAndBatched) {
   EXPECT_GT(engine->stats().n_preemptions, 0);
   std::vector<int32_t> seq = probe.prompt;
   seq.insert(seq.end(), out.begin(), out.end() - 1);
-  const auto full = run_chunked(engine->model(), seq, int64_t(seq.size()));
+  const auto full = run_chunked(cpu_model(*engine), seq, int64_t(seq.size()));
   const int64_t V = small_config().vocab_size;
   ASSERT_EQ(rows.size(), 12u);
   for (int64_t i = 0; i < 12; ++i) {
@@ -154,7 +154,7 @@ TEST(EngineBatching, DefaultModeMatchesSoloWhereTheMarginIsClear) {
   EngineArgs a = tiny_pool_args(true);
   auto engine = small_engine(a, /*batch_invariant=*/false, Numerics::kReference);
   const auto jobs = random_jobs(40, 40, 16, 51, 0.0f);
-  const auto solo = solo_results(engine->model(), jobs);
+  const auto solo = solo_results(cpu_model(*engine), jobs);
   std::vector<EngineRequest> reqs;
   for (const Job& j : jobs) reqs.push_back(to_request(j));
   const auto outs = engine->generate(reqs);
@@ -173,7 +173,7 @@ TEST(EngineBatching, DefaultModeMatchesSoloWhereTheMarginIsClear) {
     // The solo run's logits at output k: top-1 minus top-2.
     std::vector<int32_t> seq = jobs[i].prompt;
     seq.insert(seq.end(), want.begin(), want.begin() + int64_t(k));
-    const auto logits = run_chunked(engine->model(), seq, int64_t(seq.size()));
+    const auto logits = run_chunked(cpu_model(*engine), seq, int64_t(seq.size()));
     std::vector<float> row(logits.end() - V, logits.end());
     std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
     EXPECT_LE(row[0] - row[1], 1e-3f) << jobs[i].id << " diverged at output " << k;
@@ -221,7 +221,7 @@ TEST(EngineBatching, PoolExhaustionPreemptsAndCompletesEveryRequest) {
     j.params.ignore_eos = true;
     jobs.push_back(j);
   }
-  const auto solo = solo_results(engine->model(), jobs);
+  const auto solo = solo_results(cpu_model(*engine), jobs);
   std::vector<EngineRequest> reqs;
   for (const Job& j : jobs) reqs.push_back(to_request(j));
   const auto outs = engine->generate(reqs);

@@ -1,0 +1,63 @@
+// CudaRunner: ModelRunner on one CUDA device, over GpuModel (runtime/gpu_model.h). Built only
+// with DEEPINFER_CUDA. Sequence ids are GpuModel's state-pool slots.
+//
+// Busy time: a pair of CUDA events on the model's stream around each forward.
+//
+// Sizing: at construction the runner reads the device's free memory and sizes GpuModel's
+// per-sequence pools so that weights + activations + max_sequences * state stay within
+// gpu_memory_utilization of the device (runtime/gpu_runner_sizing.h); the result is logged.
+//
+// Thread-safety: as ModelRunner (one thread at a time; GpuModel binds no host thread).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "model/weights.h"
+#include "runtime/model_runner.h"
+
+namespace deepinfer {
+
+class GpuModel;
+
+struct CudaRunnerOptions {
+  int64_t max_sequences = 64;  // at most this many; fewer when the memory holds fewer
+  int64_t max_context = 4096;  // tokens per sequence (the state pools' depth)
+  int64_t max_batch_tokens = 2048;
+  double gpu_memory_utilization = 0.9;
+  Numerics numerics = Numerics::kOfficial;
+  bool fp8_weights = false;     // GpuModel's WeightFormat::kFp8, else kF32
+  bool batch_invariant = false;  // GpuModelOptions::batch_invariant
+};
+
+class CudaRunner final : public ModelRunner {
+ public:
+  // Uploads host weights.
+  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options);
+  // Dummy weights generated on the device from `seed` (GpuModel's device generator; configs
+  // with hash-routed layers are refused there).
+  CudaRunner(const ModelConfig& config, uint64_t seed, const CudaRunnerOptions& options);
+  ~CudaRunner() override;
+
+  const ModelConfig& config() const override;
+  RunnerCapacity capacity() const override { return capacity_; }
+  std::string name() const override { return name_; }
+  int64_t new_sequence() override;
+  void free_sequence(int64_t sequence) override;
+  int64_t n_tokens(int64_t sequence) const override;
+  Tensor forward(std::span<const RunnerChunk> chunks) override;
+  double busy_seconds() const override { return busy_seconds_; }
+
+ private:
+  struct Timing;
+  void init(const CudaRunnerOptions& options, const std::string& weights_from);
+
+  std::unique_ptr<GpuModel> model_;
+  std::unique_ptr<Timing> timing_;
+  RunnerCapacity capacity_;
+  std::string name_;
+  double busy_seconds_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,107 @@
+#include "runtime/runner_factory.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "io/config_parser.h"
+#include "model/tiny_model.h"
+#include "model/weight_source.h"
+#include "runtime/cpu_runner.h"
+#ifdef DEEPINFER_CUDA
+#include "runtime/cuda_runner.h"
+#endif
+
+namespace deepinfer {
+namespace {
+
+struct Source {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+};
+
+Source open_source(const RunnerArgs& args) {
+  Source s;
+  if (args.model_dir.empty()) {
+    s.config = tiny_model_config();
+    s.weights = random_weights(s.config, kTinySeed);
+    LOG(INFO) << "engine: built-in tiny model (random weights, seed " << kTinySeed << ")";
+  } else if (args.dummy_weights) {
+    s.config = load_model_config(args.model_dir + "/config.json");
+    s.weights = random_weights(s.config, args.dummy_seed);
+    LOG(INFO) << "engine: " << args.model_dir << "/config.json with dummy weights (seed "
+              << args.dummy_seed << ")";
+  } else {
+    s.config = load_model_config(args.model_dir + "/config.json");
+    s.weights = open_checkpoint_weights(args.model_dir, s.config);
+  }
+  return s;
+}
+
+}  // namespace
+
+bool cuda_backend_built() {
+#ifdef DEEPINFER_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
+  CHECK(args.device == "cpu" || args.device == "cuda")
+      << "engine: unknown device '" << args.device << "' (cpu or cuda)";
+  CHECK(args.weight_format == "fp32" || args.weight_format == "fp8")
+      << "engine: unknown weight format '" << args.weight_format << "' (fp32 or fp8)";
+  CHECK_KIND(kUnsupported, args.device == "cuda" || args.weight_format == "fp32")
+      << "engine: weight format fp8 is available on device cuda only";
+  if (args.device == "cpu") {
+    std::unique_ptr<Model> model;
+    if (args.model_dir.empty() || args.dummy_weights) {
+      Source s = open_source(args);
+      model = Model::from_source(s.config, *s.weights, args.model_options);
+    } else {
+      model = Model::load(args.model_dir, args.model_options);
+    }
+    CpuRunnerOptions o;
+    o.max_sequences = std::max<int64_t>(args.max_sequences, 1);
+    return std::make_unique<CpuRunner>(std::move(model), o);
+  }
+  CHECK_KIND(kUnsupported, cuda_backend_built())
+      << "engine: device 'cuda' needs a build with the CUDA backend (configure with -DDEEPINFER_CUDA=ON)";
+#ifdef DEEPINFER_CUDA
+  CudaRunnerOptions o;
+  o.max_sequences = std::max<int64_t>(args.max_sequences, 1);
+  o.max_batch_tokens = args.max_batch_tokens;
+  o.gpu_memory_utilization = args.gpu_memory_utilization;
+  o.numerics = args.model_options.numerics;
+  o.batch_invariant = args.model_options.batch_invariant;
+  o.fp8_weights = args.weight_format == "fp8";
+  auto context = [&](const ModelConfig& c) {
+    const int64_t limit = c.max_position_embeddings;
+    if (args.max_context > 0) return args.max_context;
+    return limit > 0 ? std::min(limit, kDefaultGpuContext) : kDefaultGpuContext;
+  };
+  if (args.dummy_weights && !args.model_dir.empty()) {
+    const ModelConfig config = load_model_config(args.model_dir + "/config.json");
+    const bool hashed = std::find(config.hash_layers.begin(), config.hash_layers.end(), true) !=
+                        config.hash_layers.end();
+    if (!hashed) {
+      // Generated on the device: V4-Flash-size configs do not fit in host fp32.
+      LOG(INFO) << "engine: " << args.model_dir << "/config.json with device dummy weights (seed "
+                << args.dummy_seed << ")";
+      o.max_context = context(config);
+      return std::make_unique<CudaRunner>(config, args.dummy_seed, o);
+    }
+    LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
+  }
+  Source s = open_source(args);
+  o.max_context = context(s.config);
+  const ModelWeights weights = load_model_weights(s.config, *s.weights);
+  return std::make_unique<CudaRunner>(s.config, weights, o);
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace deepinfer
