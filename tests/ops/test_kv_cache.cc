@@ -15,6 +15,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "ops/attention/sparse_attention.h"
+#include "ops/kv_cache/index_cache.h"
 #include "ops/kv_cache/kv_cache.h"
 #include "ops/quant/qat.h"
 
@@ -228,6 +229,73 @@ TEST(KvCache, PagedAttentionMatchesSparseAttentionOnThePlainKeys) {
                              &want[r * H * d]);
   }
   EXPECT_EQ(out, want);
+}
+
+// Indexer keys (index_cache.h): 132 B per 128-dim key, codes first then fp32 scales.
+TEST(IndexCache, LayoutAndHandBuiltKey) {
+  IndexCacheLayout l;
+  EXPECT_EQ(l.entry_bytes(), 132);
+  EXPECT_EQ(l.block_bytes(), 8448);
+  l.block_size = 3;
+  const int64_t n_blocks = 2;
+  std::vector<float> k(128);
+  std::vector<uint8_t> want_codes(128);
+  const float scale = 0.25f;  // amax 112 = 448 * 2^-2
+  for (int64_t i = 0; i < 128; ++i) {
+    int E = 1 + static_cast<int>(i % 15), m = static_cast<int>((i * 3) % 8);
+    if (E == 15 && m == 7) m = 6;
+    if (i == 0) E = 15, m = 6;
+    const bool neg = i % 4 == 2;
+    const float v = (1.0f + m / 8.0f) * std::ldexp(1.0f, E - 7);
+    k[i] = (neg ? -v : v) * scale;
+    want_codes[i] = static_cast<uint8_t>((neg ? 0x80 : 0) | (E << 3) | m);
+  }
+  std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0x11);
+  const int32_t slot = 5;  // block 1, offset 2
+  index_store_ref(l, k.data(), 1, 128, &slot, cache.data(), n_blocks);
+  std::vector<uint8_t> want(cache.size(), 0x11);
+  const int64_t base = 1 * l.block_bytes();
+  std::copy(want_codes.begin(), want_codes.end(), want.begin() + base + 2 * 128);
+  std::memcpy(want.data() + base + 3 * 128 + 2 * 4, &scale, 4);
+  EXPECT_EQ(cache, want);
+  std::vector<float> y(128);
+  index_load_ref(l, cache.data(), n_blocks, &slot, 1, y.data());
+  EXPECT_EQ(y, k);
+  const int32_t bad = 6;
+  EXPECT_THROW(index_store_ref(l, k.data(), 1, 128, &bad, cache.data(), n_blocks), Error);
+}
+
+// load(store(k)) is the fp8 round trip with one block over the key; keys that went through
+// the official Hadamard + FP4 round trip come back exactly.
+TEST(IndexCache, RoundTripIsTheFp8RoundTripAndKeepsFp4Keys) {
+  std::mt19937 gen(17);
+  IndexCacheLayout l;
+  l.block_size = 4;
+  const int64_t n = 20, stride = 131, n_blocks = 6;
+  std::vector<float> raw(n * stride), fp4(n * stride);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto row = randn(gen, 128, std::pow(10.0f, static_cast<float>(i % 7) - 4.0f));
+    std::copy(row.begin(), row.end(), raw.begin() + i * stride);
+    std::copy(row.begin(), row.end(), fp4.begin() + i * stride);
+    hadamard_transform(&fp4[i * stride], 128);
+    fp4_roundtrip(&fp4[i * stride], 128, 32);
+  }
+  std::vector<int32_t> slots(n);
+  std::vector<int32_t> all(n_blocks * 4);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), gen);
+  std::copy(all.begin(), all.begin() + n, slots.begin());
+  for (const auto* keys : {&raw, &fp4}) {
+    std::vector<uint8_t> cache(n_blocks * l.block_bytes());
+    index_store_ref(l, keys->data(), n, stride, slots.data(), cache.data(), n_blocks);
+    std::vector<float> y(n * 128);
+    index_load_ref(l, cache.data(), n_blocks, slots.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> want(keys->begin() + i * stride, keys->begin() + i * stride + 128);
+      if (keys == &raw) fp8_roundtrip(want.data(), 128, 128);
+      for (int64_t c = 0; c < 128; ++c) ASSERT_EQ(y[i * 128 + c], want[c]) << "key " << i << " dim " << c;
+    }
+  }
 }
 
 }  // namespace

@@ -5,13 +5,22 @@
 // compressed pool (all visible entries or a random top-k with -1 holes) at awkward sizes
 // and at V4-Flash shapes (64 heads x 512, window 128, top-512), decode and prefill rows.
 // Also: a row alone gives bitwise the same output as inside the batch. NaN-poisoned outputs.
+// FP8 indexer keys (index_cache.h): store/load vs the CPU, and the paged indexer scores vs
+// index_load_ref + indexer_scores_ref over shuffled block tables at V4-Flash shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "cuda_test_util.h"
 #include "op_test_util.h"
+#include "ops/quant/qat.h"
+#include "ops/indexer/indexer.h"
+#include "ops/kv_cache/index_cache.h"
+#include "ops/kv_cache/index_cache_cuda.h"
 #include "ops/kv_cache/kv_cache.h"
 #include "ops/kv_cache/kv_cache_cuda.h"
 
@@ -33,6 +42,15 @@ std::vector<uint8_t> download_bytes(const Tensor& t) {
   std::vector<uint8_t> v(t.numel());
   cuda::copy_d2h(v.data(), t.raw(), t.nbytes());
   return v;
+}
+
+// Elements that differ (bitwise for floats: NaN != NaN).
+template <typename T>
+int64_t count_differences(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return n;
 }
 
 void check_store_and_load(std::mt19937_64& rng, const KvCacheLayout& l, int64_t n, int64_t n_blocks) {
@@ -257,6 +275,117 @@ TEST(KvCacheCuda, PagedAttentionV4FlashShapes) {
   // Prefill: a 48-token chunk continuing a sequence plus a fresh one; a window-only layer.
   run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 4, 512, 64, {{2200, 48}, {0, 16}}});
   run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 0, 0, 64, {{300, 40}}});
+}
+
+TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
+  auto rng = test::fresh_rng();
+  for (const auto& [H, d, bs] : {std::tuple<int64_t, int64_t, int64_t>{64, 128, 64}, {5, 96, 3}}) {
+    SCOPED_TRACE(testing::Message() << "H " << H << " d " << d << " block " << bs);
+    IndexCacheLayout l;
+    l.head_dim = d;
+    l.block_size = bs;
+    // Sequences (decode rows and a short prefill chunk) as (start, length).
+    const std::vector<std::pair<int64_t, int64_t>> chunks = {{8001, 1}, {2050, 1}, {6, 1}, {300, 9}};
+    const int64_t ratio = 4, S = static_cast<int64_t>(chunks.size());
+    std::vector<int64_t> n_entries;
+    int64_t max_blocks = 0, n_blocks = 2;
+    for (const auto& [start, len] : chunks) {
+      n_entries.push_back((start + len) / ratio);
+      max_blocks = std::max(max_blocks, (n_entries.back() + bs - 1) / bs);
+      n_blocks += (n_entries.back() + bs - 1) / bs;
+    }
+    std::vector<int32_t> ids(n_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> table(S * max_blocks, -1), key_slots;
+    std::vector<float> keys;
+    int64_t next = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t b = 0; b < (n_entries[s] + bs - 1) / bs; ++b) table[s * max_blocks + b] = ids[next++];
+      for (int64_t e = 0; e < n_entries[s]; ++e) {
+        key_slots.push_back(static_cast<int32_t>(table[s * max_blocks + e / bs] * bs + e % bs));
+        auto k = test::randn(rng, d, 1.0f);
+        if (e % 2 == 0 && d == 128) {  // official keys: Hadamard + FP4 round trip
+          hadamard_transform(k.data(), d);
+          fp4_roundtrip(k.data(), d, 32);
+        }
+        keys.insert(keys.end(), k.begin(), k.end());
+      }
+    }
+    const int64_t n_keys = static_cast<int64_t>(key_slots.size());
+    const int32_t skipped_slot = key_slots[n_keys / 3];
+    key_slots[n_keys / 3] = -1;  // a skipped row: its slot keeps the poison bytes
+    std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0x3c);
+    Tensor cache_d = upload_bytes(cache), keys_d = test::upload_f32(keys), slots_d = test::upload_i32(key_slots);
+    index_store_ref(l, keys.data(), n_keys, d, key_slots.data(), cache.data(), n_blocks);
+    index_store_cuda(nullptr, l, keys_d.data<float>(), n_keys, d, slots_d.data<int32_t>(), cache_d.data<uint8_t>());
+    EXPECT_EQ(count_differences(download_bytes(cache_d), cache), 0);
+    std::vector<float> deq(n_keys * d);
+    index_load_ref(l, cache.data(), n_blocks, key_slots.data(), n_keys, deq.data());
+    Tensor deq_d = test::poisoned_f32(n_keys * d);
+    index_load_cuda(nullptr, l, cache_d.data<uint8_t>(), slots_d.data<int32_t>(), n_keys, deq_d.data<float>());
+    EXPECT_EQ(count_differences(test::download_f32(deq_d), deq), 0);
+
+    // Scores read every key of a sequence: store the skipped one too (host and device).
+    {
+      const std::vector<int32_t> one = {skipped_slot};
+      Tensor one_d = test::upload_i32(one);
+      index_store_ref(l, &keys[(n_keys / 3) * d], 1, d, one.data(), cache.data(), n_blocks);
+      index_store_cuda(nullptr, l, keys_d.data<float>() + (n_keys / 3) * d, 1, d, one_d.data<int32_t>(),
+                       cache_d.data<uint8_t>());
+    }
+    std::vector<int32_t> pos, seq;
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t i = 0; i < chunks[s].second; ++i) {
+        pos.push_back(static_cast<int32_t>(chunks[s].first + i));
+        seq.push_back(static_cast<int32_t>(s));
+      }
+    }
+    const int64_t N = static_cast<int64_t>(pos.size()), stride = max_blocks * bs + 3;
+    const auto q = test::randn(rng, N * H * d, 1.0f), g = test::randn(rng, N * H, 1.0f);
+    const float head_scale = 1.0f / std::sqrt(static_cast<float>(H)), scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<float> ref(N * stride, NAN);
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t nk = (pos[r] + 1) / ratio;
+      std::vector<int32_t> slots(nk);
+      for (int64_t e = 0; e < nk; ++e) slots[e] = table[seq[r] * max_blocks + e / bs] * static_cast<int32_t>(bs) + static_cast<int32_t>(e % bs);
+      std::vector<float> k(nk * d), gs(H);
+      index_load_ref(l, cache.data(), n_blocks, slots.data(), nk, k.data());
+      for (int64_t h = 0; h < H; ++h) gs[h] = g[r * H + h] * head_scale;
+      indexer_scores_ref(&q[r * H * d], gs.data(), H, d, k.data(), nk, scale, &ref[r * stride]);
+    }
+    Tensor qd = test::upload_f32(q), gd = test::upload_f32(g), pd = test::upload_i32(pos);
+    Tensor sqd = test::upload_i32(seq), td = test::upload_i32(table), scd = test::poisoned_f32(N * stride);
+    IndexerPagedScoresParams p;
+    p.q = qd.data<float>();
+    p.g = gd.data<float>();
+    p.n_rows = N;
+    p.n_heads = H;
+    p.head_scale = head_scale;
+    p.scale = scale;
+    p.positions = pd.data<int32_t>();
+    p.seq = sqd.data<int32_t>();
+    p.ratio = ratio;
+    p.cache = cache_d.data<uint8_t>();
+    p.layout = l;
+    p.block_table = td.data<int32_t>();
+    p.max_blocks = max_blocks;
+    p.scores = scd.data<float>();
+    p.score_stride = stride;
+    indexer_paged_scores_cuda(nullptr, p);
+    const auto got = test::download_f32(scd);
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t nk = (pos[r] + 1) / ratio;
+      const double err = test::nmse(&got[r * stride], &ref[r * stride], nk);
+      std::printf("indexer paged scores H %lld d %lld row %lld keys %lld: nmse %.3g\n",
+                  static_cast<long long>(H), static_cast<long long>(d), static_cast<long long>(r),
+                  static_cast<long long>(nk), err);
+      EXPECT_LT(err, 1e-11) << "row " << r;
+      for (int64_t s = nk; s < stride; ++s) {
+        EXPECT_TRUE(std::isnan(got[r * stride + s])) << "row " << r << " entry " << s << " written";
+      }
+    }
+  }
 }
 
 }  // namespace

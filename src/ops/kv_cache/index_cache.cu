@@ -1,0 +1,172 @@
+// Paged FP8 indexer keys: store / load (one warp per key) and the indexer scores reading
+// them (one warp per key, the row's q and head weights in shared memory, the same
+// arithmetic as indexer_scores_cuda).
+#include "base/error.h"
+#include "cuda/cuda_check.h"
+#include "ops/kv_cache/index_cache_cuda.h"
+#include "ops/kv_cache/kv_cache_device.cuh"
+#include "ops/quant/qat_device.cuh"
+
+namespace deepinfer {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxPerLane = 8;  // head_dim <= 256
+constexpr int kKeysPerBlock = 64;
+
+struct Geometry {
+  int64_t head_dim = 0, block_size = 1, block_bytes = 0;
+};
+
+Geometry geometry(const IndexCacheLayout& l) { return {l.head_dim, l.block_size, l.block_bytes()}; }
+
+__device__ __forceinline__ const uint8_t* key_data(const Geometry& g, const uint8_t* cache, int64_t slot) {
+  return cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.head_dim;
+}
+
+__device__ __forceinline__ int64_t scale_offset(const Geometry& g, int64_t slot) {
+  return slot / g.block_size * g.block_bytes + g.block_size * g.head_dim + slot % g.block_size * 4;
+}
+
+__device__ __forceinline__ float e4m3_value(uint32_t code) {
+  return kv_device::e4m3x2_values(code).x;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    index_store_kernel(Geometry g, const float* keys, int64_t n, int64_t row_stride,
+                       const int32_t* slots, uint8_t* cache) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n) return;
+  const int64_t slot = slots[i];
+  if (slot < 0) return;
+  const float* k = keys + i * row_stride;
+  float amax = 0.0f;
+  for (int64_t c = lane; c < g.head_dim; c += 32) amax = fmaxf(amax, fabsf(k[c]));
+  amax = fmaxf(1e-4f, warp_max(amax));
+  const float s = qat_device::pow2_scale(amax, qat_device::kE4M3MaxF);
+  uint8_t* data = cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.head_dim;
+  for (int64_t c = lane; c < g.head_dim; c += 32) {
+    const float q = fminf(qat_device::kE4M3MaxF, fmaxf(-qat_device::kE4M3MaxF, k[c] / s));
+    data[c] = static_cast<uint8_t>(kv_device::e4m3_code(qat_device::round_e4m3(q)));
+  }
+  if (lane == 0) *reinterpret_cast<float*>(cache + scale_offset(g, slot)) = s;
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    index_load_kernel(Geometry g, const uint8_t* cache, const int32_t* slots, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n) return;
+  const int64_t slot = slots[i];
+  float* y = out + i * g.head_dim;
+  if (slot < 0) {
+    for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = 0.0f;
+    return;
+  }
+  const uint8_t* data = key_data(g, cache, slot);
+  const float s = *reinterpret_cast<const float*>(cache + scale_offset(g, slot));
+  for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = e4m3_value(data[c]) * s;
+}
+
+__global__ void __launch_bounds__(kWarps * 32) indexer_paged_scores_kernel(IndexerPagedScoresParams p,
+                                                                           Geometry geo) {
+  extern __shared__ float s_q[];  // [n_heads * head_dim] then g [n_heads]
+  const int64_t row = blockIdx.y;
+  const int64_t n_keys = (static_cast<int64_t>(p.positions[row]) + 1) / p.ratio;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kKeysPerBlock;
+  if (first >= n_keys) return;
+  const int64_t d = geo.head_dim, qn = p.n_heads * d;
+  float* s_g = s_q + qn;
+  for (int64_t i = threadIdx.x; i < qn; i += blockDim.x) s_q[i] = p.q[row * qn + i];
+  for (int64_t i = threadIdx.x; i < p.n_heads; i += blockDim.x) {
+    s_g[i] = p.g[row * p.n_heads + i] * p.head_scale;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per_lane = static_cast<int>(d / 32);
+  const int32_t* table = p.block_table + static_cast<int64_t>(p.seq[row]) * p.max_blocks;
+  const int64_t last = min(n_keys, first + kKeysPerBlock);
+  for (int64_t s = first + warp; s < last; s += kWarps) {
+    const int64_t slot = static_cast<int64_t>(table[s / geo.block_size]) * geo.block_size + s % geo.block_size;
+    const uint8_t* data = key_data(geo, p.cache, slot);
+    const float sc = *reinterpret_cast<const float*>(p.cache + scale_offset(geo, slot));
+    float k[kMaxPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) k[i] = i < per_lane ? e4m3_value(data[i * 32 + lane]) * sc : 0.0f;
+    float total = 0.0f;
+    for (int64_t h = 0; h < p.n_heads; ++h) {
+      const float* qh = s_q + h * d;
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxPerLane; ++i) {
+        if (i < per_lane) dot += qh[i * 32 + lane] * k[i];
+      }
+      dot = warp_sum(dot);
+      total += s_g[h] * (fmaxf(dot, 0.0f) * p.scale);
+    }
+    if (lane == 0) p.scores[row * p.score_stride + s] = total;
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kWarps - 1) / kWarps;
+  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31)) << "index cache: " << n << " keys in one call";
+  return static_cast<unsigned>(blocks);
+}
+
+}  // namespace
+
+void index_store_cuda(cudaStream_t stream, const IndexCacheLayout& layout, const float* keys,
+                      int64_t n, int64_t row_stride, const int32_t* slots, uint8_t* cache) {
+  layout.validate();
+  CHECK(row_stride >= layout.head_dim) << "index store: row stride " << row_stride << " < head_dim "
+                                       << layout.head_dim;
+  if (n == 0) return;
+  index_store_kernel<<<grid_for(n), kWarps * 32, 0, stream>>>(geometry(layout), keys, n, row_stride,
+                                                              slots, cache);
+  CUDA_CHECK_LAUNCH();
+}
+
+void index_load_cuda(cudaStream_t stream, const IndexCacheLayout& layout, const uint8_t* cache,
+                     const int32_t* slots, int64_t n, float* out) {
+  layout.validate();
+  if (n == 0) return;
+  index_load_kernel<<<grid_for(n), kWarps * 32, 0, stream>>>(geometry(layout), cache, slots, n, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void indexer_paged_scores_cuda(cudaStream_t stream, const IndexerPagedScoresParams& p) {
+  p.layout.validate();
+  CHECK(p.ratio > 0) << "indexer paged scores: ratio must be positive";
+  if (p.n_rows == 0 || p.max_blocks == 0) return;
+  const size_t smem = static_cast<size_t>(p.n_heads * p.layout.head_dim + p.n_heads) * sizeof(float);
+  CHECK_KIND(kUnsupported, smem <= 200 * 1024) << "indexer paged scores: q of " << smem << " bytes";
+  static thread_local size_t configured = 48 * 1024;
+  if (smem > configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(indexer_paged_scores_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+    configured = smem;
+  }
+  const int64_t max_keys = p.max_blocks * p.layout.block_size;
+  CHECK_KIND(kUnsupported, p.n_rows < 65536) << "indexer paged scores: too many rows";
+  const dim3 grid(static_cast<unsigned>((max_keys + kKeysPerBlock - 1) / kKeysPerBlock),
+                  static_cast<unsigned>(p.n_rows));
+  indexer_paged_scores_kernel<<<grid, kWarps * 32, smem, stream>>>(p, geometry(p.layout));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,45 @@
+// CUDA entries of the paged FP8 indexer-key cache (format in index_cache.h). Device pointers;
+// run on `stream`; never allocate or synchronise; graph capturable.
+//
+//  * index_store_cuda / index_load_cuda: byte-identical to index_store_ref / identical to
+//    index_load_ref.
+//  * indexer_paged_scores_cuda: indexer_scores_cuda (ops/indexer/indexer_cuda.h) with keys
+//    read from the cache: for row r and visible key s < (positions[r] + 1) / ratio, the key
+//    is at slot block_table[seq[r] * max_blocks + s / block_size] * block_size + s %
+//    block_size. Same per-key arithmetic (and order) as indexer_scores_cuda; entries
+//    s >= n_keys(r) are left untouched. q [n_rows, n_heads, head_dim], g [n_rows, n_heads] fp32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/kv_cache/index_cache.h"
+
+namespace deepinfer {
+
+void index_store_cuda(cudaStream_t stream, const IndexCacheLayout& layout, const float* keys,
+                      int64_t n, int64_t row_stride, const int32_t* slots, uint8_t* cache);
+
+void index_load_cuda(cudaStream_t stream, const IndexCacheLayout& layout, const uint8_t* cache,
+                     const int32_t* slots, int64_t n, float* out);
+
+struct IndexerPagedScoresParams {
+  const float* q = nullptr;
+  const float* g = nullptr;
+  int64_t n_rows = 0, n_heads = 0;
+  float head_scale = 1.0f, scale = 1.0f;
+  const int32_t* positions = nullptr;  // [n_rows]
+  const int32_t* seq = nullptr;        // [n_rows] row -> block table row
+  int64_t ratio = 4;
+  const uint8_t* cache = nullptr;
+  IndexCacheLayout layout;
+  const int32_t* block_table = nullptr;  // [n_seqs, max_blocks] physical block ids
+  int64_t max_blocks = 0;
+  float* scores = nullptr;
+  int64_t score_stride = 0;
+};
+
+void indexer_paged_scores_cuda(cudaStream_t stream, const IndexerPagedScoresParams& p);
+
+}  // namespace deepinfer
