@@ -14,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "base/parallel.h"
 #include "cuda_test_util.h"
 #include "op_test_util.h"
 #include "ops/gemm/gemm.h"
@@ -182,9 +183,11 @@ struct Experts {
   const float* ws(int64_t e) const { return s.data() + e * n_nb * n_kb; }
   std::vector<float> dequant(int64_t e) const {
     std::vector<float> w(N * K);
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < K; ++j)
-        w[i * K + j] = e4m3_to_f32(wq(e)[i * K + j]) * ws(e)[(i / 128) * n_kb + j / 128];
+    parallel_for(N, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        for (int64_t j = 0; j < K; ++j)
+          w[i * K + j] = e4m3_to_f32(wq(e)[i * K + j]) * ws(e)[(i / 128) * n_kb + j / 128];
+    }, 16);
     return w;
   }
 };
@@ -320,15 +323,23 @@ struct Layer {
             w2_d.data<uint8_t>(), s2_d.data<float>()};
   }
   MoeExpertsShape shape(int64_t T) const { return {T, k, E, D, I, limit}; }
+  // Stand-in for the shared expert's output: any per-token function of x, small enough not
+  // to hide errors of the routed part in the NMSE, large enough that dropping it fails.
+  std::vector<float> shared_out(const std::vector<float>& x, int64_t T) const {
+    std::vector<float> y(T * D);
+    for (int64_t i = 0; i < T * D; ++i) y[i] = 0.1f * x[i];
+    return y;
+  }
 
   std::vector<float> run_cuda(const std::vector<float>& x, const std::vector<int32_t>& ids,
                               const std::vector<float>& rw, int64_t T) const {
     const MoeExpertsShape s = shape(T);
     Tensor ws = cuda::device_filled(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(s))}, 0xff);
     Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
+    Tensor shared_d = upload_f32(shared_out(x, T));
     Tensor out = test::poisoned_f32(T * D);
     moe_experts_fp8_cuda(nullptr, s, x_d.data<float>(), ids_d.data<int32_t>(), rw_d.data<float>(),
-                         weights(), ws.raw(), out.data<float>());
+                         weights(), shared_d.data<float>(), ws.raw(), out.data<float>());
     return download_f32(out);
   }
 
@@ -381,6 +392,11 @@ struct Layer {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < k; ++j)
         for (int64_t d = 0; d < D; ++d) (*fp8_ref)[t * D + d] += y_slot[(t * k + j) * D + d];
+    const auto shared = shared_out(x, T);
+    for (int64_t i = 0; i < T * D; ++i) {
+      (*fp8_ref)[i] += shared[i];
+      (*f32_ref)[i] += shared[i];
+    }
   }
 };
 

@@ -82,9 +82,11 @@ __global__ void swiglu_quant_kernel(SwigluQuantParams p) {
   if (lane == 0) *scale = __uint_as_float(static_cast<unsigned>(e + 127) << 23);
 }
 
-// out[t, d] = sum_j y[slot_row[t k + j], d], j ascending; a slot without a row adds nothing.
-__global__ void combine_slots_kernel(const float* y, const int32_t* slot_row, int64_t n_tokens,
-                                     int64_t k, int64_t dim, float* out) {
+// out[t, d] = sum_j y[slot_row[t k + j], d] (j ascending; a slot without a row adds nothing)
+// + y_shared[t, d] (if given).
+__global__ void combine_slots_kernel(const float* y, const int32_t* slot_row,
+                                     const float* y_shared, int64_t n_tokens, int64_t k,
+                                     int64_t dim, float* out) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * dim) return;
   const int64_t t = idx / dim, d = idx % dim;
@@ -93,6 +95,7 @@ __global__ void combine_slots_kernel(const float* y, const int32_t* slot_row, in
     const int32_t r = slot_row[t * k + j];
     if (r >= 0) acc += y[static_cast<int64_t>(r) * dim + d];
   }
+  if (y_shared != nullptr) acc += y_shared[idx];
   out[idx] = acc;
 }
 
@@ -180,7 +183,7 @@ MoeExpertsWorkspace moe_experts_fp8_workspace(const MoeExpertsShape& s, void* wo
 
 void moe_experts_fp8_cuda(cudaStream_t stream, const MoeExpertsShape& s, const float* x,
                           const int32_t* ids, const float* weights, const MoeExpertsFp8Weights& w,
-                          void* workspace, float* out) {
+                          const float* y_shared, void* workspace, float* out) {
   const MoeExpertsWorkspace ws = moe_experts_fp8_workspace(s, workspace);
   if (s.n_tokens == 0) return;
   const int64_t T = s.n_tokens, k = s.top_k, E = s.n_experts, D = s.dim, I = s.inter;
@@ -228,8 +231,8 @@ void moe_experts_fp8_cuda(cudaStream_t stream, const MoeExpertsShape& s, const f
   grouped_gemm_fp8_cuda(stream, down);
 
   constexpr int kBlock = 256;
-  combine_slots_kernel<<<grid_for(T * D, kBlock), kBlock, 0, stream>>>(ws.y, ws.align.slot_row, T,
-                                                                        k, D, out);
+  combine_slots_kernel<<<grid_for(T * D, kBlock), kBlock, 0, stream>>>(
+      ws.y, ws.align.slot_row, y_shared, T, k, D, out);
   CUDA_CHECK_LAUNCH();
 }
 

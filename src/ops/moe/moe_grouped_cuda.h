@@ -100,10 +100,11 @@ void moe_swiglu_quant_cuda(cudaStream_t stream, const float* g, const float* u, 
 
 // ---- 4. the layer ----
 //
-// out[t, :] = sum_{j < k} y[slot_row[t*k + j], :]  (j ascending), where y is the expert
-// output of slot (t, j): W2_e · h, h = SwiGLU(W1_e x_t, W3_e x_t) * weight[t, j] (FP8 GEMMs
-// as above; x_t quantised per 1x128 block). The shared expert is not included (add it with
-// moe_combine_cuda's y_shared or separately).
+// out[t, :] = sum_{j < k} y[slot_row[t*k + j], :]  (j ascending) + y_shared[t, :], where y is
+// the expert output of slot (t, j): W2_e · h, h = SwiGLU(W1_e x_t, W3_e x_t) * weight[t, j]
+// (FP8 GEMMs as above; x_t quantised per 1x128 block like act_quant; h is quantised from
+// fp32, without the bf16 cast of the official kernel, as the CPU reference does).
+// y_shared [T, D] (the shared expert's output) may be null.
 //   x        fp32 [T, D] (D % 16 == 0), device
 //   ids      int32 [T, k], weights fp32 [T, k] (route_cuda's outputs)
 //   w1, w3   e4m3 [E, I, D] with scales fp32 [E, ceil(I/128), fp8_weight_scale_ld(D)]
@@ -141,6 +142,6 @@ MoeExpertsWorkspace moe_experts_fp8_workspace(const MoeExpertsShape& s, void* wo
 
 void moe_experts_fp8_cuda(cudaStream_t stream, const MoeExpertsShape& s, const float* x,
                           const int32_t* ids, const float* weights, const MoeExpertsFp8Weights& w,
-                          void* workspace, float* out);
+                          const float* y_shared, void* workspace, float* out);
 
 }  // namespace deepinfer
