@@ -17,6 +17,7 @@
 #include "ops/attention/sparse_attention.h"
 #include "ops/kv_cache/index_cache.h"
 #include "ops/kv_cache/kv_cache.h"
+#include "ops/kv_cache/paged_indices.h"
 #include "ops/quant/qat.h"
 
 namespace deepinfer {
@@ -296,6 +297,43 @@ TEST(IndexCache, RoundTripIsTheFp8RoundTripAndKeepsFp4Keys) {
       for (int64_t c = 0; c < 128; ++c) ASSERT_EQ(y[i * 128 + c], want[c]) << "key " << i << " dim " << c;
     }
   }
+}
+
+// Slot lists from positions and block tables, worked out by hand.
+TEST(PagedIndices, WindowAndCompressedSlots) {
+  const std::vector<int32_t> pos = {4, 1}, seq = {0, 1};
+  const std::vector<int32_t> wtable = {5, 1, 3, 0, 2, -1};  // 2 sequences x 3 blocks of 2
+  const std::vector<int32_t> ctable = {4, 0, 1, -1};        // 2 sequences x 2 blocks of 3
+  const std::vector<int32_t> selected = {4, -1, 0, 0, 7, 7}, n_selected = {2, 1};
+  std::vector<int32_t> win(2 * 4, 99), cmp(2 * 3, 99), n_cmp(2, 99);
+  PagedIndexParams p;
+  p.n_rows = 2;
+  p.positions = pos.data();
+  p.seq = seq.data();
+  p.window_table = wtable.data();
+  p.window_max_blocks = 3;
+  p.window_block_size = 2;
+  p.window = 4;
+  p.window_indices = win.data();
+  p.cmp_table = ctable.data();
+  p.cmp_max_blocks = 2;
+  p.cmp_block_size = 3;
+  p.ratio = 2;
+  p.selected = selected.data();
+  p.n_selected = n_selected.data();
+  p.max_selected = 3;
+  p.cmp_indices = cmp.data();
+  p.n_cmp = n_cmp.data();
+  p.max_cmp = 3;
+  paged_indices_ref(p);
+  EXPECT_EQ(win, (std::vector<int32_t>{11, 2, 3, 6, -1, -1, 0, 1}));
+  EXPECT_EQ(cmp, (std::vector<int32_t>{1, -1, -1, 3, -1, -1}));
+  EXPECT_EQ(n_cmp, (std::vector<int32_t>{2, 1}));
+  p.selected = nullptr;  // all visible entries: (pos + 1) / 2 of them
+  p.window_indices = nullptr;
+  paged_indices_ref(p);
+  EXPECT_EQ(cmp, (std::vector<int32_t>{12, 13, -1, 3, -1, -1}));
+  EXPECT_EQ(n_cmp, (std::vector<int32_t>{2, 1}));
 }
 
 }  // namespace

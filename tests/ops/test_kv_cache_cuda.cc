@@ -388,5 +388,78 @@ TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
   }
 }
 
+TEST(KvCacheCuda, PagedIndicesMatchTheReference) {
+  auto rng = test::fresh_rng();
+  const int64_t n_seqs = 5, W = 128, wbs = 64, cbs = 16, ratio = 4, max_sel = 512;
+  std::uniform_int_distribution<int32_t> pos_dist(0, 9000);
+  std::vector<int32_t> pos, seq;
+  for (int64_t r = 0; r < 37; ++r) {
+    pos.push_back(r % 6 == 0 ? static_cast<int32_t>(r) : pos_dist(rng));
+    seq.push_back(static_cast<int32_t>(r % n_seqs));
+  }
+  const int64_t wmax = 9001 / wbs + 1, cmax = 9001 / ratio / cbs + 1;
+  std::vector<int32_t> wtable(n_seqs * wmax), ctable(n_seqs * cmax);
+  std::iota(wtable.begin(), wtable.end(), 0);
+  std::iota(ctable.begin(), ctable.end(), 0);
+  std::shuffle(wtable.begin(), wtable.end(), rng);
+  std::shuffle(ctable.begin(), ctable.end(), rng);
+  const int64_t N = static_cast<int64_t>(pos.size());
+  std::vector<int32_t> selected(N * max_sel, -1), n_sel(N);
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t n_vis = (pos[r] + 1) / ratio;
+    n_sel[r] = static_cast<int32_t>(std::min<int64_t>(max_sel, n_vis + 1));
+    std::uniform_int_distribution<int32_t> e_dist(-1, static_cast<int32_t>(std::max<int64_t>(n_vis - 1, 0)));
+    for (int64_t j = 0; j < n_sel[r]; ++j) selected[r * max_sel + j] = n_vis > 0 ? e_dist(rng) : -1;
+  }
+  Tensor pd = test::upload_i32(pos), sd = test::upload_i32(seq), wtd = test::upload_i32(wtable);
+  Tensor ctd = test::upload_i32(ctable), seld = test::upload_i32(selected), nsd = test::upload_i32(n_sel);
+  for (bool hca : {false, true}) {
+    const int64_t max_cmp = hca ? 9001 / ratio + 1 : max_sel;
+    std::vector<int32_t> win(N * W), cmp(N * max_cmp), n_cmp(N);
+    PagedIndexParams p;
+    p.n_rows = N;
+    p.positions = pos.data();
+    p.seq = seq.data();
+    p.window_table = wtable.data();
+    p.window_max_blocks = wmax;
+    p.window_block_size = wbs;
+    p.window = W;
+    p.window_indices = win.data();
+    p.cmp_table = ctable.data();
+    p.cmp_max_blocks = cmax;
+    p.cmp_block_size = cbs;
+    p.ratio = ratio;
+    p.selected = hca ? nullptr : selected.data();
+    p.n_selected = hca ? nullptr : n_sel.data();
+    p.max_selected = max_sel;
+    p.cmp_indices = cmp.data();
+    p.n_cmp = n_cmp.data();
+    p.max_cmp = max_cmp;
+    paged_indices_ref(p);
+    Tensor wd = test::upload_i32(std::vector<int32_t>(N * W, 77));
+    Tensor cd = test::upload_i32(std::vector<int32_t>(N * max_cmp, 77));
+    Tensor nd = test::upload_i32(std::vector<int32_t>(N, 77));
+    PagedIndexParams pdv = p;
+    pdv.positions = pd.data<int32_t>();
+    pdv.seq = sd.data<int32_t>();
+    pdv.window_table = wtd.data<int32_t>();
+    pdv.window_indices = wd.data<int32_t>();
+    pdv.cmp_table = ctd.data<int32_t>();
+    pdv.selected = hca ? nullptr : seld.data<int32_t>();
+    pdv.n_selected = hca ? nullptr : nsd.data<int32_t>();
+    pdv.cmp_indices = cd.data<int32_t>();
+    pdv.n_cmp = nd.data<int32_t>();
+    paged_indices_cuda(nullptr, pdv);
+    auto down = [](const Tensor& t) {
+      std::vector<int32_t> v(t.numel());
+      cuda::copy_d2h(v.data(), t.raw(), t.nbytes());
+      return v;
+    };
+    EXPECT_EQ(count_differences(down(wd), win), 0) << "hca " << hca;
+    EXPECT_EQ(count_differences(down(cd), cmp), 0) << "hca " << hca;
+    EXPECT_EQ(down(nd), n_cmp) << "hca " << hca;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

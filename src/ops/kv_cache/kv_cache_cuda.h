@@ -12,6 +12,9 @@
 //    per (row, head group) instead of once per (row, head). Each warp's arithmetic depends
 //    only on its row's key list (fixed tile order), never on the batch or the head grouping:
 //    a row's output is bitwise the same alone or in any batch. head_dim at most 512.
+//  * paged_indices_cuda: paged_indices_ref (paged_indices.h) on the device: the per-row slot
+//    lists of paged_attention_cuda from positions, block tables and the indexer's selection
+//    (block-table entries are not range-checked on the device).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +22,7 @@
 #include <cstdint>
 
 #include "ops/kv_cache/kv_cache.h"
+#include "ops/kv_cache/paged_indices.h"
 
 namespace deepinfer {
 
@@ -29,5 +33,7 @@ void kv_load_cuda(cudaStream_t stream, const KvCacheLayout& layout, const uint8_
                   const int32_t* slots, int64_t n, float* out);
 
 void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p);
+
+void paged_indices_cuda(cudaStream_t stream, const PagedIndexParams& p);
 
 }  // namespace deepinfer
