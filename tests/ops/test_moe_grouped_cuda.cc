@@ -7,7 +7,8 @@
 //    gemm_fp8_block_ref (tight) and (b) the fp32 MoE reference expert_ffn_accumulate_ref on the
 //    dequantised weights (FP8 activation rounding only), small and V4-Flash shapes (D 4096,
 //    I 2048, 256 experts top-6, T = 1, 16, 256);
-//  * outputs poisoned with NaN first; a token's output is bitwise the same alone and in a batch.
+//  * outputs poisoned with NaN first; a token's output is bitwise the same alone and in a batch;
+//  * the layer captured into a CUDA graph replays new routing bit-identically.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include <numeric>
 
 #include "base/parallel.h"
+#include "cuda/graph.h"
+#include "cuda/stream.h"
 #include "cuda_test_util.h"
 #include "op_test_util.h"
 #include "ops/gemm/gemm.h"
@@ -332,14 +335,16 @@ struct Layer {
   }
 
   std::vector<float> run_cuda(const std::vector<float>& x, const std::vector<int32_t>& ids,
-                              const std::vector<float>& rw, int64_t T) const {
+                              const std::vector<float>& rw, int64_t T,
+                              bool with_shared = true) const {
     const MoeExpertsShape s = shape(T);
     Tensor ws = cuda::device_filled(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(s))}, 0xff);
     Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
     Tensor shared_d = upload_f32(shared_out(x, T));
     Tensor out = test::poisoned_f32(T * D);
     moe_experts_fp8_cuda(nullptr, s, x_d.data<float>(), ids_d.data<int32_t>(), rw_d.data<float>(),
-                         weights(), shared_d.data<float>(), ws.raw(), out.data<float>());
+                         weights(), with_shared ? shared_d.data<float>() : nullptr, ws.raw(),
+                         out.data<float>());
     return download_f32(out);
   }
 
@@ -400,17 +405,19 @@ struct Layer {
   }
 };
 
-void check_layer(std::mt19937_64& rng, const Layer& L, int64_t T, float x_std) {
-  SCOPED_TRACE(testing::Message() << "T " << T << " E " << L.E << " D " << L.D << " I " << L.I
-                                  << " k " << L.k);
-  const auto x = test::randn(rng, T * L.D, x_std);
-  // Distinct experts per token in ascending order (as route_cuda gives); even tokens draw from
-  // a hot set of 24 experts, odd ones from all, so some experts get many rows, most few.
-  std::vector<int32_t> ids(T * L.k), all(L.E), hot(std::min<int64_t>(L.E, 24));
+struct Routing {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+// Distinct experts per token in ascending order (as route_cuda gives); even tokens draw from a
+// hot set of 24 experts, odd ones from all, so some experts get many rows, most few.
+Routing random_routing(std::mt19937_64& rng, const Layer& L, int64_t T) {
+  Routing r{std::vector<int32_t>(T * L.k), std::vector<float>(T * L.k)};
+  std::vector<int32_t> all(L.E), hot(std::min<int64_t>(L.E, 24));
   std::iota(all.begin(), all.end(), 0);
   std::shuffle(all.begin(), all.end(), rng);
   std::copy(all.begin(), all.begin() + static_cast<int64_t>(hot.size()), hot.begin());
-  std::vector<float> rw(T * L.k);
   std::uniform_real_distribution<float> wd(0.05f, 1.0f);
   for (int64_t t = 0; t < T; ++t) {
     std::vector<int32_t>& from = t % 2 == 0 ? hot : all;
@@ -418,10 +425,20 @@ void check_layer(std::mt19937_64& rng, const Layer& L, int64_t T, float x_std) {
     std::vector<int32_t> pick(from.begin(), from.begin() + L.k);
     std::sort(pick.begin(), pick.end());
     for (int64_t j = 0; j < L.k; ++j) {
-      ids[t * L.k + j] = pick[j];
-      rw[t * L.k + j] = wd(rng);
+      r.ids[t * L.k + j] = pick[j];
+      r.weights[t * L.k + j] = wd(rng);
     }
   }
+  return r;
+}
+
+void check_layer(std::mt19937_64& rng, const Layer& L, int64_t T, float x_std) {
+  SCOPED_TRACE(testing::Message() << "T " << T << " E " << L.E << " D " << L.D << " I " << L.I
+                                  << " k " << L.k);
+  const auto x = test::randn(rng, T * L.D, x_std);
+  const Routing routing = random_routing(rng, L, T);
+  const std::vector<int32_t>& ids = routing.ids;
+  const std::vector<float>& rw = routing.weights;
   const auto out = L.run_cuda(x, ids, rw, T);
   std::vector<float> fp8_ref, f32_ref;
   L.run_refs(x, ids, rw, T, &fp8_ref, &f32_ref);
@@ -456,6 +473,37 @@ TEST(MoeGroupedCuda, LayerV4FlashShapes) {
   const CodePool pool(rng);
   const Layer L(rng, pool, 256, 4096, 2048, 6, 10.0f);
   for (int64_t T : {1, 16, 256}) check_layer(rng, L, T, 1.0f);
+}
+
+// The layer captured once into a CUDA graph (capture fails on any host synchronisation or
+// allocation inside it) and replayed with new routing and inputs written into the same
+// buffers: the same bits as direct runs.
+TEST(MoeGroupedCuda, LayerReplaysFromACudaGraph) {
+  auto rng = test::fresh_rng();
+  const CodePool pool(rng);
+  const Layer L(rng, pool, 12, 272, 208, 3, 10.0f);
+  const int64_t T = 70;
+  const MoeExpertsShape shape = L.shape(T);
+  Tensor ws = cuda::device_empty(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(shape))});
+  Tensor x_d = cuda::device_empty(DType::F32, {T * L.D}), out = test::poisoned_f32(T * L.D);
+  Tensor ids_d = cuda::device_empty(DType::I32, {T * L.k}), rw_d = cuda::device_empty(DType::F32, {T * L.k});
+  cuda::Stream stream = cuda::Stream::create();
+  const cuda::Graph graph = cuda::Graph::capture(stream, [&] {
+    moe_experts_fp8_cuda(stream, shape, x_d.data<float>(), ids_d.data<int32_t>(),
+                         rw_d.data<float>(), L.weights(), nullptr, ws.raw(), out.data<float>());
+  });
+  for (int round = 0; round < 2; ++round) {
+    const auto x = test::randn(rng, T * L.D);
+    const Routing r = random_routing(rng, L, T);
+    cuda::copy_h2d(x_d.raw(), x.data(), x.size() * sizeof(float));
+    cuda::copy_h2d(ids_d.raw(), r.ids.data(), r.ids.size() * sizeof(int32_t));
+    cuda::copy_h2d(rw_d.raw(), r.weights.data(), r.weights.size() * sizeof(float));
+    graph.launch(stream);
+    stream.synchronize();
+    const auto got = download_f32(out);
+    const auto want = L.run_cuda(x, r.ids, r.weights, T, /*with_shared=*/false);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "round " << round;
+  }
 }
 
 }  // namespace
