@@ -1,6 +1,8 @@
 // CUDA entries of the paged K=V cache (layouts and math in kv_cache.h). Device pointers;
 // run on `stream`; never allocate or synchronise; graph capturable. Slots must lie in
-// [-1, n_blocks * block_size) of the cache they address (not checked on the device).
+// [-1, n_blocks * block_size) of the cache they address (not checked on the device); cache
+// pointers must be 8-byte aligned (the kernels load up to 8 bytes at a time; block_bytes is
+// a multiple of 8, so every block and entry stays aligned).
 //
 //  * kv_store_cuda: byte-identical to kv_store_ref. entries [n, row_stride] fp32 (first
 //    head_dim values of each row), slots int32 [n] (-1 skips the row).
