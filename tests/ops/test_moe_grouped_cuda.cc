@@ -348,6 +348,41 @@ struct Layer {
     return download_f32(out);
   }
 
+  // Mean time of one layer call (printed, never asserted) and the weight bytes it must read.
+  void report_time(const std::vector<float>& x, const std::vector<int32_t>& ids,
+                   const std::vector<float>& rw, int64_t T) const {
+    const MoeExpertsShape s = shape(T);
+    Tensor ws = cuda::device_empty(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(s))});
+    Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
+    Tensor out = cuda::device_empty(DType::F32, {T * D});
+    auto run = [&] {
+      moe_experts_fp8_cuda(nullptr, s, x_d.data<float>(), ids_d.data<int32_t>(),
+                           rw_d.data<float>(), weights(), nullptr, ws.raw(), out.data<float>());
+    };
+    run();
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    constexpr int kIters = 20;
+    cudaEventRecord(start);
+    for (int i = 0; i < kIters; ++i) run();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::vector<bool> used(E, false);
+    for (int32_t e : ids) used[e] = true;
+    const int64_t n_used = std::count(used.begin(), used.end(), true);
+    const double us = 1e3 * ms / kIters;
+    const double bytes = static_cast<double>(n_used) * 3 * I * D;
+    const double flops = 2.0 * 3 * I * D * static_cast<double>(T * k);
+    std::printf("  T %ld: %.1f us per layer, %ld experts used, weights %.1f GB/s, %.1f TFLOP/s\n",
+                static_cast<long>(T), us, static_cast<long>(n_used), bytes / us * 1e-3,
+                flops / us * 1e-6);
+  }
+
   // (a) the FP8 recipe on the CPU; (b) the fp32 reference on dequantised weights.
   void run_refs(const std::vector<float>& x, const std::vector<int32_t>& ids,
                 const std::vector<float>& rw, int64_t T, std::vector<float>* fp8_ref,
@@ -432,7 +467,8 @@ Routing random_routing(std::mt19937_64& rng, const Layer& L, int64_t T) {
   return r;
 }
 
-void check_layer(std::mt19937_64& rng, const Layer& L, int64_t T, float x_std) {
+void check_layer(std::mt19937_64& rng, const Layer& L, int64_t T, float x_std,
+                 bool timed = false) {
   SCOPED_TRACE(testing::Message() << "T " << T << " E " << L.E << " D " << L.D << " I " << L.I
                                   << " k " << L.k);
   const auto x = test::randn(rng, T * L.D, x_std);
@@ -457,6 +493,7 @@ void check_layer(std::mt19937_64& rng, const Layer& L, int64_t T, float x_std) {
   const auto out1 = L.run_cuda(x1, ids1, rw1, 1);
   EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + t * L.D, L.D * sizeof(float)))
       << "token " << t << " differs alone vs in a batch of " << T;
+  if (timed) L.report_time(x, ids, rw, T);
 }
 
 TEST(MoeGroupedCuda, LayerSmallShapes) {
@@ -472,7 +509,7 @@ TEST(MoeGroupedCuda, LayerV4FlashShapes) {
   auto rng = test::fresh_rng();
   const CodePool pool(rng);
   const Layer L(rng, pool, 256, 4096, 2048, 6, 10.0f);
-  for (int64_t T : {1, 16, 256}) check_layer(rng, L, T, 1.0f);
+  for (int64_t T : {1, 16, 256}) check_layer(rng, L, T, 1.0f, /*timed=*/true);
 }
 
 // The layer captured once into a CUDA graph (capture fails on any host synchronisation or
