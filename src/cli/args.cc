@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include "base/error.h"
+#include "engine/engine.h"
 
 namespace deepinfer {
 
@@ -60,6 +61,20 @@ double Args::get_double(const std::string& name, double fallback) const {
   } catch (const std::logic_error&) {
     THROW(kInvalidInput) << "--" << name << " expects a number, got '" << it->second << "'";
   }
+}
+
+const std::set<std::string> kDeviceOptions = {"device", "gpu-memory-utilization", "weight-format"};
+
+const char* const kDeviceUsage =
+    "         [--device cpu|cuda] [--gpu-memory-utilization 0.9] [--weight-format fp32|fp8]\n";
+
+void apply_device_options(const Args& args, EngineArgs& engine_args) {
+  engine_args.device = args.get("device", engine_args.device);
+  engine_args.gpu_memory_utilization =
+      args.get_double("gpu-memory-utilization", engine_args.gpu_memory_utilization);
+  CHECK(engine_args.gpu_memory_utilization > 0.0 && engine_args.gpu_memory_utilization <= 1.0)
+      << "--gpu-memory-utilization must be in (0, 1]";
+  engine_args.weight_format = args.get("weight-format", engine_args.weight_format);
 }
 
 }  // namespace deepinfer

@@ -27,4 +27,14 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+struct EngineArgs;
+
+// Options every engine command takes for the backend: --device cpu|cuda,
+// --gpu-memory-utilization F, --weight-format fp32|fp8.
+extern const std::set<std::string> kDeviceOptions;
+// Copies them into `engine_args` (validated by the engine when it starts).
+void apply_device_options(const Args& args, EngineArgs& engine_args);
+// One usage line for them.
+extern const char* const kDeviceUsage;
+
 }  // namespace deepinfer

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct SweepPoint {
   int64_t concurrency = 0;
   double wall_s = 0, ttft_p50 = 0, ttft_p99 = 0, tpot_mean = 0, out_tok_s = 0, user_tok_s = 0;
   int64_t n_out_tokens = 0;
+  std::string device;
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -46,6 +48,66 @@ std::vector<int64_t> parse_list(const std::string& text) {
   }
   CHECK(!out.empty()) << "--concurrency is empty";
   return out;
+}
+
+// Backend idle time between decode steps, for one overlap setting: `concurrency` requests
+// all admitted at once; the window starts once every request has its first token (prefill
+// done) and ends when they finish, so it covers decode steps only.
+struct IdlePoint {
+  bool overlap = false;
+  std::string device;
+  int64_t concurrency = 0, n_steps = 0, n_tokens = 0;
+  double wall_s = 0, busy_s = 0;
+};
+
+IdlePoint run_idle(const EngineArgs& base, bool overlap, int64_t concurrency, int64_t input_len,
+                   int64_t output_len, uint64_t seed) {
+  EngineArgs args = base;
+  args.overlap = overlap;
+  args.max_num_seqs = concurrency;
+  Engine engine(args);
+  const int64_t vocab = engine.model_config().vocab_size;
+  std::mt19937_64 gen(seed);
+  for (int64_t i = 0; i < concurrency; ++i) {
+    EngineRequest r;
+    r.id = "idle-" + std::to_string(i);
+    r.prompt.resize(static_cast<size_t>(input_len));
+    for (auto& t : r.prompt) t = static_cast<int32_t>(gen() % static_cast<uint64_t>(vocab));
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = output_len;
+    r.params.ignore_eos = true;
+    engine.add_request(std::move(r));
+  }
+  std::map<std::string, bool> started;
+  IdlePoint p;
+  p.overlap = overlap;
+  p.device = engine.runner().name();
+  p.concurrency = concurrency;
+  // With overlap a step is in flight when step() returns: the window starts after the
+  // steps already done (stats.n_steps_done, stats.busy_seconds); the step in flight started
+  // a little before the window, so its busy time makes the idle time slightly smaller.
+  bool in_window = false;
+  Clock::time_point w0;
+  double busy0 = 0;
+  int64_t steps0 = 0, tokens = 0;
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& out : engine.step()) {
+      if (!out.new_tokens.empty()) started[out.id] = true;
+      if (in_window) tokens += static_cast<int64_t>(out.new_tokens.size());
+    }
+    if (!in_window && static_cast<int64_t>(started.size()) == concurrency) {
+      in_window = true;
+      w0 = Clock::now();
+      busy0 = engine.stats().busy_seconds;
+      steps0 = engine.stats().n_steps_done;
+    }
+  }
+  if (!in_window) return p;  // some request produced no token
+  p.wall_s = std::chrono::duration<double>(Clock::now() - w0).count();
+  p.busy_s = engine.stats().busy_seconds - busy0;
+  p.n_steps = engine.stats().n_steps_done - steps0;
+  p.n_tokens = tokens;
+  return p;
 }
 
 SweepPoint run_point(const EngineArgs& base, int64_t concurrency, int64_t n_prompts, int64_t input_len,
@@ -79,6 +141,7 @@ SweepPoint run_point(const EngineArgs& base, int64_t concurrency, int64_t n_prom
     }
   }
   SweepPoint p;
+  p.device = engine.runner().name();
   p.concurrency = concurrency;
   p.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<double> ttft, tpot;
@@ -98,10 +161,10 @@ SweepPoint run_point(const EngineArgs& base, int64_t concurrency, int64_t n_prom
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args(argc, argv, 2,
-            {"model", "input-len", "output-len", "num-prompts", "concurrency", "seed", "numerics",
-             "out", "max-num-batched-tokens"},
-            {"dummy-weights", "batch-invariant", "no-overlap"});
+  std::set<std::string> names = {"model", "input-len", "output-len", "num-prompts", "concurrency", "seed",
+                                 "numerics", "out", "max-num-batched-tokens", "max-model-len"};
+  names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
+  Args args(argc, argv, 2, names, {"dummy-weights", "batch-invariant", "no-overlap", "no-overlap-table"});
   EngineArgs base;
   base.model_dir = args.get("model");
   base.dummy_weights = args.has("dummy-weights");
@@ -110,6 +173,8 @@ int cmd_bench(int argc, char** argv) {
   base.model_options.batch_invariant = args.has("batch-invariant");
   base.overlap = !args.has("no-overlap");
   base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 2048);
+  base.max_model_len = args.get_int("max-model-len", 0);
+  apply_device_options(args, base);
   const int64_t input_len = args.get_int("input-len", 128);
   const int64_t output_len = args.get_int("output-len", 32);
   const int64_t n_prompts = args.get_int("num-prompts", 32);
@@ -121,6 +186,7 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t c : sweep) points.push_back(run_point(base, c, n_prompts, input_len, output_len, seed));
 
   std::ostringstream table;
+  table << "Backend: " << points.front().device << (base.overlap ? "" : ", overlap off") << "\n\n";
   table << "| concurrency | requests | in/out tokens | wall s | TTFT p50 ms | TTFT p99 ms | TPOT ms | "
            "out tok/s per device | tok/s per user |\n|---|---|---|---|---|---|---|---|---|\n";
   char line[512];
@@ -130,6 +196,26 @@ int cmd_bench(int argc, char** argv) {
                   static_cast<long long>(input_len), static_cast<long long>(output_len), p.wall_s,
                   p.ttft_p50 * 1e3, p.ttft_p99 * 1e3, p.tpot_mean * 1e3, p.out_tok_s, p.user_tok_s);
     table << line;
+  }
+  if (!args.has("no-overlap-table")) {
+    // Overlap on vs off at the sweep's largest concurrency, decode steps only.
+    const int64_t c = *std::max_element(sweep.begin(), sweep.end());
+    table << "\nBackend idle time between decode steps (" << c << " requests, in/out " << input_len << "/"
+          << output_len << "; busy = " << (base.device == "cuda" ? "device time between CUDA events around each forward"
+                                                                  : "forward wall time on the CPU worker")
+          << ", idle = step-loop wall - busy):\n\n"
+          << "| overlap | backend | decode steps | wall ms/step | busy ms/step | idle ms/step | idle % | "
+             "decode tok/s |\n|---|---|---|---|---|---|---|---|\n";
+    for (bool overlap : {true, false}) {
+      const IdlePoint p = run_idle(base, overlap, c, input_len, output_len, seed);
+      const double n = static_cast<double>(std::max<int64_t>(p.n_steps, 1));
+      std::snprintf(line, sizeof(line), "| %s | %s | %lld | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
+                    overlap ? "on" : "off", p.device.c_str(), static_cast<long long>(p.n_steps),
+                    p.wall_s * 1e3 / n, p.busy_s * 1e3 / n, (p.wall_s - p.busy_s) * 1e3 / n,
+                    p.wall_s > 0 ? 100.0 * (p.wall_s - p.busy_s) / p.wall_s : 0.0,
+                    p.wall_s > 0 ? static_cast<double>(p.n_tokens) / p.wall_s : 0.0);
+      table << line;
+    }
   }
   std::fputs(table.str().c_str(), stdout);
   if (args.has("out")) {

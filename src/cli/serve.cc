@@ -25,15 +25,19 @@ void serve_usage() {
                "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
                "         [--default-thinking on|off] [--scheduling-policy fcfs|priority]\n"
                "         [--state-budget-mib N] [--no-overlap]\n"
-               "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n");
+               "%s"
+               "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
+               kDeviceUsage);
 }
 
 int cmd_serve(int argc, char** argv) {
-  Args args(argc, argv, 2,
-            {"model", "host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
-             "max-num-batched-tokens", "max-live-requests", "max-body-bytes", "chat-encoding", "numerics",
-             "io-threads", "prep-threads", "drain-seconds", "default-thinking", "scheduling-policy",
-             "state-budget-mib"},
+  std::set<std::string> names = {"model", "host", "port", "api-key", "served-model-name", "max-model-len",
+                                 "max-num-seqs", "max-num-batched-tokens", "max-live-requests",
+                                 "max-body-bytes", "chat-encoding", "numerics", "io-threads",
+                                 "prep-threads", "drain-seconds", "default-thinking",
+                                 "scheduling-policy", "state-budget-mib"};
+  names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
+  Args args(argc, argv, 2, names,
             {"batch-invariant", "dummy-weights", "no-overlap", "help"});
   if (args.has("help")) {
     serve_usage();
@@ -49,6 +53,7 @@ int cmd_serve(int argc, char** argv) {
   engine_args.max_model_len = args.get_int("max-model-len", 0);
   engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
   engine_args.overlap = !args.has("no-overlap");
+  apply_device_options(args, engine_args);
   const std::string policy = args.get("scheduling-policy", "fcfs");
   CHECK(policy == "fcfs" || policy == "priority") << "--scheduling-policy must be fcfs or priority";
   engine_args.priority = policy == "priority";
@@ -81,7 +86,7 @@ int cmd_serve(int argc, char** argv) {
       << "serving needs a tokenizer: " << (dir.empty() ? tiny_tokenizer_path() : dir + "/tokenizer.json")
       << " does not exist";
   const ModelConfig& config = engine->model_config();
-  options.max_model_len = engine_args.max_model_len > 0 ? engine_args.max_model_len : config.max_position_embeddings;
+  options.max_model_len = engine->max_model_len();
   std::vector<int32_t> eos_ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
   // The chat encoding follows the checkpoint (model_type deepseek_v41* is V4.1) unless given.
   const std::string encoding = args.get("chat-encoding", "auto");

@@ -114,6 +114,7 @@ struct Engine::Impl {
   std::unique_ptr<InFlight> inflight;            // overlap: the step the worker runs
   std::unique_ptr<StepWorker> worker;
   EngineStats stats;
+  int64_t max_model_len = 0;
   std::vector<float> row;
   std::unique_ptr<StructuredOutput> structured;  // built on the first constrained request
   std::vector<uint32_t> mask;
@@ -125,6 +126,10 @@ struct Engine::Impl {
   void release(Live& l);
   void free_deferred();
   void run(InFlight& f) { f.logits = runner->forward(f.chunks); }
+  void note_done() {  // a forward returned and no other is running
+    ++stats.n_steps_done;
+    stats.busy_seconds = runner->busy_seconds();
+  }
   std::vector<std::vector<int32_t>> sample(const InFlight& f);
   int32_t sample_one(Live& l, const Request& r, const float* logits);
   void update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
@@ -172,6 +177,7 @@ void Engine::Impl::init() {
   sc.max_num_batched_tokens = args.max_num_batched_tokens;
   sc.max_num_seqs = std::min({args.max_num_seqs, plan.max_concurrent_requests, cap.max_sequences});
   sc.max_model_len = max_model_len;
+  this->max_model_len = max_model_len;
   sc.priority = args.priority;
   scheduler = std::make_unique<Scheduler>(sc, std::move(layout), plan);
   LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
@@ -379,6 +385,7 @@ Engine::~Engine() {
 
 const ModelConfig& Engine::model_config() const { return impl_->runner->config(); }
 const ModelRunner& Engine::runner() const { return *impl_->runner; }
+int64_t Engine::max_model_len() const { return impl_->max_model_len; }
 const recipe::Tokenizer* Engine::tokenizer() const { return impl_->tokenizer.get(); }
 const StateCache& Engine::state_cache() const { return impl_->scheduler->cache(); }
 const EngineStats& Engine::stats() const { return impl_->stats; }
@@ -398,6 +405,10 @@ void Engine::add_request(EngineRequest request) {
       << "engine: request '" << request.id << "' asks for " << request.n_logprobs << " logprobs";
   for (int32_t t : request.params.stop_token_ids) {
     CHECK(t >= 0 && t < cfg.vocab_size) << "engine: stop token id " << t << " outside the vocabulary";
+  }
+  for (const auto& [t, bias] : request.params.logit_bias) {
+    CHECK(t >= 0 && t < cfg.vocab_size) << "engine: logit_bias token id " << t << " outside the vocabulary of "
+                                        << cfg.vocab_size;
   }
   auto text = std::make_unique<TextStream>(m.tokenizer.get(), request.skip_special_tokens,
                                            request.stop);
@@ -467,6 +478,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     auto f = m.prepare(std::move(so), {});
     m.run(*f);
+    m.note_done();
     const auto sampled = m.sample(*f);
     m.update(*f, sampled, out);
     return out;
@@ -489,6 +501,7 @@ std::vector<RequestOutput> Engine::step() {
     m.inflight.reset();  // the failed step's logits do not exist
     throw;
   }
+  m.note_done();
   m.free_deferred();
   const auto sampled = m.sample(*m.inflight);
   std::unique_ptr<Impl::InFlight> launched;

@@ -121,6 +121,10 @@ struct EngineStats {
   int64_t n_scheduled_tokens = 0;      // tokens computed, recomputation included
   int64_t n_preemptions = 0;
   int64_t max_running = 0;             // most chunks in one step
+  // Forwards finished and the runner's busy time over them (ModelRunner::busy_seconds),
+  // updated on the engine's thread once each step's forward has returned.
+  int64_t n_steps_done = 0;
+  double busy_seconds = 0;
 };
 
 class Engine {
@@ -139,6 +143,9 @@ class Engine {
   // The backend. Its busy_seconds() may be read only while no step is in flight (overlap
   // off, or has_unfinished() false).
   const ModelRunner& runner() const;
+  // Longest request (prompt + outputs) the engine accepts: args.max_model_len or what the
+  // model and the runner hold.
+  int64_t max_model_len() const;
   const recipe::Tokenizer* tokenizer() const;  // null without one
   // Block accounting of the scheduler's state cache (tests check it returns to all_free()).
   const StateCache& state_cache() const;
