@@ -10,12 +10,14 @@
 //    as bf16. A page block holds every entry's data part first, then every entry's scale
 //    group, then zero or more pad bytes up to a multiple of data_bytes:
 //
-//      block b (block_bytes, at cache + b * block_bytes)
-//      +------------------------------------+------------------------------------+ ... +-----+-----+ ... +-----+
-//      | entry 0: nope e4m3 [448] | rope    | entry 1: nope e4m3 [448] | rope    |     | sc0 | sc1 |     | pad |
-//      |          (448 B)         | bf16[64]|                          | (128 B) |     | 8 B | 8 B |     |     |
-//      +------------------------------------+------------------------------------+ ... +-----+-----+ ... +-----+
-//      <--------- data_bytes = 576 -------->                                      ^ block_size * data_bytes
+//      block b, at cache + b * block_bytes (V4, block_size B):
+//      +-------------------+-----------------+-------------------+-----------------+-----+
+//      | e0 nope e4m3[448] | e0 rope bf16[64]| e1 nope e4m3[448] | e1 rope bf16[64]| ... |  B x 576 B
+//      +-------------------+-----------------+-------------------+-----------------+-----+
+//      | e0 scales[7] 0    | e1 scales[7] 0  | ...               |                          B x 8 B
+//      +-------------------+-----------------+-------------------+
+//      | zero or more pad bytes up to a multiple of 576 B        |
+//      +---------------------------------------------------------+
 //      scale group of one entry (scale_bytes = 8): [s0 s1 s2 s3 s4 s5 s6 | 0]
 //      s_g = UE8M0 code (value 2^(s_g - 127)) of NoPE dims [64 g, 64 g + 64)
 //      entry_bytes = 584, block_bytes = round_up(block_size * 584, 576) (37440 for 64 entries).
@@ -24,6 +26,8 @@
 //    s = 2^ceil(log2(amax / 448)) (qat.h pow2_scale), code = e4m3(clamp(x / s, +-448)) (RNE);
 //    RoPE dims: bf16(x) (RNE). Loading gives e4m3(code) * s and the bf16 value, so
 //    load(store(x)) = fp8_roundtrip(x[0:nope], nope, 64) ++ round_bf16(x[nope:]) exactly.
+//    (The amax floor is qat.h's; FlashMLA's test quantiser floors amax / 448 at 1e-4
+//    instead, which differs only for groups with amax < 0.0448.)
 //    Other head sizes use the same scheme: nope = head_dim - rope_dim (a multiple of 64),
 //    scale_bytes = round_up(nope / 64, 8), e.g. 200 B per entry for head_dim 128 / rope 64.
 //
