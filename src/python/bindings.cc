@@ -62,6 +62,9 @@ PYBIND11_MODULE(_core, m) {
           "batch_invariant", [](const EngineArgs& a) { return a.model_options.batch_invariant; },
           [](EngineArgs& a, bool b) { a.model_options.batch_invariant = b; })
       .def_readwrite("dummy_weights", &EngineArgs::dummy_weights)
+      .def_readwrite("device", &EngineArgs::device)
+      .def_readwrite("gpu_memory_utilization", &EngineArgs::gpu_memory_utilization)
+      .def_readwrite("weight_format", &EngineArgs::weight_format)
       .def_readwrite("dummy_seed", &EngineArgs::dummy_seed)
       .def_readwrite("max_num_seqs", &EngineArgs::max_num_seqs)
       .def_readwrite("max_num_batched_tokens", &EngineArgs::max_num_batched_tokens)
@@ -119,6 +122,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("eos_token_ids",
                              [](const Engine& e) { return e.model_config().eos_token_ids; })
       .def_property_readonly("has_tokenizer", [](const Engine& e) { return e.tokenizer() != nullptr; })
+      .def_property_readonly("device", [](const Engine& e) { return e.runner().name(); })
+      .def_property_readonly("max_model_len", &Engine::max_model_len)
       .def("encode",
            [](const Engine& e, const std::string& text, bool add_special_tokens) {
              return need_tokenizer(e).encode(text, add_special_tokens);
