@@ -15,6 +15,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "cuda/event.h"
 #include "cuda_test_util.h"
 #include "op_test_util.h"
 #include "ops/quant/qat.h"
@@ -238,6 +239,24 @@ void run_case(std::mt19937_64& rng, const Case& c) {
               static_cast<long long>(W), static_cast<long long>(c.ratio),
               static_cast<long long>(c.topk), static_cast<long long>(N), err);
   EXPECT_LT(err, 1e-10);
+
+  if (H == 64 && d == 512) {  // report only: time per call and the cache bytes it must read
+    cuda::Event start, stop;
+    constexpr int kIters = 20;
+    start.record(nullptr);
+    for (int i = 0; i < kIters; ++i) paged_attention_cuda(nullptr, pd);
+    stop.record(nullptr);
+    stop.synchronize();
+    const double us = 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters;
+    int64_t listed = 0;
+    for (int32_t v : win_idx) listed += v >= 0;
+    for (int64_t r = 0; r < N; ++r) {
+      for (int64_t j = 0; j < n_cmp[r]; ++j) listed += cmp_idx[r * max_cmp + j] >= 0;
+    }
+    const double bytes = static_cast<double>(listed) * layout.entry_bytes();
+    std::printf("  %.1f us per call, %lld (row, key) pairs, %.1f GB/s of listed cache entries\n", us,
+                static_cast<long long>(listed), bytes / (us * 1e3));
+  }
 
   // The last row alone (shifted index pointers) gives the same bits as inside the batch.
   const int64_t r = N - 1;
