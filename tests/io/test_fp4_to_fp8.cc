@@ -37,7 +37,8 @@ uint8_t& nibble_byte(Fp4& f, int64_t i, int64_t j) {
 }
 void set_code(Fp4& f, int64_t i, int64_t j, uint8_t c) {
   uint8_t& b = nibble_byte(f, i, j);
-  b = (j % 2 == 0) ? static_cast<uint8_t>((b & 0xf0) | c) : static_cast<uint8_t>((b & 0x0f) | (c << 4));
+  b = (j % 2 == 0) ? static_cast<uint8_t>((b & 0xf0) | c)
+                   : static_cast<uint8_t>((b & 0x0f) | (c << 4));
 }
 uint8_t& scale_at(Fp4& f, int64_t i, int64_t sb) {
   return static_cast<uint8_t*>(f.scale.raw())[i * f.scale.size(1) + sb];

@@ -43,6 +43,9 @@ std::vector<float> download_f32_raw(const float* d, int64_t n) {
   return v;
 }
 Tensor upload_u8(const std::vector<uint8_t>& v) { return test::upload_vec(v, DType::U8); }
+int64_t workspace_elems(const MoeExpertsShape& s) {
+  return static_cast<int64_t>(moe_experts_fp8_workspace_bytes(s));
+}
 
 // ---- alignment reference ----
 
@@ -85,7 +88,9 @@ struct AlignDev {
   MoeAlignBuffers buf;
   AlignDev(int64_t T, int64_t k, int64_t E) {
     const int64_t cap = moe_rows_cap(T, k, E), tiles = moe_tiles_cap(T, k, E);
-    auto mk = [](int64_t n) { return cuda::device_filled(DType::I32, {std::max<int64_t>(n, 1)}, 0x7b); };
+    auto mk = [](int64_t n) {
+      return cuda::device_filled(DType::I32, {std::max<int64_t>(n, 1)}, 0x7b);
+    };
     counts = mk(E);
     offsets = mk(E + 1);
     row_slot = mk(cap);
@@ -172,7 +177,7 @@ struct Experts {
         ld(fp8_weight_scale_ld(k)) {
     q.resize(E * N * K);
     pool.fill(rng, q.data(), static_cast<int64_t>(q.size()));
-    const int base = -6 - static_cast<int>(std::round(std::log2(std::sqrt(static_cast<double>(K)))));
+    const int base = -6 - static_cast<int>(std::round(0.5 * std::log2(static_cast<double>(K))));
     std::uniform_int_distribution<int> jitter(-1, 1);
     s.resize(E * n_nb * n_kb);
     for (auto& v : s) v = std::ldexp(1.0f, base + jitter(rng));
@@ -204,7 +209,8 @@ std::vector<float> expert_gemm_ref(const std::vector<uint8_t>& xq, const std::ve
   std::vector<float> as(m * n_kb), y(m * w.N);
   for (int64_t i = 0; i < m; ++i) {
     std::copy(xq.begin() + rows[i] * K, xq.begin() + (rows[i] + 1) * K, aq.begin() + i * K);
-    std::copy(sx.begin() + rows[i] * n_kb, sx.begin() + (rows[i] + 1) * n_kb, as.begin() + i * n_kb);
+    std::copy(sx.begin() + rows[i] * n_kb, sx.begin() + (rows[i] + 1) * n_kb,
+              as.begin() + i * n_kb);
   }
   gemm_fp8_block_ref(aq.data(), as.data(), w.wq(e), w.ws(e), m, w.N, K, y.data());
   return y;
@@ -219,13 +225,15 @@ std::vector<float> block_major(const std::vector<float>& s, int64_t m, int64_t n
 }
 
 // One grouped GEMM (k = 1: token t -> expert assign[t]) against the per-expert reference.
+// With `dual`, a second weight set runs in the same launch (w_b) and is checked too.
 void check_grouped_gemm(std::mt19937_64& rng, const CodePool& pool,
                         const std::vector<int64_t>& rows_per_expert, int64_t N, int64_t K,
-                        double max_nmse) {
+                        double max_nmse, bool dual = false) {
   const int64_t E = static_cast<int64_t>(rows_per_expert.size());
   SCOPED_TRACE(testing::Message() << "E " << E << " N " << N << " K " << K);
   std::vector<int32_t> assign;
-  for (int64_t e = 0; e < E; ++e) assign.insert(assign.end(), rows_per_expert[e], static_cast<int32_t>(e));
+  for (int64_t e = 0; e < E; ++e)
+    assign.insert(assign.end(), rows_per_expert[e], static_cast<int32_t>(e));
   std::shuffle(assign.begin(), assign.end(), rng);
   const int64_t T = static_cast<int64_t>(assign.size()), n_kb = ceil_div64(K, 128);
   const auto x = test::randn(rng, T * K);
@@ -233,6 +241,7 @@ void check_grouped_gemm(std::mt19937_64& rng, const CodePool& pool,
   std::vector<float> sx(T * n_kb);
   act_quant_ref(x.data(), T, K, 128, xq.data(), sx.data());
   const Experts w(rng, pool, E, N, K);
+  const Experts wb(rng, pool, dual ? E : 1, dual ? N : 1, dual ? K : 16);
 
   AlignDev al(T, 1, E);
   Tensor ids_d = upload_i32(assign);
@@ -240,7 +249,8 @@ void check_grouped_gemm(std::mt19937_64& rng, const CodePool& pool,
   const int64_t cap = moe_rows_cap(T, 1, E);
   Tensor xq_d = upload_u8(xq), sx_d = upload_f32(block_major(sx, T, n_kb));
   Tensor w_d = upload_u8(w.q), sw_d = upload_f32(w.s_pad);
-  Tensor c_d = test::poisoned_f32(cap * N);
+  Tensor c_d = test::poisoned_f32(cap * N), cb_d = test::poisoned_f32(cap * N);
+  Tensor wb_d = upload_u8(wb.q), swb_d = upload_f32(wb.s_pad);
   GroupedGemmFp8Params p;
   p.a = xq_d.data<uint8_t>();
   p.sa = sx_d.data<float>();
@@ -256,28 +266,37 @@ void check_grouped_gemm(std::mt19937_64& rng, const CodePool& pool,
   p.tile_expert = al.buf.tile_expert;
   p.tile_row0 = al.buf.tile_row0;
   p.n_tiles_cap = moe_tiles_cap(T, 1, E);
-  grouped_gemm_fp8_cuda(nullptr, p);
-  const auto c = download_f32(c_d);
-  const auto slot_row = download_i32(al.buf.slot_row, T);
-  const auto offsets = download_i32(al.buf.offsets, E + 1);
-  const auto row_slot = download_i32(al.buf.row_slot, offsets[E]);
-  // Every row of the padded total written: real rows compared below, padding rows zero.
-  for (int64_t r = 0; r < offsets[E]; ++r) {
-    if (row_slot[r] >= 0) continue;
-    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(c[r * N + n], 0.0f) << "padding row " << r;
+  if (dual) {
+    p.w_b = wb_d.data<uint8_t>();
+    p.sw_b = swb_d.data<float>();
+    p.c_b = cb_d.data<float>();
   }
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<int64_t> rows;
-    for (int64_t t = 0; t < T; ++t)
-      if (assign[t] == e) rows.push_back(t);
-    if (rows.empty()) continue;
-    const auto ref = expert_gemm_ref(xq, sx, K, rows, w, e);
-    std::vector<float> got(rows.size() * N);
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::copy(c.begin() + slot_row[rows[i]] * N, c.begin() + (slot_row[rows[i]] + 1) * N,
-                got.begin() + i * N);
-    EXPECT_LT(test::nmse(got.data(), ref.data(), static_cast<int64_t>(got.size())), max_nmse)
-        << "expert " << e << " (" << rows.size() << " rows)";
+  grouped_gemm_fp8_cuda(nullptr, p);
+  for (int pass = 0; pass < (dual ? 2 : 1); ++pass) {
+    SCOPED_TRACE(pass == 0 ? "first weight" : "second weight (w_b)");
+    const Experts& we = pass == 0 ? w : wb;
+    const auto c = download_f32(pass == 0 ? c_d : cb_d);
+    const auto slot_row = download_i32(al.buf.slot_row, T);
+    const auto offsets = download_i32(al.buf.offsets, E + 1);
+    const auto row_slot = download_i32(al.buf.row_slot, offsets[E]);
+    // Every row of the padded total written: real rows compared below, padding rows zero.
+    for (int64_t r = 0; r < offsets[E]; ++r) {
+      if (row_slot[r] >= 0) continue;
+      for (int64_t n = 0; n < N; ++n) ASSERT_EQ(c[r * N + n], 0.0f) << "padding row " << r;
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<int64_t> rows;
+      for (int64_t t = 0; t < T; ++t)
+        if (assign[t] == e) rows.push_back(t);
+      if (rows.empty()) continue;
+      const auto ref = expert_gemm_ref(xq, sx, K, rows, we, e);
+      std::vector<float> got(rows.size() * N);
+      for (size_t i = 0; i < rows.size(); ++i)
+        std::copy(c.begin() + slot_row[rows[i]] * N, c.begin() + (slot_row[rows[i]] + 1) * N,
+                  got.begin() + i * N);
+      EXPECT_LT(test::nmse(got.data(), ref.data(), static_cast<int64_t>(got.size())), max_nmse)
+          << "expert " << e << " (" << rows.size() << " rows)";
+    }
   }
 }
 
@@ -288,7 +307,7 @@ TEST(MoeGroupedCuda, GroupedGemmMatchesReference) {
   // block, K with a partial 128 block; then K a multiple of 128, N a multiple of 64.
   // Bound: products are exact and the reference sums in fp32; the MMA may sum a 128-K block
   // with less precision (DeepGEMM promotes for that reason), so allow ~3e-4 relative rms.
-  check_grouped_gemm(rng, pool, {0, 1, 3, 65, 200}, 200, 336, 1e-7);
+  check_grouped_gemm(rng, pool, {0, 1, 3, 65, 200}, 200, 336, 1e-7, /*dual=*/true);
   check_grouped_gemm(rng, pool, {200, 3, 0, 1, 65, 0}, 256, 512, 1e-7);
   check_grouped_gemm(rng, pool, {1}, 8, 16, 1e-7);
 }
@@ -338,7 +357,7 @@ struct Layer {
                               const std::vector<float>& rw, int64_t T,
                               bool with_shared = true) const {
     const MoeExpertsShape s = shape(T);
-    Tensor ws = cuda::device_filled(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(s))}, 0xff);
+    Tensor ws = cuda::device_filled(DType::U8, {workspace_elems(s)}, 0xff);
     Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
     Tensor shared_d = upload_f32(shared_out(x, T));
     Tensor out = test::poisoned_f32(T * D);
@@ -352,7 +371,7 @@ struct Layer {
   void report_time(const std::vector<float>& x, const std::vector<int32_t>& ids,
                    const std::vector<float>& rw, int64_t T) const {
     const MoeExpertsShape s = shape(T);
-    Tensor ws = cuda::device_empty(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(s))});
+    Tensor ws = cuda::device_empty(DType::U8, {workspace_elems(s)});
     Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
     Tensor out = cuda::device_empty(DType::F32, {T * D});
     auto run = [&] {
@@ -521,9 +540,10 @@ TEST(MoeGroupedCuda, LayerReplaysFromACudaGraph) {
   const Layer L(rng, pool, 12, 272, 208, 3, 10.0f);
   const int64_t T = 70;
   const MoeExpertsShape shape = L.shape(T);
-  Tensor ws = cuda::device_empty(DType::U8, {static_cast<int64_t>(moe_experts_fp8_workspace_bytes(shape))});
+  Tensor ws = cuda::device_empty(DType::U8, {workspace_elems(shape)});
   Tensor x_d = cuda::device_empty(DType::F32, {T * L.D}), out = test::poisoned_f32(T * L.D);
-  Tensor ids_d = cuda::device_empty(DType::I32, {T * L.k}), rw_d = cuda::device_empty(DType::F32, {T * L.k});
+  Tensor ids_d = cuda::device_empty(DType::I32, {T * L.k});
+  Tensor rw_d = cuda::device_empty(DType::F32, {T * L.k});
   cuda::Stream stream = cuda::Stream::create();
   const cuda::Graph graph = cuda::Graph::capture(stream, [&] {
     moe_experts_fp8_cuda(stream, shape, x_d.data<float>(), ids_d.data<int32_t>(),
@@ -539,7 +559,8 @@ TEST(MoeGroupedCuda, LayerReplaysFromACudaGraph) {
     stream.synchronize();
     const auto got = download_f32(out);
     const auto want = L.run_cuda(x, r.ids, r.weights, T, /*with_shared=*/false);
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "round " << round;
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+        << "round " << round;
   }
 }
 

@@ -54,11 +54,15 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
   const int expert = p.tile_expert[blockIdx.x];
   if (expert < 0) return;
   const int64_t r0 = p.tile_row0[blockIdx.x];
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
+  const int64_t n_col_blocks = (p.n + kBn - 1) / kBn;
+  const bool second = blockIdx.y >= n_col_blocks;  // only with w_b
+  const int64_t n0 = static_cast<int64_t>(second ? blockIdx.y - n_col_blocks : blockIdx.y) * kBn;
   const int64_t n_kb = (p.k + kBk - 1) / kBk;
   const int64_t sw_ld = (n_kb + 3) / 4 * 4;  // fp8_weight_scale_ld(K) (host-only there)
-  const uint8_t* w = p.w + static_cast<int64_t>(expert) * p.n * p.k;
-  const float* sw = p.sw + (static_cast<int64_t>(expert) * ((p.n + 127) / 128) + n0 / 128) * sw_ld;
+  const uint8_t* w = (second ? p.w_b : p.w) + static_cast<int64_t>(expert) * p.n * p.k;
+  const float* sw = (second ? p.sw_b : p.sw) +
+                    (static_cast<int64_t>(expert) * ((p.n + 127) / 128) + n0 / 128) * sw_ld;
+  float* c_out = second ? p.c_b : p.c;
 
   __shared__ __align__(16) uint8_t smem_a[kStages][kBm * kRowBytes];
   __shared__ __align__(16) uint8_t smem_b[kStages][kBn * kRowBytes];
@@ -184,17 +188,19 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
     __syncthreads();  // the next iteration's loads overwrite this stage
   }
 
-  // C fragment: element 2h + i of [mt][nt] is row wm + 16 mt + 8 h + g, column wn + 8 nt + 2 t4 + i.
+  // C fragment: element 2h + i of [mt][nt] is row wm + 16 mt + 8 h + g,
+  // column wn + 8 nt + 2 t4 + i.
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float* crow = p.c + (r0 + wm + 16 * mt + 8 * h + g) * p.ldc;
+      float* crow = c_out + (r0 + wm + 16 * mt + 8 * h + g) * p.ldc;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int64_t n = n0 + wn + 8 * nt + 2 * t4;
         if (n + 1 < p.n && p.ldc % 2 == 0) {
-          *reinterpret_cast<float2*>(crow + n) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+          *reinterpret_cast<float2*>(crow + n) =
+              make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
         } else {
           if (n < p.n) crow[n] = acc[mt][nt][2 * h];
           if (n + 1 < p.n) crow[n + 1] = acc[mt][nt][2 * h + 1];
@@ -215,8 +221,11 @@ void grouped_gemm_fp8_cuda(cudaStream_t stream, const GroupedGemmFp8Params& p) {
       << "grouped_gemm_fp8: A and W must be 16-byte aligned";
   CHECK(p.a_rows_div >= 1 && p.ldc >= p.n) << "grouped_gemm_fp8: a_rows_div " << p.a_rows_div
                                           << ", ldc " << p.ldc << " < N " << p.n;
+  CHECK(p.w_b == nullptr || (p.sw_b != nullptr && p.c_b != nullptr &&
+                              reinterpret_cast<uintptr_t>(p.w_b) % 16 == 0))
+      << "grouped_gemm_fp8: the second weight needs its scales, an output and 16-byte alignment";
   if (p.n_tiles_cap == 0) return;
-  const int64_t n_blocks = (p.n + kBn - 1) / kBn;
+  const int64_t n_blocks = (p.n + kBn - 1) / kBn * (p.w_b != nullptr ? 2 : 1);
   CHECK_KIND(kUnsupported, p.n_tiles_cap < (int64_t{1} << 31) && n_blocks <= 65535)
       << "grouped_gemm_fp8: " << p.n_tiles_cap << " tiles x " << n_blocks << " column blocks";
   const dim3 grid(static_cast<unsigned>(p.n_tiles_cap), static_cast<unsigned>(n_blocks));

@@ -1,6 +1,6 @@
 // The routed experts of one layer on the device (contract in moe_grouped_cuda.h):
-// align -> quantise x -> grouped W1 and W3 GEMMs (x rows read in place through row_slot) ->
-// SwiGLU x weight + quantisation -> grouped W2 GEMM -> combine in slot order.
+// align -> quantise x -> grouped W1 and W3 GEMMs in one launch (x rows read in place through
+// row_slot) -> SwiGLU x weight + quantisation -> grouped W2 GEMM -> combine in slot order.
 #include <cuda_fp8.h>
 
 #include "base/error.h"
@@ -206,10 +206,9 @@ void moe_experts_fp8_cuda(cudaStream_t stream, const MoeExpertsShape& s, const f
   up.w = w.w1;
   up.sw = w.s1;
   up.c = ws.g;
-  grouped_gemm_fp8_cuda(stream, up);
-  up.w = w.w3;
-  up.sw = w.s3;
-  up.c = ws.u;
+  up.w_b = w.w3;
+  up.sw_b = w.s3;
+  up.c_b = ws.u;
   grouped_gemm_fp8_cuda(stream, up);
 
   moe_swiglu_quant_cuda(stream, ws.g, ws.u, I, weights, ws.align.row_slot, ws.align.offsets, E,

@@ -35,7 +35,8 @@ int64_t moe_tiles_cap(int64_t n_tokens, int64_t top_k, int64_t n_experts);
 // ids [T, k] int32 in [0, E) (route_cuda's output). An id outside [0, E) gets no row: its
 // slot_row is -1 and the combine adds nothing for it. Outputs (caller-allocated):
 //   counts     [E]           rows routed to expert e
-//   offsets    [E + 1]       exclusive prefix of round_up(counts, kMoeRowTile); offsets[E] = padded total
+//   offsets    [E + 1]       exclusive prefix of round_up(counts, kMoeRowTile);
+//                            offsets[E] = the padded total
 //   row_slot   [rows_cap]    slot s = t*k + j of padded row r, or -1 for a padding row
 //                            (rows >= offsets[E] are not written)
 //   slot_row   [T * k]       inverse: padded row of slot s (-1 for an out-of-range id)
@@ -67,8 +68,8 @@ void moe_align_cuda(cudaStream_t stream, const int32_t* ids, int64_t n_tokens, i
 //   W:  e4m3 [E, N, K] contiguous (expert e at w + e*N*K), scales fp32 [E, ceil(N/128), ld]
 //       with ld = fp8_weight_scale_ld(K) (ops/gemm/gemm.h; expert e at sw + e*ceil(N/128)*ld).
 //   c:  fp32 [rows, ldc] row-major.
-// Needs K % 16 == 0, 16-byte aligned a and w, N >= 1. Grid: n_tiles_cap x ceil(N/64) CTAs;
-// CTAs of dead tiles exit at once.
+// Needs K % 16 == 0, 16-byte aligned a and w, N >= 1. Grid: n_tiles_cap x ceil(N/64) CTAs
+// (x 2 with w_b); CTAs of dead tiles exit at once.
 struct GroupedGemmFp8Params {
   const uint8_t* a = nullptr;
   const float* sa = nullptr;
@@ -83,6 +84,11 @@ struct GroupedGemmFp8Params {
   const int32_t* tile_expert = nullptr;
   const int32_t* tile_row0 = nullptr;
   int64_t n_tiles_cap = 0;
+  // Optional second weight of the same shape sharing A (W3 beside W1): when w_b is set, the
+  // same product is also computed with (w_b, sw_b) into c_b, in the same launch.
+  const uint8_t* w_b = nullptr;
+  const float* sw_b = nullptr;
+  float* c_b = nullptr;
 };
 void grouped_gemm_fp8_cuda(cudaStream_t stream, const GroupedGemmFp8Params& p);
 
