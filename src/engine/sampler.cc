@@ -19,6 +19,11 @@ void SamplingParams::validate() const {
   CHECK(std::abs(frequency_penalty) <= 2.0f) << "frequency_penalty must be in [-2, 2]";
   CHECK(max_tokens >= 1) << "max_tokens must be >= 1, got " << max_tokens;
   CHECK(min_tokens >= 0 && min_tokens <= max_tokens) << "min_tokens must be in [0, max_tokens]";
+  for (const auto& [token, bias] : logit_bias) {
+    CHECK(token >= 0) << "logit_bias token id must be >= 0, got " << token;
+    CHECK(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f)
+        << "logit_bias of token " << token << " must be in [-100, 100], got " << bias;
+  }
 }
 
 double sample_uniform(uint64_t seed, int64_t position) {
@@ -32,6 +37,9 @@ double sample_uniform(uint64_t seed, int64_t position) {
 
 void apply_penalties(std::span<float> logits, const SamplingParams& p,
                      std::span<const int32_t> history) {
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[token] += bias;
+  }
   if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
   std::unordered_map<int32_t, int> counts;
   for (int32_t t : history) ++counts[t];

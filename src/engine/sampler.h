@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace deepinfer {
@@ -22,6 +23,14 @@ struct SamplingParams {
   int64_t min_tokens = 0;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
+  // OpenAI's logit_bias: (token id, bias) pairs, each bias in [-100, 100], added to that
+  // token's raw logit first, then the penalties apply, then temperature, top-k/p and min-p
+  // (vLLM's order). +100 practically forces a token, -100 practically bans it; a token listed
+  // twice gets both biases. Ids must lie in the model's vocabulary (Engine::add_request checks;
+  // apply_penalties skips ids outside the logits it is given). Reported log-probabilities stay
+  // those of the raw logits, before bias and penalties (vLLM's default logprobs_mode,
+  // "raw_logprobs").
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Throws Error naming the first invalid field.
   void validate() const;
@@ -31,8 +40,8 @@ struct SamplingParams {
 // hash of both), the same on every backend.
 double sample_uniform(uint64_t seed, int64_t position);
 
-// Applies penalties (over `history`, the request's output tokens so far... and prompt for
-// the repetition penalty, as callers choose) in place.
+// Applies logit_bias and the penalties (over `history`, the request's output tokens so far... and
+// prompt for the repetition penalty, as callers choose) in place, on the raw logits.
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      std::span<const int32_t> history);
 
