@@ -61,9 +61,18 @@ __device__ __forceinline__ float2 e4m3x2_values(uint32_t two_codes) {
   return __half22float2(__half2(raw));
 }
 
-// Exact e4m3 value `v` (already on the e4m3 grid, |v| <= 448) -> its code.
+// Exact e4m3 value `v` (already on the e4m3 grid, |v| <= 448) -> its code, sign of zero kept
+// (as base/dtype.h's f32_to_e4m3 does): normals 1.m * 2^(E-7) -> E<<3 | m, subnormals
+// m * 2^-9 -> m. Plain bit arithmetic, so no dependence on the hardware conversion's
+// handling of -0.
 __device__ __forceinline__ uint32_t e4m3_code(float v) {
-  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t mag = bits & 0x7fffffffu;
+  if (mag == 0) return sign;
+  const int e = static_cast<int>(mag >> 23) - 127;
+  if (e < -6) return sign | static_cast<uint32_t>(__uint_as_float(mag) * 512.0f);
+  return sign | (static_cast<uint32_t>(e + 7) << 3) | ((mag >> 20) & 7u);
 }
 
 }  // namespace deepinfer::kv_device
