@@ -9,6 +9,7 @@
 #include "cuda/cuda_check.h"
 #include "ops/attention/sparse_attention_cuda.h"
 #include "ops/compressor/compress_pool_cuda.h"
+#include "ops/gemm/gemm.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "ops/quant/qat_cuda.h"
 #include "ops/rms_norm/rms_norm_cuda.h"
@@ -141,12 +142,23 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   rope_cuda(stream, o, positions, N, H, d, r, inv_freq, /*inverse=*/true);
   ring_store_cuda(stream, kv, N, d, positions, sec(kSlot), sec(kChunkEnd), st.ring, W);
 
-  // Grouped output projection: group g maps its H*d/G slice of o to R_o values.
+  // Grouped output projection: group g maps its H*d/G slice of o to R_o values. FP8 with
+  // 128-aligned groups: o is quantised once; group g's K blocks are a contiguous run of the
+  // block-major scales and its codes are copied out to a dense [N, H*d/G] operand (the same
+  // per-1x128-block quantisation as quantising each group's slice on its own).
   const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
+  const bool quant_once = fp8() && gw % kFp8GemmBlock == 0;
+  if (quant_once) act_quantize(ctx, o, N, H * d, a_gen);
   for (int64_t g = 0; g < G; ++g) {
-    CUDA_CHECK(cudaMemcpy2DAsync(og, gw * sizeof(float), o + g * gw, H * d * sizeof(float),
-                                 gw * sizeof(float), N, cudaMemcpyDeviceToDevice, stream));
-    lin(w.wo_a[g], og, N, zg, a_gen);
+    if (quant_once) {
+      CUDA_CHECK(cudaMemcpy2DAsync(og_q, gw, a_gen.q + g * gw, H * d, gw, N,
+                                   cudaMemcpyDeviceToDevice, stream));
+      lin_in(w.wo_a[g], nullptr, ActScratch{og_q, a_gen.s + g * (gw / kFp8GemmBlock) * N}, N, zg);
+    } else {
+      CUDA_CHECK(cudaMemcpy2DAsync(og, gw * sizeof(float), o + g * gw, H * d * sizeof(float),
+                                   gw * sizeof(float), N, cudaMemcpyDeviceToDevice, stream));
+      lin(w.wo_a[g], og, N, zg, a_gen);
+    }
     CUDA_CHECK(cudaMemcpy2DAsync(zz + g * Ro, G * Ro * sizeof(float), zg, Ro * sizeof(float),
                                  Ro * sizeof(float), N, cudaMemcpyDeviceToDevice, stream));
   }

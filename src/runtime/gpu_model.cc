@@ -271,6 +271,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     a_in = scratch(T, D);
     a_r = scratch(T, Rq);
     a_gen = scratch(std::max(T, R), kmax);
+    og_q = static_cast<uint8_t*>(raw_alloc(T * gw));
     const int64_t kmoe = std::max(D, I);
     moe_q = static_cast<uint8_t*>(raw_alloc(moe_rows_cap * kmoe));
     moe_s_rm = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));

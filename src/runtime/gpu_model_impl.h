@@ -101,6 +101,7 @@ struct GpuModel::Impl {
   // (shared by wq_b and the indexer's wq_b), a general one, and the grouped MoE rows
   // (row-major scales, then per-expert block-major segments).
   ActScratch a_in, a_r, a_gen;
+  uint8_t* og_q = nullptr;  // one output group's FP8 codes [T, H*d/G]
   uint8_t* moe_q = nullptr;
   float *moe_s_rm = nullptr, *moe_s_seg = nullptr;
   // Metadata: int32 sections on the device and a pinned host staging copy.
