@@ -109,7 +109,7 @@ void moe_swiglu_quant_cuda(cudaStream_t stream, const float* g, const float* u, 
 // out[t, :] = sum_{j < k} y[slot_row[t*k + j], :]  (j ascending) + y_shared[t, :], where y is
 // the expert output of slot (t, j): W2_e · h, h = SwiGLU(W1_e x_t, W3_e x_t) * weight[t, j]
 // (FP8 GEMMs as above; x_t quantised per 1x128 block like act_quant; h is quantised from
-// fp32, without the bf16 cast of the official kernel, as the CPU reference does).
+// fp32: the official kernel casts h to bf16 before its FP8 quantisation, we do not).
 // y_shared [T, D] (the shared expert's output) may be null.
 //   x        fp32 [T, D] (D % 16 == 0), device
 //   ids      int32 [T, k], weights fp32 [T, k] (route_cuda's outputs)
@@ -117,7 +117,8 @@ void moe_swiglu_quant_cuda(cudaStream_t stream, const float* g, const float* u, 
 //   w2       e4m3 [E, D, I] with scales fp32 [E, ceil(D/128), fp8_weight_scale_ld(I)]
 //            (I % 16 == 0; all weight pointers 16-byte aligned)
 //   out      fp32 [T, D]: every element written (T == 0: nothing to do)
-//   workspace: moe_experts_fp8_workspace_bytes(T, k, E, D, I) bytes, 256-byte aligned;
+//   workspace: moe_experts_fp8_workspace_bytes(s) bytes, 256-byte aligned (about
+//            rows_cap * (9 I + 4 D + 4 ceil(I/128)) + T * (D + 4 ceil(D/128) + 4 k) + 4 E);
 //            contents on return are the intermediates (see MoeExpertsWorkspace).
 struct MoeExpertsFp8Weights {
   const uint8_t* w1 = nullptr;
