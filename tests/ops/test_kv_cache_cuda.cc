@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 #include <tuple>
 
@@ -45,12 +44,12 @@ std::vector<uint8_t> download_bytes(const Tensor& t) {
   return v;
 }
 
-// Elements that differ (bitwise for floats: NaN != NaN).
+// Elements that differ (by value: -0 == 0; NaN only equals NaN).
 template <typename T>
 int64_t count_differences(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return -1;
   int64_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i]) && !(a[i] != a[i] && b[i] != b[i]);
   return n;
 }
 
