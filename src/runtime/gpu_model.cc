@@ -65,6 +65,8 @@ DeviceLinear GpuModel::Impl::linear(const float* host, int64_t n, int64_t k, flo
     w.w32 = f32(host, n * k, 0.0f, std);
     return w;
   }
+  CHECK_KIND(kUnsupported, k % 16 == 0)
+      << "GpuModel kFp8: a projection with K=" << k << " (the FP8 GEMMs need K % 16 == 0)";
   const int64_t n_nb = ceil_div64(n, kFp8GemmBlock), ld = fp8_weight_scale_ld(k);
   auto* q = static_cast<uint8_t*>(raw_alloc(n * k));
   float* s = alloc(n_nb * ld);
