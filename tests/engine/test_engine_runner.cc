@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "engine_test_util.h"
+#include "io/config_parser.h"
 #include "runtime/gpu_runner_sizing.h"
 #include "runtime/runner_factory.h"
 
@@ -133,6 +134,30 @@ TEST(GpuSizing, StateAndFit) {
   EXPECT_EQ(gpu_sequences_that_fit(t, 9000, 10000, 0.5, 8), 8);
   EXPECT_EQ(gpu_sequences_that_fit(t, 5000, 10000, 0.5, 64), 0);  // others use all of the half
   EXPECT_THROW(gpu_sequences_that_fit(t, 9000, 10000, 0.0, 8), Error);
+}
+
+// The benchmark's truncated V4-Flash config (bench/configs) has V4-Flash's shapes
+// (MODEL_SPEC §0) and its sizing on an H200-size device is sane.
+TEST(GpuSizing, BenchV4FlashConfig) {
+  const ModelConfig c = load_model_config("bench/configs/v4-flash-4l/config.json");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.num_heads, 64);
+  EXPECT_EQ(c.head_dim, 512);
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_EQ(c.q_lora_rank, 1024);
+  EXPECT_EQ(c.n_routed_experts, 256);
+  EXPECT_EQ(c.moe_intermediate_size, 2048);
+  EXPECT_EQ(c.vocab_size, 129280);
+  EXPECT_EQ(c.compress_ratios, (std::vector<int64_t>{0, 0, 4, 128}));
+  EXPECT_TRUE(c.yarn.enabled);
+  EXPECT_EQ(c.yarn.original_max_position, 65536);
+  const GpuSizing s = estimate_gpu_sizing(c, 4096, 2048, true);
+  // Routed experts dominate: 4 layers x 256 x 3 x 4096 x 2048 FP8 bytes = 25.8 GB.
+  const double experts = 4.0 * 256 * 3 * 4096 * 2048;
+  EXPECT_GT(double(s.weight_bytes), experts);
+  EXPECT_LT(double(s.weight_bytes), 1.2 * experts);
+  const int64_t gib = int64_t(1) << 30;
+  EXPECT_GE(gpu_sequences_that_fit(s, 139 * gib, 140 * gib, 0.9, 256), 64);
 }
 
 }  // namespace

@@ -1,0 +1,110 @@
+// The engine on device cuda (CudaRunner over GpuModel) against the engine on the CPU, with
+// the same random weights: greedy tokens agree wherever the CPU's top-1 margin leaves room
+// for fp32 rounding differences, and in batch-invariant mode a request's logits on the GPU
+// are bitwise the same alone or inside a batch. Label cuda: needs a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "engine_test_util.h"
+#include "model/weights.h"
+#include "runtime/cuda_runner.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr float kMargin = 1e-2f;
+
+std::unique_ptr<ModelRunner> cuda_runner(bool batch_invariant) {
+  auto source = random_weights(small_config(), kEngineTestSeed);
+  const ModelWeights weights = load_model_weights(small_config(), *source);
+  CudaRunnerOptions o;
+  o.max_sequences = 32;
+  o.max_context = 256;
+  o.max_batch_tokens = 64;
+  o.numerics = Numerics::kReference;
+  o.batch_invariant = batch_invariant;
+  return std::make_unique<CudaRunner>(small_config(), weights, o);
+}
+
+// Top-1 minus top-2 of a logits row.
+float margin(std::span<const float> row) {
+  std::vector<float> v(row.begin(), row.end());
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  return v[0] - v[1];
+}
+
+TEST(EngineCuda, GreedyTokensMatchTheCpuEngine) {
+  auto jobs = random_jobs(24, 40, 16, 5, 0.0f);
+  EngineArgs args = tiny_pool_args(true);
+  args.state_budget_bytes = 64 << 20;
+  // CPU engine (reference numerics), recording each request's margin per output index.
+  std::map<std::string, std::map<int64_t, float>> margins;
+  EngineArgs cpu_args = args;
+  cpu_args.on_logits = [&](const std::string& id, int64_t i, std::span<const float> row) {
+    margins[id][i] = margin(row);
+  };
+  Engine cpu(cpu_args, small_model(false, Numerics::kReference), nullptr);
+  for (const Job& j : jobs) cpu.add_request(to_request(j));
+  const auto cpu_out = drain(cpu);
+
+  Engine gpu(args, cuda_runner(false), nullptr);
+  EXPECT_EQ(gpu.runner().name().rfind("cuda", 0), 0u);
+  for (const Job& j : jobs) gpu.add_request(to_request(j));
+  const auto gpu_out = drain(gpu);
+
+  int64_t n_compared = 0;
+  for (const Job& j : jobs) {
+    SCOPED_TRACE(j.id);
+    ASSERT_TRUE(cpu_out.count(j.id) && gpu_out.count(j.id));
+    const auto want = all_tokens(cpu_out.at(j.id)), got = all_tokens(gpu_out.at(j.id));
+    const size_t n = std::min(want.size(), got.size());
+    size_t i = 0;
+    for (; i < n && want[i] == got[i]; ++i) ++n_compared;
+    if (i < n) {
+      // They may part only where the CPU's choice was nearly a tie; after that the
+      // contexts differ and nothing more is compared.
+      EXPECT_LE(margins[j.id][int64_t(i)], kMargin) << "token " << i << ": cpu " << want[i] << " gpu " << got[i];
+    } else {
+      EXPECT_EQ(want.size(), got.size()) << "same tokens but different lengths";
+    }
+  }
+  EXPECT_GT(n_compared, 100);
+  EXPECT_TRUE(gpu.state_cache().all_free());
+}
+
+// Logits of one request alone, then inside a batch of mixed prefill and decode chunks.
+TEST(EngineCuda, BatchInvariantLogitsAreBitwiseEqualAloneAndBatched) {
+  const auto probe_prompt = random_tokens(23, small_config().vocab_size, 1234);
+  auto run = [&](bool batched) {
+    std::vector<std::vector<float>> rows;
+    EngineArgs args = tiny_pool_args(true);
+    args.state_budget_bytes = 64 << 20;
+    args.on_logits = [&](const std::string& id, int64_t, std::span<const float> row) {
+      if (id == "probe") rows.emplace_back(row.begin(), row.end());
+    };
+    Engine engine(args, cuda_runner(true), nullptr);
+    if (batched) {
+      for (const Job& j : random_jobs(12, 40, 12, 77, 0.0f)) engine.add_request(to_request(j));
+    }
+    EngineRequest probe;
+    probe.id = "probe";
+    probe.prompt = probe_prompt;
+    probe.params.temperature = 0.0f;
+    probe.params.max_tokens = 10;
+    probe.params.ignore_eos = true;
+    engine.add_request(probe);
+    drain(engine);
+    return rows;
+  };
+  const auto alone = run(false), batched = run(true);
+  ASSERT_EQ(alone.size(), 10u);
+  ASSERT_EQ(batched.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_TRUE(std::equal(alone[i].begin(), alone[i].end(), batched[i].begin())) << "output " << i;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
