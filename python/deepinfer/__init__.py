@@ -52,7 +52,10 @@ class SamplingParams:
     with an explicit seed are reproducible (the sampled tokens then depend only on the
     prompt, the parameters and the seed, never on the batch). `logprobs=k` returns the
     chosen token's and the top-k log-probabilities of the raw model distribution. `n > 1`
-    samples n completions of the prompt; completion k uses seed + k."""
+    samples n completions of the prompt; completion k uses seed + k. `logit_bias` maps token
+    ids to a bias in [-100, 100] added to that token's raw logit before the penalties and the
+    temperature (OpenAI's and vLLM's meaning: +100 practically forces a token, -100 bans it);
+    logprobs are still those of the raw logits."""
 
     def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  min_p: float = 0.0, max_tokens: int = 16, min_tokens: int = 0,
@@ -62,7 +65,8 @@ class SamplingParams:
                  frequency_penalty: float = 0.0, logprobs: Optional[int] = None,
                  skip_special_tokens: bool = True, priority: int = 0, n: int = 1,
                  json_schema: Union[None, str, dict] = None, json_object: bool = False,
-                 regex: Optional[str] = None, grammar: Optional[str] = None):
+                 regex: Optional[str] = None, grammar: Optional[str] = None,
+                 logit_bias: Optional[dict] = None):
         if int(n) < 1:
             raise ValueError(f"SamplingParams: n must be >= 1, got {n}")
         self.n = int(n)
@@ -75,6 +79,7 @@ class SamplingParams:
         self.seed = seed
         self.stop = [stop] if isinstance(stop, str) else list(stop or [])
         self.stop_token_ids = list(stop_token_ids or [])
+        self.logit_bias = {int(k): float(v) for k, v in (logit_bias or {}).items()}
         self.ignore_eos = ignore_eos
         self.repetition_penalty = repetition_penalty
         self.presence_penalty = presence_penalty
@@ -108,6 +113,7 @@ class SamplingParams:
         p.min_tokens = int(self.min_tokens)
         p.seed = (int(self.seed) + choice) if self.seed is not None else secrets.randbits(63)
         p.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        p.logit_bias = [(int(t), float(b)) for t, b in self.logit_bias.items()]
         p.ignore_eos = bool(self.ignore_eos)
         p.repetition_penalty = float(self.repetition_penalty)
         p.presence_penalty = float(self.presence_penalty)

@@ -46,6 +46,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("min_tokens", &SamplingParams::min_tokens)
       .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
       .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
+      .def_readwrite("logit_bias", &SamplingParams::logit_bias)
       .def("validate", &SamplingParams::validate);
 
   py::enum_<Numerics>(m, "Numerics")

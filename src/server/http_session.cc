@@ -170,12 +170,15 @@ std::shared_ptr<Generation> HttpSession::prepare(const std::string& text, bool c
   const ServerOptions& o = state_.options;
   const Json body = parse_body(text, o.limits);
   check_model(body, o.model_name);
+  const int64_t vocab_size = state_.tokenizer.vocab_size();
   if (chat) {
-    return std::make_shared<ChatGeneration>(parse_chat_request(body, o.limits, o.chat_version, o.default_thinking),
-                                            state_.model);
+    const ChatRequest request = parse_chat_request(body, o.limits, o.chat_version, o.default_thinking);
+    check_token_ids(request.sampling, vocab_size);
+    return std::make_shared<ChatGeneration>(request, state_.model);
   }
-  return std::make_shared<CompletionGeneration>(parse_completion_request(body, state_.tokenizer, o.limits),
-                                                state_.model);
+  const CompletionRequest request = parse_completion_request(body, state_.tokenizer, o.limits);
+  check_token_ids(request.sampling, vocab_size);
+  return std::make_shared<CompletionGeneration>(request, state_.model);
 }
 
 void HttpSession::start_generation(std::shared_ptr<Generation> gen, const std::optional<ApiError>& error) {

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -151,8 +152,26 @@ SamplingRequest parse_sampling(const Json& r, bool chat, const RequestLimits& li
   } else {
     if (auto k = get_int(r, "logprobs", 0, limits.max_top_logprobs)) s.n_logprobs = *k;
   }
-  if (const Json* lb = find(r, "logit_bias"); lb && !lb->empty()) {
-    throw bad_request("logit_bias is not supported", "logit_bias");
+  if (const Json* lb = find(r, "logit_bias")) {
+    // OpenAI's form: {"<token id>": bias}, the id a decimal string, the bias in [-100, 100].
+    if (!lb->is_object()) throw bad_request("logit_bias must be an object of token id -> bias", "logit_bias");
+    if (static_cast<int64_t>(lb->size()) > limits.max_logit_bias) {
+      throw bad_request("at most " + std::to_string(limits.max_logit_bias) + " logit_bias entries", "logit_bias");
+    }
+    for (const auto& [key, value] : lb->items()) {
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isdigit(c); });
+      const int64_t id = digits ? std::stoll(key) : -1;
+      if (id < 0 || id > INT32_MAX) {
+        throw bad_request("logit_bias keys must be token ids (non-negative integers), got '" + key + "'",
+                          "logit_bias");
+      }
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0)) {
+        throw bad_request("logit_bias of token " + key + " must be a number in [-100, 100], got " + value.dump(),
+                          "logit_bias");
+      }
+      s.params.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(value.get<double>()));
+    }
   }
   if (auto best_of = get_int(r, "best_of", 1, limits.max_n); best_of && *best_of != s.n) {
     throw bad_request("best_of other than n is not supported", "best_of");
@@ -243,6 +262,23 @@ Json parse_constraint(const Json& r, SamplingRequest& s) {
   s.constraint_kind = kind;
   s.constraint = text;
   return for_encoder;
+}
+
+void check_token_ids(const SamplingRequest& s, int64_t vocab_size) {
+  for (int32_t t : s.params.stop_token_ids) {
+    if (t < 0 || t >= vocab_size) {
+      throw bad_request("stop_token_ids: token id " + std::to_string(t) + " is outside the vocabulary of " +
+                            std::to_string(vocab_size),
+                        "stop_token_ids");
+    }
+  }
+  for (const auto& [t, bias] : s.params.logit_bias) {
+    if (t >= vocab_size) {
+      throw bad_request("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary of " +
+                            std::to_string(vocab_size),
+                        "logit_bias");
+    }
+  }
 }
 
 CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenizer& tokenizer,

@@ -2,7 +2,8 @@
 // the recipe layer take. Every refusal is an ApiError (api_error.h) naming the field: 400 for
 // malformed JSON, wrong types, out-of-range values and unsupported features, 404 for an
 // unknown model. Field names and defaults follow the OpenAI API; vLLM's extensions top_k,
-// min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids, priority are accepted too.
+// min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids, priority are accepted too;
+// logit_bias as OpenAI defines it.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -28,6 +29,7 @@ struct RequestLimits {
   int64_t max_messages = 4096;
   int64_t max_stop = 16;
   int64_t max_top_logprobs = 20;
+  int64_t max_logit_bias = 1024;  // logit_bias entries per request
 };
 
 // Parses the body; malformed JSON, a non-object or nesting deeper than max_json_depth -> 400.
@@ -60,7 +62,12 @@ struct SamplingRequest {
 // (deepseek-recipe's form), or null for none.
 Json parse_constraint(const Json& request, SamplingRequest& s);
 
+// logit_bias is OpenAI's {"<token id>": bias} map (bias in [-100, 100], added to the raw
+// logits; reported logprobs stay those of the raw logits, see SamplingParams::logit_bias).
 SamplingRequest parse_sampling(const Json& request, bool chat, const RequestLimits& limits);
+
+// stop_token_ids and logit_bias ids outside [0, vocab_size) -> 400 naming the field.
+void check_token_ids(const SamplingRequest& s, int64_t vocab_size);
 
 // max_tokens for a prompt of `n_prompt` tokens: the request's (prompt + max_tokens must fit
 // max_model_len, else 400) or, when absent, `default_max` capped by what fits.

@@ -692,3 +692,63 @@ def test_completion_regex_extension(server, client):
     assert r.choices[0].finish_reason == "stop"
     import re
     assert re.fullmatch(pattern, r.choices[0].text), r.choices[0].text
+
+
+# ------------------------------------------------------------------- logit_bias
+
+def hf_token_bytes():
+    """Token id -> exact bytes, from the HF tokenizer's byte-level vocabulary (GPT-2's
+    byte <-> printable-character table)."""
+    from tokenizers import Tokenizer
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    char_to_byte = {chr(b): b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            char_to_byte[chr(256 + extra)] = b
+            extra += 1
+    tok = Tokenizer.from_file(TOKENIZER)
+    out = {}
+    for piece, i in tok.get_vocab(with_added_tokens=False).items():
+        if all(ch in char_to_byte for ch in piece):
+            out[i] = bytes(char_to_byte[ch] for ch in piece)
+    return tok, out
+
+
+def test_logit_bias_forces_and_bans(server, client):
+    tok, token_bytes = hf_token_bytes()
+    hello = tok.encode(" hello", add_special_tokens=False).ids
+    assert len(hello) == 1
+    # +100 forces the token at any temperature, on both endpoints.
+    r = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=4, temperature=0.8,
+                                  seed=3, logit_bias={str(hello[0]): 100})
+    assert r.choices[0].text == tok.decode(hello * 4) and r.usage.completion_tokens == 4
+    c = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=3, temperature=1.0, seed=5,
+                                       logit_bias={str(hello[0]): 100})
+    assert c.choices[0].message.content == tok.decode(hello * 3)
+
+    # -100 bans the greedy choice: the runner-up of the raw distribution is taken, and its
+    # reported logprob is the raw one (logprobs are not those of the biased logits).
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=1,
+              temperature=0, logprobs=True, top_logprobs=3)
+    first = client.chat.completions.create(**kw).choices[0].logprobs.content[0]
+    ids = [i for i, b in token_bytes.items() if b == bytes(first.bytes)]
+    assert len(ids) == 1, (first.token, ids)
+    runner_up = first.top_logprobs[1]
+    banned = client.chat.completions.create(**kw, logit_bias={str(ids[0]): -100})
+    e = banned.choices[0].logprobs.content[0]
+    assert bytes(e.bytes) == bytes(runner_up.bytes)
+    assert e.logprob == pytest.approx(runner_up.logprob, abs=1e-5)
+    assert e.top_logprobs[0].logprob == pytest.approx(first.logprob, abs=1e-5)
+
+
+def test_logit_bias_invalid_400(server, client):
+    for bias in ({"abc": 1}, {"-1": 1}, {"5": 101}, {"5": "x"}, {"129280": 1}, {"999999999": 1}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model=MODEL, prompt="x", max_tokens=1, logit_bias=bias)
+        assert e.value.body["param"] == "logit_bias", bias
+    resp, data = server.request("POST", "/v1/completions",
+                                {"model": MODEL, "prompt": "x", "max_tokens": 1, "logit_bias": [1, 2]})
+    assert resp.status == 400 and assert_error_body(data)["param"] == "logit_bias"

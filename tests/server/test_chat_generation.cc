@@ -312,7 +312,16 @@ TEST(OpenAIRequest, Validation) {
   bad({{"stop", 3}}, "stop");
   bad({{"top_logprobs", 2}}, "top_logprobs");
   bad({{"stream_options", {{"include_usage", true}}}}, "stream_options");
-  bad({{"logit_bias", {{"1", 5}}}}, "logit_bias");
+  bad({{"logit_bias", {{"x1", 5}}}}, "logit_bias");
+  bad({{"logit_bias", {{"-3", 5}}}}, "logit_bias");
+  bad({{"logit_bias", {{"7", 100.5}}}}, "logit_bias");
+  bad({{"logit_bias", {{"7", "5"}}}}, "logit_bias");
+  bad({{"logit_bias", Json::array({1, 2})}}, "logit_bias");
+  const SamplingRequest biased = parse_sampling({{"logit_bias", {{"7", -100}, {"12", 2.5}}}}, true, limits);
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(biased.params.logit_bias, (Bias{{7, -100.0f}, {12, 2.5f}}));
+  EXPECT_NO_THROW(check_token_ids(biased, 13));
+  EXPECT_THROW(check_token_ids(biased, 12), ApiError);
   const SamplingRequest s = parse_sampling(
       {{"max_completion_tokens", 7}, {"seed", 5}, {"logprobs", true}, {"top_logprobs", 3},
        {"stop", Json::array({"a", ""})}, {"top_k", -1}},
