@@ -481,6 +481,7 @@ std::vector<RequestOutput> Engine::step() {
     m.note_done();
     const auto sampled = m.sample(*f);
     m.update(*f, sampled, out);
+    m.free_deferred();  // nothing in flight: finished requests' states go back now, not at the next step
     return out;
   }
   // Overlap: step t (m.inflight) runs on the worker while step t+1 is scheduled here.
@@ -517,6 +518,9 @@ std::vector<RequestOutput> Engine::step() {
   }
   m.update(*m.inflight, sampled, out);
   m.inflight = std::move(launched);
+  // Idle now: hand the finished requests' states back instead of holding them until the next
+  // request arrives (they are the engine's largest per-request host allocations).
+  if (m.inflight == nullptr) m.free_deferred();
   return out;
 }
 
