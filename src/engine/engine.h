@@ -9,8 +9,9 @@
 //
 // Overlap: a worker thread runs the runner's forward of step t (on the CPU, or launching
 // and waiting for the device) while the calling thread schedules step t+1, then (after
-// sampling step t) updates the scheduler and detokenizes step t while step t+1 runs. step() then returns the outputs of the step that
-// just completed. Results are identical with overlap on or off.
+// sampling step t) updates the scheduler and detokenizes step t while step t+1 runs.
+// step() then returns the outputs of the step that just completed. Results are identical
+// with overlap on or off.
 //
 // Backends: the model runs through a ModelRunner (runtime/model_runner.h): CpuRunner (the
 // CPU Model, states in host memory) or CudaRunner (GpuModel, states in device pools), chosen
