@@ -85,9 +85,8 @@ TEST(EngineCuda, BatchInvariantLogitsAreBitwiseEqualAloneAndBatched) {
       if (id == "probe") rows.emplace_back(row.begin(), row.end());
     };
     Engine engine(args, cuda_runner(true), nullptr);
-    if (batched) {
-      for (const Job& j : random_jobs(12, 40, 12, 77, 0.0f)) engine.add_request(to_request(j));
-    }
+    // The probe comes first, so its whole prompt is one chunk in both runs (FCFS, 64-token
+    // budget): the runs differ only in what else shares each forward.
     EngineRequest probe;
     probe.id = "probe";
     probe.prompt = probe_prompt;
@@ -95,7 +94,12 @@ TEST(EngineCuda, BatchInvariantLogitsAreBitwiseEqualAloneAndBatched) {
     probe.params.max_tokens = 10;
     probe.params.ignore_eos = true;
     engine.add_request(probe);
+    if (batched) {
+      for (const Job& j : random_jobs(12, 40, 12, 77, 0.0f)) engine.add_request(to_request(j));
+    }
     drain(engine);
+    EXPECT_EQ(engine.stats().n_preemptions, 0);
+    if (batched) EXPECT_GE(engine.stats().max_running, 4);
     return rows;
   };
   const auto alone = run(false), batched = run(true);
