@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <unordered_map>
 
@@ -51,30 +52,67 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p,
   }
 }
 
+namespace {
+
+// Key whose ascending order is (logit descending, id ascending): the logit's bits mapped to an
+// unsigned order (-0 counts as +0, as the float comparison does) and inverted, above the id.
+inline uint64_t candidate_key(float logit, int32_t id) {
+  uint32_t b;
+  std::memcpy(&b, &logit, sizeof(b));
+  if (logit == 0.0f) b = 0;
+  const uint32_t ascending = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(id);
+}
+
+// The ids of the first k (0: all) candidates (logit > -inf) in (logit desc, id asc) order. The
+// order is a strict total order, so any correct sort gives the same sequence; a full order uses
+// a stable LSD radix sort on the logit half of the key (ids go in ascending, which settles
+// ties), a short top-k a partial sort of the keys. Returns a per-thread buffer.
+const std::vector<int32_t>& ordered_candidates(std::span<const float> logits, int64_t top_k) {
+  thread_local std::vector<uint64_t> keys, tmp;
+  thread_local std::vector<int32_t> ids;
+  keys.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] > -INFINITY) keys.push_back(candidate_key(logits[i], static_cast<int32_t>(i)));
+  }
+  const size_t n = keys.size();
+  const size_t k = top_k > 0 ? std::min(static_cast<size_t>(top_k), n) : n;
+  if (k * 16 < n) {
+    std::partial_sort(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(k), keys.end());
+  } else if (n > 1) {
+    tmp.resize(n);
+    for (int shift = 32; shift < 64; shift += 8) {
+      size_t count[257] = {};
+      for (uint64_t key : keys) ++count[((key >> shift) & 0xff) + 1];
+      if (count[((keys[0] >> shift) & 0xff) + 1] == n) continue;  // one digit: order unchanged
+      for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+      for (uint64_t key : keys) tmp[count[(key >> shift) & 0xff]++] = key;
+      keys.swap(tmp);
+    }
+  }
+  ids.resize(k);
+  for (size_t i = 0; i < k; ++i) ids[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
+  return ids;
+}
+
+}  // namespace
+
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position) {
   const int64_t n = static_cast<int64_t>(logits.size());
   ICHECK(n > 0);
   if (p.temperature == 0.0f || p.top_k == 1) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  // Candidates ordered by (logit desc, id asc); keep top-k first to bound the work. Tokens
-  // with logit -inf (masked by a grammar, EOS before min_tokens) have probability 0 and can
-  // never be drawn, so they are left out before sorting: a grammar mask that allows a few
-  // hundred tokens then costs a few hundred comparisons instead of a sort of the vocabulary.
-  std::vector<int32_t> ids;
-  ids.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    if (logits[i] > -INFINITY) ids.push_back(static_cast<int32_t>(i));
-  }
+  // Candidates ordered by (logit desc, id asc), the first k kept. Tokens with logit -inf
+  // (masked by a grammar, EOS before min_tokens) have probability 0 and can never be drawn,
+  // so they are left out: a grammar mask that allows a few hundred tokens then costs a few
+  // hundred keys instead of the vocabulary.
+  const std::vector<int32_t>& ids = ordered_candidates(logits, p.top_k);
   if (ids.empty()) return 0;  // nothing can be drawn; callers never mask every token
-  const int64_t k = p.top_k > 0 ? std::min<int64_t>(p.top_k, int64_t(ids.size())) : int64_t(ids.size());
-  auto order = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), order);
-  ids.resize(k);
+  const int64_t k = static_cast<int64_t>(ids.size());
   const float mx = logits[ids[0]];
-  std::vector<double> probs(k);
+  thread_local std::vector<double> probs;
+  probs.resize(static_cast<size_t>(k));
   double total = 0.0;
   for (int64_t i = 0; i < k; ++i) {
     probs[i] = std::exp((static_cast<double>(logits[ids[i]]) - mx) / p.temperature);
