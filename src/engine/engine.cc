@@ -15,6 +15,7 @@
 #include "engine/step_worker.h"
 #include "engine/text_stream.h"
 #include "io/config_parser.h"
+#include "ops/sampling/token_bitmask.h"
 #include "recipe/tokenizer.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/runner_factory.h"
@@ -98,6 +99,10 @@ struct Engine::Impl {
     std::vector<std::vector<int32_t>> tokens;  // per chunk
     std::vector<RunnerChunk> chunks;
     Tensor logits;                             // [n_chunks, V], last row of each chunk
+    // Overlap: grammar bitmasks of the sampling rows, computed while the forward runs
+    // ([n_chunks, n_mask_words]; row i valid where has_mask[i]).
+    std::vector<uint32_t> masks;
+    std::vector<uint8_t> has_mask;
   };
 
   EngineArgs args;
@@ -131,7 +136,9 @@ struct Engine::Impl {
     stats.busy_seconds = runner->busy_seconds();
   }
   std::vector<std::vector<int32_t>> sample(const InFlight& f);
-  int32_t sample_one(Live& l, const Request& r, const float* logits);
+  void precompute_masks(InFlight& f);
+  // `precomputed`: the request's grammar bitmask from precompute_masks(), or null.
+  int32_t sample_one(Live& l, const Request& r, const float* logits, const uint32_t* precomputed);
   void update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
               std::vector<RequestOutput>& out);
   RequestOutput emit(Live& l, std::span<const int32_t> outputs, std::optional<FinishReason> reason,
@@ -248,7 +255,30 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
   return f;
 }
 
-int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits) {
+// The matchers of the rows a step samples already hold every earlier sample (sample() of the
+// previous step ran before this one was launched), so their masks can be computed while the
+// forward runs; nothing changes a matcher between here and sample(). A failure leaves the
+// masks to sample(), which then fails as it would with overlap off.
+void Engine::Impl::precompute_masks(InFlight& f) {
+  if (!structured) return;
+  const size_t n = f.sched.scheduled.size(), n_words = size_t(structured->n_mask_words());
+  f.has_mask.assign(n, 0);
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      const ScheduledChunk& c = f.sched.scheduled[i];
+      auto it = live.find(c.request_id);
+      if (!c.samples || it == live.end() || !it->second.matcher) continue;
+      if (f.masks.size() < n * n_words) f.masks.resize(n * n_words);
+      it->second.matcher->fill_next_token_bitmask(f.masks.data() + i * n_words);
+      f.has_mask[i] = 1;
+    }
+  } catch (...) {
+    f.has_mask.clear();
+  }
+}
+
+int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
+                                 const uint32_t* precomputed) {
   const ModelConfig& cfg = runner->config();
   const int64_t position = r.num_output_tokens();
   const std::span<const float> raw(logits, size_t(cfg.vocab_size));
@@ -259,10 +289,12 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits)
   apply_penalties(row, l.params, history);
   if (l.matcher) {
     // The constraint decides when the output may end: EOS stays allowed where it allows it.
-    l.matcher->fill_next_token_bitmask(mask.data());
-    for (size_t t = 0; t < row.size(); ++t) {
-      if (!((mask[t / 32] >> (t % 32)) & 1u)) row[t] = -INFINITY;
+    const uint32_t* allowed = precomputed;
+    if (allowed == nullptr) {
+      l.matcher->fill_next_token_bitmask(mask.data());
+      allowed = mask.data();
     }
+    apply_token_bitmask_ref(row.data(), allowed, nullptr, 1, int64_t(row.size()));
   } else if (position < l.params.min_tokens || l.params.ignore_eos) {
     for (int64_t eos : cfg.eos_token_ids) row[size_t(eos)] = -INFINITY;
   }
@@ -287,7 +319,10 @@ std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
     const Request* r = scheduler->find(c.request_id);
     auto it = live.find(c.request_id);
     if (r == nullptr || it == live.end()) continue;  // finished while the step ran
-    sampled[i].push_back(sample_one(it->second, *r, f.logits.f32() + int64_t(i) * V));
+    const uint32_t* mask = i < f.has_mask.size() && f.has_mask[i]
+                               ? f.masks.data() + i * size_t(structured->n_mask_words())
+                               : nullptr;
+    sampled[i].push_back(sample_one(it->second, *r, f.logits.f32() + int64_t(i) * V, mask));
   }
   return sampled;
 }
@@ -496,6 +531,7 @@ std::vector<RequestOutput> Engine::step() {
     m.worker->submit([&m, f = m.inflight.get()] { m.run(*f); });
   }
   SchedulerOutput next = m.scheduler->schedule();
+  m.precompute_masks(*m.inflight);
   try {
     m.worker->wait();
   } catch (...) {
