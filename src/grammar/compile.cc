@@ -11,7 +11,9 @@ Grammar build_grammar(const GrammarSpec& spec) {
   JsonSchemaOptions jopt;
   jopt.max_whitespace = spec.max_whitespace;
   if (spec.kind == "json_schema") return json_schema_grammar(spec.text, jopt);
-  if (spec.kind == "json_object") return json_value_grammar(jopt);
+  // OpenAI's JSON mode promises a JSON object (llguidance and vLLM's backends read it the same
+  // way), not any JSON value.
+  if (spec.kind == "json_object") return json_schema_grammar(R"({"type": "object"})", jopt);
   if (spec.kind == "regex") return regex_grammar(spec.text);
   if (spec.kind == "ebnf") return ebnf_grammar(spec.text);
   THROW(kInvalidInput) << "unknown grammar kind '" << spec.kind << "'";

@@ -3,9 +3,9 @@
 //   auto vocab = std::make_shared<const Vocabulary>(token_bytes, stop_ids);   // once per model
 //   auto g = compile_grammar({"json_schema", schema_text}, vocab);           // once per schema
 //   GrammarMatcher m(g);                                                      // once per request
-// Kinds: "json_schema" (json_schema.h), "json_object" (any JSON value; text ignored),
-// "regex" (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule
-// "root"). Errors: kInvalidInput (malformed), kUnsupported (feature named in the message).
+// Kinds: "json_schema" (json_schema.h), "json_object" (any JSON object; text ignored), "regex"
+// (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule "root").
+// Errors: kInvalidInput (malformed), kUnsupported (feature named in the message).
 // Compiled grammars are immutable apart from their internally synchronised mask cache: cache
 // them by (kind, text) and share them across requests and threads.
 #pragma once

@@ -48,7 +48,7 @@ struct JsonSchemaOptions {
 // Throws kInvalidInput for malformed JSON / schemas, kUnsupported for unsupported features.
 Grammar json_schema_grammar(std::string_view schema_json, const JsonSchemaOptions& options = {});
 
-// Any JSON value (the grammar behind `response_format: json_object`).
+// Any JSON value.
 Grammar json_value_grammar(const JsonSchemaOptions& options = {});
 
 }  // namespace deepinfer::grammar

@@ -108,6 +108,19 @@ TEST(GrammarMatcher, ForcedBytesAndTokens) {
   EXPECT_EQ(m2.find_forced_bytes(), "");  // more digits, '.', 'e' or '}'
 }
 
+// JSON mode (response_format json_object) is a JSON object, not any JSON value.
+TEST(GrammarMatcher, JsonObjectKindIsAnObject) {
+  auto g = compile_grammar({"json_object", ""}, vocab());
+  for (const char* text : {"{}", "{\"a\":[1,{\"b\":null}],\"c\":\"x\"}"}) {
+    GrammarMatcher m(g);
+    EXPECT_TRUE(m.accept_bytes(text) && m.can_terminate()) << text;
+  }
+  for (const char* text : {"[1]", "1", "\"s\"", "null"}) {
+    GrammarMatcher m(g);
+    EXPECT_FALSE(m.accept_bytes(text) && m.can_terminate()) << text;
+  }
+}
+
 TEST(GrammarMatcher, EmptyLanguageAllowsNothing) {
   auto g = compile_grammar({"json_schema", R"({"type":"object","properties":{"a":false},"required":["a"]})"}, vocab());
   EXPECT_TRUE(g->empty_language());

@@ -44,7 +44,7 @@ def test_json_object_outputs_parse(llm):
     done = 0
     for out in gen(llm, json_object=True, max_tokens=128):
         if out.finish_reason == "stop":
-            json.loads(out.text)
+            assert isinstance(json.loads(out.text), dict), out.text  # JSON mode: an object
             done += 1
     assert done >= 1, "no constrained output finished within max_tokens"
 
