@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/dtype.h"
 #include "base/parallel.h"
 #include "model/model_batch.h"
 #include "ops/attention/sparse_attention.h"
@@ -14,6 +15,18 @@
 #include "ops/rms_norm/rms_norm.h"
 
 namespace deepinfer {
+namespace {
+
+// Official numerics stores a K=V entry (window key or main compressed entry) as the FP8 KV
+// cache does (ops/kv_cache/kv_cache.h, kFp8): the NoPE dims FP8 round-tripped in 64-blocks
+// with power-of-two scales, the trailing RoPE dims rounded to bf16 (as DeepSeek's reference
+// keeps them). The GPU's paged fp8 cache then holds exactly these values.
+void round_kv_entry_official(float* entry, int64_t d, int64_t rope_dim) {
+  fp8_roundtrip(entry, d - rope_dim, 64);
+  for (int64_t i = d - rope_dim; i < d; ++i) entry[i] = round_bf16(entry[i]);
+}
+
+}  // namespace
 
 void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* out) const {
   const ModelConfig& cfg = config_;
@@ -37,7 +50,7 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
   for (int64_t row = 0; row < N; ++row) {
     rope.apply_heads(&q[row * H * d], H, d, batch.positions[row]);
     rope.apply(&kv[row * d + d - r], batch.positions[row]);
-    if (official) fp8_roundtrip(&kv[row * d], d - r, 64);
+    if (official) round_kv_entry_official(&kv[row * d], d, r);
   }
 
   // Compressors: feed every token of the chunk in order (entries become visible to a
@@ -195,7 +208,7 @@ void Model::compressor_step(const CompressorWeights& w, CompressorState& st, con
       hadamard_transform(pooled.data(), width);
       fp4_roundtrip(pooled.data(), width, 32);
     } else {
-      fp8_roundtrip(pooled.data(), width - r, 64);
+      round_kv_entry_official(pooled.data(), width, r);
     }
   }
   st.entries.insert(st.entries.end(), pooled.begin(), pooled.end());

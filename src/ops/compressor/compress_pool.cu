@@ -58,6 +58,7 @@ __device__ __forceinline__ void slot_source(const CompressorEmitParams& p, int64
 __global__ void __launch_bounds__(kThreads) emit_kernel(CompressorEmitParams p) {
   __shared__ float s_pooled[kMaxWidth];
   __shared__ float s_red[kThreads / 32];
+  if (p.n_emit_device != nullptr && static_cast<int64_t>(blockIdx.x) >= *p.n_emit_device) return;
   const int64_t row = p.emit_rows[blockIdx.x];
   const int64_t e = p.positions[row] / p.ratio;
   const int64_t n_slots = p.overlap ? 2 * p.ratio : p.ratio;
@@ -154,7 +155,9 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(CompressorEmitParams p) 
     }
     __syncthreads();
   }
-  float* out = p.entries + (static_cast<int64_t>(p.slot[row]) * p.max_entries + e) * p.width;
+  float* out = p.entries_by_row
+                   ? p.entries + row * p.width
+                   : p.entries + (static_cast<int64_t>(p.slot[row]) * p.max_entries + e) * p.width;
   for (int64_t ch = threadIdx.x; ch < p.width; ch += blockDim.x) out[ch] = s_out[ch];
 }
 

@@ -37,11 +37,18 @@ struct CompressorEmitParams {
   const float* ring_z = nullptr;
   float* entries = nullptr;
   int64_t max_entries = 0;
+  // true: the entry of emitting row r goes to entries + r * width instead (a [n_rows, width]
+  // staging buffer that a paged cache store reads; max_entries unused).
+  bool entries_by_row = false;
   int64_t ratio = 0;  // m
   int64_t width = 0;  // w
   bool overlap = false;
   const int32_t* emit_rows = nullptr;
   int64_t n_emit = 0;
+  // Optional: the emitting-row count on the device. When set, n_emit is only the launch's
+  // upper bound (e.g. the rows of a CUDA-graph bucket) and rows j >= *n_emit_device of
+  // emit_rows are skipped, so one captured launch serves every step.
+  const int32_t* n_emit_device = nullptr;
   const int32_t* positions = nullptr;
   const int32_t* slot = nullptr;
   const int32_t* chunk_start = nullptr;
