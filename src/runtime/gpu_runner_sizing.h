@@ -17,6 +17,10 @@ struct GpuSizing {
   int64_t weight_bytes = 0;      // device weights (fp32, or FP8 codes + block scales)
   int64_t activation_bytes = 0;  // per-forward buffers + cuBLASLt workspace
   int64_t state_bytes_per_sequence = 0;  // window ring, compressor rings, compressed entries
+  // NOTE (F2): GpuModel's state is now paged (FP8 584-byte / bf16 entries by default, fp32 only
+  // with paged_kv off). plan_gpu_state(config, options) in runtime/gpu_state_plan.h gives the
+  // exact bytes (header-only, no CUDA): state_bytes_per_sequence() per sequence plus
+  // fixed_state_bytes() once; this estimate (dense fp32) overstates the paged state.
 };
 
 // `fp8_weights`: projections, experts and the head stored as FP8 e4m3 with 128x128 fp32
