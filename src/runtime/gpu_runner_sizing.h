@@ -1,9 +1,9 @@
 // Sizing of the CUDA runner (no CUDA types, so it is unit-tested on the CPU): how many
 // sequences fit in device memory. GpuModel (runtime/gpu_model.h) allocates everything at
-// construction: weights, activation buffers for max_batch_tokens rows, and dense state pools
-// of max_context tokens for each of max_sequences sequences. This estimates those three parts
-// from the config (mirroring gpu_model.cc's allocations) and divides what the utilisation
-// target leaves after weights and activations by the per-sequence state.
+// construction: weights, activation buffers for max_batch_tokens rows, and state pools of
+// max_context tokens for each of max_sequences sequences. This estimates weights and
+// activations from the config (mirroring gpu_model.cc's allocations) and divides what the
+// utilisation target leaves after them by the per-sequence state.
 #pragma once
 
 #include <cstdint>
@@ -16,11 +16,10 @@ namespace deepinfer {
 struct GpuSizing {
   int64_t weight_bytes = 0;      // device weights (fp32, or FP8 codes + block scales)
   int64_t activation_bytes = 0;  // per-forward buffers + cuBLASLt workspace
-  int64_t state_bytes_per_sequence = 0;  // window ring, compressor rings, compressed entries
-  // NOTE (F2): GpuModel's state is now paged (FP8 584-byte / bf16 entries by default, fp32 only
-  // with paged_kv off). plan_gpu_state(config, options) in runtime/gpu_state_plan.h gives the
-  // exact bytes (header-only, no CUDA): state_bytes_per_sequence() per sequence plus
-  // fixed_state_bytes() once; this estimate (dense fp32) overstates the paged state.
+  // estimate_gpu_sizing: the plain (dense fp32) pools. CudaRunner replaces it by GpuModel's
+  // own plan (plan_gpu_state in runtime/gpu_state_plan.h: paged FP8 / bf16 entries) and adds
+  // that plan's fixed state bytes to activation_bytes.
+  int64_t state_bytes_per_sequence = 0;
 };
 
 // `fp8_weights`: projections, experts and the head stored as FP8 e4m3 with 128x128 fp32
