@@ -10,12 +10,15 @@
 //  2. a correctness check: GpuModel (kFp8) on a tiny config against the CPU Model (reference
 //     numerics) with the same (FP8 round-tripped) weights: cosine of the logits per position,
 //     full prefill and prefill + batched decode steps;
-//  3. decode steps at batch 1, 16, 64, 256 x context 4K, 32K and prefill of 4K and 16K tokens,
-//     each timed with CUDA events (warm-up, median of repeats) next to its roofline estimate
+//  3. decode steps at batch 1, 16, 64, 256 x context 4K, 32K (eager; at 4K also replayed from
+//     CUDA graphs, GpuModelOptions::cuda_graphs) and prefill of 4K and 16K tokens, each timed
+//     with CUDA events (warm-up, median of repeats) next to its roofline estimate
 //     max(bytes / copy BW, FLOPs / FP8 peak). Bytes = weights touched (dense projections,
 //     fp32 small tensors, the routed experts actually used, the FP8 head) + the state the
 //     step reads (window keys, compressed entries: top-k on CSA, all on HCA, every indexer
 //     entry). FLOPs = GEMMs + attention/indexer, all counted against the FP8 peak.
+//     The routed experts run through the grouped device path (moe_impl kGrouped, no host
+//     sync); the attention / MoE block times come from a profiled eager run of each case.
 // Output: markdown, the results table last. Usage:
 //   bench_gpu_forward [--quick] [--check-only] [--commit SHA] [--out FILE]
 #include <cuda_runtime.h>
@@ -28,6 +31,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -319,6 +323,7 @@ struct Row {
   double ms = 0, roof_ms = 0, bw_ms = 0, fl_ms = 0, tokens = 0;
   GpuWork work;
   GpuProfile prof;
+  bool graphs = false;
 };
 
 // Every sequence of the chunks is set back to its start position before each forward (the
@@ -409,6 +414,7 @@ int main(int argc, char** argv) {
     fo.max_batch_tokens = 16384;
     fo.max_out_rows = 256;
     fo.weight_format = WeightFormat::kFp8;
+    fo.cuda_graphs = true;  // buckets 1, 2, 4, ..., 256; switched per case by set_cuda_graphs
     const auto t0 = std::chrono::steady_clock::now();
     GpuModel m(cfg, 2026, fo);
     m.randomize_state(99);
@@ -426,26 +432,39 @@ int main(int argc, char** argv) {
     const int reps = quick ? 3 : 7;
     for (int64_t ctxlen : {4096, 32768}) {
       for (int64_t B : {1, 16, 64, 256}) {
-        Row r;
-        r.name = "decode B=" + std::to_string(B) + " ctx=" + std::to_string(ctxlen / 1024) + "K";
-        try {
-          const auto toks = random_tokens(B, cfg.vocab_size, static_cast<uint32_t>(B + ctxlen));
-          Step ch;
-          for (int64_t b = 0; b < B; ++b) {
-            ch.chunks.push_back({seqs[b], std::span<const int32_t>(toks.data() + b, 1), false});
-            ch.starts.push_back(ctxlen);
+        for (bool graphs : {false, true}) {
+          if (graphs && ctxlen != 4096) continue;
+          Row r;
+          r.name = "decode B=" + std::to_string(B) + " ctx=" + std::to_string(ctxlen / 1024) + "K" +
+                   (graphs ? " graph" : "");
+          r.graphs = graphs;
+          try {
+            m.set_cuda_graphs(graphs);
+            const auto toks = random_tokens(B, cfg.vocab_size, static_cast<uint32_t>(B + ctxlen));
+            Step ch;
+            for (int64_t b = 0; b < B; ++b) {
+              ch.chunks.push_back({seqs[b], std::span<const int32_t>(toks.data() + b, 1), false});
+              ch.starts.push_back(ctxlen);
+            }
+            r.ms = time_forward(m, ch, 2, reps);  // graphs: the first warm-up captures
+            r.tokens = static_cast<double>(B);
+            if (graphs && m.graph_stats().last_bucket != B) {
+              throw std::runtime_error("ran as bucket " + std::to_string(m.graph_stats().last_bucket));
+            }
+            finish_row(r, m.work(), c);
+            if (!graphs) r.prof = profiled(m, ch);
+          } catch (const std::exception& e) {
+            r.why = e.what();
           }
-          r.ms = time_forward(m, ch, 2, reps);
-          r.tokens = static_cast<double>(B);
-          finish_row(r, m.work(), c);
-          r.prof = profiled(m, ch);
-        } catch (const std::exception& e) {
-          r.why = e.what();
+          rows.push_back(r);
+          out("%s: %s\n", r.name.c_str(), r.ran ? (std::to_string(r.ms) + " ms").c_str() : r.why.c_str());
         }
-        rows.push_back(r);
-        out("%s: %s\n", r.name.c_str(), r.ran ? (std::to_string(r.ms) + " ms").c_str() : r.why.c_str());
       }
     }
+    m.set_cuda_graphs(false);
+    out("CUDA graphs: %lld buckets captured in %.1f ms (host: capture + instantiate), %lld "
+        "replays.\n", static_cast<long long>(m.graph_stats().captured), m.graph_stats().capture_ms,
+        static_cast<long long>(m.graph_stats().replays));
     for (int64_t L : {4096, 16384}) {
       Row r;
       r.name = "prefill " + std::to_string(L / 1024) + "K tokens";
@@ -470,7 +489,10 @@ int main(int argc, char** argv) {
         "weights touched (FP8 dense + fp32 small tensors + routed experts used + FP8 head) + "
         "state read (fp32 window, compressed and indexer entries). FLOPs = GEMMs (real rows) + "
         "sparse attention QK/PV + indexer scores. Step time: CUDA events around the whole "
-        "forward (host routing syncs included), median of %d after warm-up.\n\n",
+        "forward (host work between launches included; 'graph' rows: metadata upload + one "
+        "graph launch), median of %d after warm-up. MoE: grouped device path (moe_impl "
+        "kGrouped). Attention / MoE ms: CUDA events around the blocks in a profiled eager run "
+        "(so not for graph rows).\n\n",
         c.copy_gbs, c.fp8_tflops, reps);
     out("| case | measured | tokens/s | weights GB | state GB | GFLOP | experts used | roofline "
         "(bytes / flops) | roofline tokens/s | %% of roofline | attention / MoE ms |\n"
@@ -480,11 +502,13 @@ int main(int argc, char** argv) {
         out("| %s | did not run: %s | | | | | | | | | |\n", r.name.c_str(), r.why.c_str());
         continue;
       }
-      out("| %s | %.3f ms | %.0f | %.3f | %.3f | %.1f | %lld | %.3f ms (%.3f / %.3f) | %.0f | %.1f%% | %.2f / %.2f |\n",
+      char blocks[64] = "-";
+      if (!r.graphs) std::snprintf(blocks, sizeof(blocks), "%.2f / %.2f", r.prof.attention_ms, r.prof.moe_ms);
+      out("| %s | %.3f ms | %.0f | %.3f | %.3f | %.1f | %lld | %.3f ms (%.3f / %.3f) | %.0f | %.1f%% | %s |\n",
           r.name.c_str(), r.ms, r.tokens / (r.ms * 1e-3), r.work.weight_bytes / 1e9,
           r.work.state_bytes / 1e9, (r.work.gemm_flops + r.work.attn_flops) / 1e9,
           static_cast<long long>(r.work.experts_used), r.roof_ms, r.bw_ms, r.fl_ms,
-          r.tokens / (r.roof_ms * 1e-3), 100.0 * r.roof_ms / r.ms, r.prof.attention_ms, r.prof.moe_ms);
+          r.tokens / (r.roof_ms * 1e-3), 100.0 * r.roof_ms / r.ms, blocks);
     }
     save();
     return ok ? 0 : 1;

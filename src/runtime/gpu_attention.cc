@@ -1,7 +1,10 @@
 // Attention block on the GPU, mirroring Model::attention_block (src/model/attention_block.cc):
 // low-rank q with norms, shared K=V with RoPE, compressors (entries emitted before the
 // attention reads them), indexer top-k on ratio-4 layers, sparse attention with sinks,
-// inverse RoPE, window ring update, grouped output projection. Projections through
+// inverse RoPE, grouped output projection. State: paged caches (window pool by position,
+// compressed pool, FP8 indexer keys; slot lists from paged_indices_cuda, attention by
+// paged_attention_cuda) or, with paged_kv off, the plain fp32 ring / dense entries read by
+// sparse_attention_cuda (window ring updated after the attention). Projections through
 // DeviceLinear (fp32 or FP8); in FP8 the block input x_in is quantised once for wq_a, wkv and
 // the compressors, and q_r once for wq_b and the indexer's wq_b.
 #include <cmath>
@@ -11,6 +14,8 @@
 #include "ops/compressor/compress_pool_cuda.h"
 #include "ops/gemm/gemm.h"
 #include "ops/indexer/indexer_cuda.h"
+#include "ops/kv_cache/index_cache_cuda.h"
+#include "ops/kv_cache/kv_cache_cuda.h"
 #include "ops/quant/qat_cuda.h"
 #include "ops/rms_norm/rms_norm_cuda.h"
 #include "ops/rope/rope_cuda.h"
@@ -23,7 +28,7 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
                                     float* ring_a, float* ring_z, float* entries,
                                     int64_t max_entries, const float* x_in, bool indexer) {
   cudaStream_t stream = ctx.stream();
-  const int64_t N = n_rows, D = cfg.hidden_size;
+  const int64_t N = n_rows;
   const bool overlap = ratio == 4;
   const int64_t cw = (overlap ? 2 : 1) * width;
   lin_in(w.wkv, x_in, a_in, N, ca);
@@ -34,13 +39,19 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
   p.z = cz;
   p.ring_a = ring_a;
   p.ring_z = ring_z;
-  p.entries = entries;
+  p.entries = entries != nullptr ? entries : (indexer ? idx_stage : ent_stage);
   p.max_entries = max_entries;
+  p.entries_by_row = entries == nullptr;
   p.ratio = ratio;
   p.width = width;
   p.overlap = overlap;
   p.emit_rows = sec(emit_section.at(ratio));
-  p.n_emit = emit_counts.at(ratio);
+  // Graph-safe (F1): in a graph-bucket step (graph_stats.last_bucket > 0; captured once,
+  // replayed with other counts) the launch covers every row and the kernel reads the real
+  // count from counts(); eager forwards launch exactly the host count. A paged store of the
+  // emitted entries needs the same treatment.
+  p.n_emit = graph_stats.last_bucket > 0 ? N : emit_counts.at(ratio);
+  p.n_emit_device = counts() + kEmitCounts + (emit_section.at(ratio) - kNumFixedSections);
   p.positions = sec(kPositions);
   p.slot = sec(kSlot);
   p.chunk_start = sec(kChunkStart);
@@ -62,7 +73,7 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   const GpuLayerW& w = layers[layer];
   GpuLayerState& st = states[layer];
   const int64_t N = n_rows, D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim;
-  const int64_t r = cfg.rope_dim, W = cfg.sliding_window, Rq = cfg.q_lora_rank;
+  const int64_t r = cfg.rope_dim, Rq = cfg.q_lora_rank;
   const int64_t ratio = cfg.compress_ratio(layer);
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const float* inv_freq = ratio > 0 ? inv_freq_compress : inv_freq_main;
@@ -80,38 +91,109 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
   rope_cuda(stream, kv, positions, N, 1, d, r, inv_freq);
   const bool official = opt.numerics == Numerics::kOfficial;
   if (official) fp8_roundtrip_rows_cuda(stream, kv, N, d, d - r, 64);
+  // Paged: the chunk's keys go into the window pool before attention reads them (rows of
+  // padding / no slot carry -1); compressed entries are emitted into the staging rows and
+  // stored at the emitting rows' slots (-1 for rows that emit none).
+  const bool paged = plan.paged;
+  if (paged) kv_store_cuda(stream, plan.kv, kv, N, d, sec(kWinSlot), st.win_cache);
 
   if (w.has_compressor) {
-    run_compressor(w.cmp, ratio, d, st.cmp_a, st.cmp_z, st.cmp_entries, st.cmp_max_entries, x_in,
-                   false);
+    run_compressor(w.cmp, ratio, d, st.cmp_a, st.cmp_z, paged ? nullptr : st.cmp_entries,
+                   st.cmp_max_entries, x_in, false);
+    if (paged) {
+      kv_store_cuda(stream, plan.kv, ent_stage, N, d, sec(cmp_slot_section.at(ratio)),
+                    st.cmp_cache);
+    }
   }
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
   if (w.has_indexer) {
-    run_compressor(w.idx_cmp, 4, dI, st.idx_a, st.idx_z, st.idx_entries, st.idx_max_entries, x_in,
-                   true);
+    run_compressor(w.idx_cmp, 4, dI, st.idx_a, st.idx_z, plan.idx_paged ? nullptr : st.idx_entries,
+                   st.idx_max_entries, x_in, true);
+    if (plan.idx_paged) {
+      index_store_cuda(stream, plan.idx, idx_stage, N, dI, sec(cmp_slot_section.at(4)),
+                       st.idx_cache);
+    }
     lin_in(w.idx_wq_b, q_r, a_r, N, qi);
     lin(w.idx_wproj, x_in, N, gi, a_gen);  // fp32
     rope_cuda(stream, qi, positions, N, HI, dI, r, inv_freq_compress);
     if (official) hadamard_fp4_rows_cuda(stream, qi, N * HI, dI, 32);
-    IndexerScoresParams ip;
-    ip.q = qi;
-    ip.g = gi;
-    ip.n_rows = N;
-    ip.n_heads = HI;
-    ip.head_dim = dI;
-    ip.head_scale = 1.0f / std::sqrt(static_cast<float>(HI));
-    ip.scale = 1.0f / std::sqrt(static_cast<float>(dI));
-    ip.positions = positions;
-    ip.slot = sec(kSlot);
-    ip.ratio = 4;
-    ip.keys = st.idx_entries;
-    ip.max_entries = st.idx_max_entries;
-    ip.scores = scores;
-    ip.score_stride = st.idx_max_entries;
-    indexer_scores_cuda(stream, ip);
+    const float head_scale = 1.0f / std::sqrt(static_cast<float>(HI));
+    const float key_scale = 1.0f / std::sqrt(static_cast<float>(dI));
+    if (plan.idx_paged) {
+      const KvBlockPool& pool = cmp_pools.at(4);
+      IndexerPagedScoresParams ip;
+      ip.q = qi;
+      ip.g = gi;
+      ip.n_rows = N;
+      ip.n_heads = HI;
+      ip.head_scale = head_scale;
+      ip.scale = key_scale;
+      ip.positions = positions;
+      ip.seq = sec(kSlot);
+      ip.ratio = 4;
+      ip.cache = st.idx_cache;
+      ip.layout = plan.idx;
+      ip.block_table = pool.device_table();
+      ip.max_blocks = pool.max_blocks();
+      ip.scores = scores;
+      ip.score_stride = st.idx_max_entries;
+      indexer_paged_scores_cuda(stream, ip);
+    } else {
+      IndexerScoresParams ip;
+      ip.q = qi;
+      ip.g = gi;
+      ip.n_rows = N;
+      ip.n_heads = HI;
+      ip.head_dim = dI;
+      ip.head_scale = head_scale;
+      ip.scale = key_scale;
+      ip.positions = positions;
+      ip.slot = sec(kSlot);
+      ip.ratio = 4;
+      ip.keys = st.idx_entries;
+      ip.max_entries = st.idx_max_entries;
+      ip.scores = scores;
+      ip.score_stride = st.idx_max_entries;
+      indexer_scores_cuda(stream, ip);
+    }
     topk_rows_cuda(stream, scores, N, st.idx_max_entries, positions, 4, nullptr, cfg.index_topk,
                    sel, n_sel);
+    if (paged) {  // the selected entries' slots in the ratio-4 pool
+      const KvBlockPool& pool = cmp_pools.at(4);
+      PagedIndexParams pi;
+      pi.n_rows = N;
+      pi.positions = positions;
+      pi.seq = sec(kSlot);
+      pi.cmp_table = pool.device_table();
+      pi.cmp_max_blocks = pool.max_blocks();
+      pi.cmp_block_size = plan.block_size;
+      pi.ratio = 4;
+      pi.selected = sel;
+      pi.n_selected = n_sel;
+      pi.max_selected = cfg.index_topk;
+      pi.cmp_indices = sel_idx;
+      pi.n_cmp = sel_n;
+      pi.max_cmp = cfg.index_topk;
+      paged_indices_cuda(stream, pi);
+    }
   }
+
+  if (paged) {
+    paged_attention(layer, ratio);
+  } else {
+    plain_attention(layer, ratio);
+  }
+  rope_cuda(stream, o, positions, N, H, d, r, inv_freq, /*inverse=*/true);
+  output_projection(layer, out);
+}
+
+// Plain path: fp32 window ring and dense compressed entries (the oracle of the paged path).
+void GpuModel::Impl::plain_attention(int64_t layer, int64_t ratio) {
+  cudaStream_t stream = ctx.stream();
+  const GpuLayerW& w = layers[layer];
+  GpuLayerState& st = states[layer];
+  const int64_t N = n_rows, H = cfg.num_heads, d = cfg.head_dim, W = cfg.sliding_window;
+  const int32_t* positions = sec(kPositions);
 
   SparseAttentionParams ap;
   ap.q = q;
@@ -139,8 +221,50 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
     }
   }
   sparse_attention_cuda(stream, ap);
-  rope_cuda(stream, o, positions, N, H, d, r, inv_freq, /*inverse=*/true);
   ring_store_cuda(stream, kv, N, d, positions, sec(kSlot), sec(kChunkEnd), st.ring, W);
+}
+
+// Paged path: the window slots (build_paged_lists) then the compressed entries (all of them
+// on HCA layers, the top-k on CSA layers), dequantised from the caches.
+void GpuModel::Impl::paged_attention(int64_t layer, int64_t ratio) {
+  const GpuLayerW& w = layers[layer];
+  const GpuLayerState& st = states[layer];
+  const int64_t H = cfg.num_heads, d = cfg.head_dim;
+  PagedAttentionParams pp;
+  pp.q = q;
+  pp.out = o;
+  pp.sinks = w.sink;
+  pp.n_rows = n_rows;
+  pp.n_heads = H;
+  pp.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  KvSource& win = pp.sources[0];
+  win.cache = st.win_cache;
+  win.layout = plan.kv;
+  win.n_blocks = plan.window.n_blocks;
+  win.indices = win_idx;
+  win.max_indices = cfg.sliding_window;
+  if (ratio > 0 && w.has_compressor) {
+    KvSource& cmp = pp.sources[1];
+    cmp.cache = st.cmp_cache;
+    cmp.layout = plan.kv;
+    cmp.n_blocks = plan.compressed.at(ratio).n_blocks;
+    if (w.has_indexer) {
+      cmp.indices = sel_idx;
+      cmp.n_indices = sel_n;
+      cmp.max_indices = cfg.index_topk;
+    } else {
+      cmp.indices = all_idx.at(ratio);
+      cmp.n_indices = all_n.at(ratio);
+      cmp.max_indices = std::max<int64_t>(1, opt.max_context / ratio);
+    }
+  }
+  paged_attention_cuda(ctx.stream(), pp);
+}
+
+void GpuModel::Impl::output_projection(int64_t layer, float* out) {
+  cudaStream_t stream = ctx.stream();
+  const GpuLayerW& w = layers[layer];
+  const int64_t N = n_rows, H = cfg.num_heads, d = cfg.head_dim;
 
   // Grouped output projection: group g maps its H*d/G slice of o to R_o values. FP8 with
   // 128-aligned groups: o is quantised once; group g's K blocks are a contiguous run of the

@@ -36,10 +36,12 @@ void GpuModel::Impl::lin_in(const DeviceLinear& w, const float* x_in, ActScratch
 
 // Attention FLOPs (QK + PV per head over every key a row sees; indexer scores) and the state
 // a chunk must read from before it (window keys, compressed entries: the top-k on CSA layers,
-// all on HCA; every indexer entry is scored), all fp32.
+// all on HCA; every indexer entry is scored), at the bytes per entry of the state's format.
 void GpuModel::Impl::count_attention_work() {
   const double d = cfg.head_dim, H = cfg.num_heads, W = cfg.sliding_window;
   const double HI = cfg.index_n_heads, dI = cfg.index_head_dim, topk = cfg.index_topk;
+  const double kv_bytes = plan.paged ? static_cast<double>(plan.kv.entry_bytes()) : d * 4;
+  const double idx_bytes = plan.idx_paged ? static_cast<double>(plan.idx.entry_bytes()) : dI * 4;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const int64_t ratio = layers[l].has_compressor ? cfg.compress_ratio(l) : 0;
     const bool idx = layers[l].has_indexer;
@@ -55,9 +57,9 @@ void GpuModel::Impl::count_attention_work() {
         work.attn_flops += 4.0 * H * d * keys;
       }
       const double old_ent = ratio > 0 ? static_cast<double>(start / ratio) : 0.0;
-      double st = std::min<double>(W, start) * d * 4;
-      if (ratio > 0) st += (idx ? std::min(topk, old_ent) : old_ent) * d * 4;
-      if (idx) st += old_ent * dI * 4;
+      double st = std::min<double>(W, start) * kv_bytes;
+      if (ratio > 0) st += (idx ? std::min(topk, old_ent) : old_ent) * kv_bytes;
+      if (idx) st += old_ent * idx_bytes;
       work.state_bytes += st;
     }
   }
@@ -82,6 +84,7 @@ void GpuModel::free_sequence(int64_t sequence) {
         impl_->seq_tokens[sequence] >= 0)
       << "free_sequence: " << sequence << " is not a live sequence";
   impl_->seq_tokens[sequence] = -1;
+  if (impl_->plan.paged) impl_->trim_blocks(sequence, -1);
 }
 
 int64_t GpuModel::n_tokens(int64_t sequence) const {
@@ -98,6 +101,10 @@ void GpuModel::set_sequence_length(int64_t sequence, int64_t n) {
   CHECK(n >= 0 && n <= impl_->opt.max_context)
       << "set_sequence_length: " << n << " is outside [0, " << impl_->opt.max_context << "]";
   impl_->seq_tokens[sequence] = n;
+  if (impl_->plan.paged) {  // keep the blocks still in range, give the context all it needs
+    impl_->trim_blocks(sequence, n);
+    impl_->reserve_blocks(sequence, n, n);
+  }
 }
 
 void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
@@ -129,16 +136,24 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
   CHECK_KIND(kResourceExhausted, n_o <= opt.max_out_rows)
       << "forward: " << n_o << " logits rows exceed max_out_rows " << opt.max_out_rows;
   work = GpuWork{};
+  expert_work_pending = false;
   n_rows = N;
   n_out = n_o;
+  real_rows = N;
   chunk_spans.clear();
+  graph_stats.last_bucket = 0;
   if (N == 0) return;
   if (profiling && prof.size() != static_cast<size_t>(4 * cfg.num_layers)) {
     prof.clear();
     for (int64_t i = 0; i < 4 * cfg.num_layers; ++i) prof.emplace_back();
   }
+  const int64_t bucket = graph_bucket(chunks, N);
+  const int64_t rows = bucket > 0 ? bucket : N;
 
-  // Row metadata.
+  // Row metadata. The previous forward's uploads from the pinned buffers (this one, the
+  // block tables) must have run before they are rewritten: the host runs at most one
+  // forward's uploads ahead of the device.
+  uploads_done.synchronize();
   int32_t* mh = meta_host;
   auto hsec = [&](int s) { return mh + static_cast<int64_t>(s) * T; };
   std::map<int64_t, int64_t> n_emit;
@@ -148,6 +163,7 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
   for (const GpuChunk& c : chunks) {
     const int64_t start = seq_tokens[c.sequence], len = static_cast<int64_t>(c.tokens.size());
     chunk_spans.emplace_back(start, len);
+    if (plan.paged) reserve_blocks(c.sequence, start, start + len);
     for (int64_t i = 0; i < len; ++i, ++row) {
       const int64_t pos = start + i;
       hsec(kTokens)[row] = c.tokens[i];
@@ -161,18 +177,102 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
       for (auto& [ratio, s] : emit_section) {
         if ((pos + 1) % ratio == 0) hsec(s)[n_emit[ratio]++] = static_cast<int32_t>(row);
       }
+      if (plan.paged) {  // where this row's key and its emitted entries are stored
+        hsec(kWinSlot)[row] = win_pool.slot(c.sequence, pos);
+        for (auto& [ratio, s] : cmp_slot_section) {
+          hsec(s)[row] =
+              (pos + 1) % ratio == 0 ? cmp_pools.at(ratio).slot(c.sequence, pos / ratio) : -1;
+        }
+      }
     }
   }
+  // Padding rows of a graph bucket: token 0 at position 0 of the scratch slot, a chunk of
+  // their own (they see only themselves, emit nothing, route to no expert) and a logits row
+  // past the real ones. Paged state (note for F2): the scratch slot needs a block-table row
+  // in every pool (tables of max_sequences + 1 rows when cuda_graphs) with position 0's
+  // window block reserved once (one more window block in the plan), and the paged sections
+  // of padding rows (kWinSlot, compressed-slot sections) set like any row at position 0 of
+  // that slot (compressed: -1, nothing emitted).
+  for (; row < rows; ++row) {
+    hsec(kTokens)[row] = 0;
+    hsec(kPositions)[row] = 0;
+    hsec(kSlot)[row] = static_cast<int32_t>(scratch_slot);
+    hsec(kChunkStart)[row] = 0;
+    hsec(kChunkRow0)[row] = static_cast<int32_t>(row);
+    hsec(kChunkEnd)[row] = 1;
+    hsec(kOutRows)[out_i++] = static_cast<int32_t>(row);
+    hsec(kWinSlot)[row] = -1;  // padding rows store nothing (and read block 0's entries)
+    for (auto& [ratio, s] : cmp_slot_section) hsec(s)[row] = -1;
+  }
+  int32_t* cnt = hsec(n_sections);
+  cnt[kRealRows] = static_cast<int32_t>(N);
+  for (auto& [ratio, s] : emit_section) {
+    cnt[kEmitCounts + s - kNumFixedSections] = static_cast<int32_t>(n_emit[ratio]);
+  }
   cudaStream_t stream = ctx.stream();
-  CUDA_CHECK(cudaMemcpyAsync(meta, meta_host, n_sections * T * sizeof(int32_t),
+  CUDA_CHECK(cudaMemcpyAsync(meta, meta_host, meta_ints() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream));
   emit_counts = n_emit;
+  if (plan.paged) upload_tables();  // block tables: async copies outside any graph
+  uploads_done.record(stream);
 
-  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
+  n_rows = rows;
+  if (bucket > 0) {
+    n_out = rows;
+    run_decode_graph(bucket);  // sets work to the captured body's
+    // Every GEMM of a decode step has m = rows: count the real rows only.
+    work.gemm_flops *= static_cast<double>(N) / static_cast<double>(rows);
+  } else {
+    enqueue_forward();
+  }
+  n_out = n_o;
+  for (const GpuChunk& c : chunks) {
+    seq_tokens[c.sequence] += static_cast<int64_t>(c.tokens.size());
+    if (plan.paged) trim_blocks(c.sequence, seq_tokens[c.sequence]);  // window blocks slid out
+  }
+
+  const int64_t D = cfg.hidden_size;
+  work.weight_bytes += 4.0 * N * D;  // the embedding rows gathered
+  if (grouped_moe) {  // the routed experts' FLOPs of the real rows; bytes in finish_expert_work
+    work.gemm_flops += 2.0 * N * cfg.n_experts_per_tok * 3.0 * cfg.moe_intermediate_size * D *
+                       cfg.num_layers;
+    expert_work_pending = true;
+  }
+  count_attention_work();
+}
+
+int64_t GpuModel::Impl::graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const {
+  if (!graphs_on || profiling) return 0;
+  for (const GpuChunk& c : chunks) {
+    if (c.tokens.size() != 1) return 0;  // all_logits of one token is the same single row
+  }
+  for (int64_t b : opt.graph_buckets) {
+    if (b >= n) return b;
+  }
+  return 0;
+}
+
+// The forward's device work over n_rows rows (metadata already uploaded) with n_out logits
+// rows: the same kernels whether run eagerly or captured (gpu_graphs.cc).
+void GpuModel::Impl::enqueue_forward() {
+  cudaStream_t stream = ctx.stream();
+  const int64_t N = n_rows, D = cfg.hidden_size, hc = cfg.hc_mult;
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const double mix_bytes = 4.0 * (2 + hc) * hc * hc * D;
+  // The layers swap X and X2 twice each; restore them whatever happens, so every forward (and
+  // every graph) starts from the same buffers.
+  struct Restore {
+    float*& a;
+    float*& b;
+    float* a0;
+    float* b0;
+    ~Restore() {
+      a = a0;
+      b = b0;
+    }
+  } restore{X, X2, X, X2};
   embedding_cuda(stream, embed, sec(kTokens), N, D, hc, X);
-  work.weight_bytes += 4.0 * N * D;
+  if (plan.paged) build_paged_lists();  // window / HCA slot lists, shared by all layers
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const GpuLayerW& lw = layers[l];
     auto mark = [&](int i) {
@@ -200,14 +300,11 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
     work.weight_bytes += 2 * mix_bytes;
     work.gemm_flops += 2.0 * 2.0 * N * (2 + hc) * hc * hc * D;
   }
-  for (const GpuChunk& c : chunks) seq_tokens[c.sequence] += static_cast<int64_t>(c.tokens.size());
-
   gather_rows_cuda(stream, X, sec(kOutRows), n_out, hc * D, Xo);
   hc_head_cuda(ctx, Xo, n_out, hc_head.fn, hc_head.base, hc_head.scale, hp, mix_scratch, head_pre,
                h);
   rms_norm_cuda(stream, h, norm, n_out, D, D, eps, h);
   lin(head, h, n_out, logits, a_gen);
-  count_attention_work();
 }
 
 void GpuModel::forward_device(std::span<const GpuChunk> chunks) { impl_->forward_device(chunks); }
@@ -236,16 +333,21 @@ void GpuModel::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.strea
 
 void GpuModel::randomize_state(uint64_t seed) {
   for (auto& [p, n] : impl_->state_pools) fill_uniform_f32(impl_->ctx.stream(), p, n, 0.0f, 1.0f, seed++);
+  impl_->randomize_caches(seed);
   synchronize();
 }
 
 void GpuModel::clear_state() {
   for (auto& [p, n] : impl_->state_pools)
     CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), impl_->ctx.stream()));
+  impl_->clear_caches();
   synchronize();
 }
 
-const GpuWork& GpuModel::work() const { return impl_->work; }
+const GpuWork& GpuModel::work() const {
+  impl_->finish_expert_work();
+  return impl_->work;
+}
 void GpuModel::set_profiling(bool on) { impl_->profiling = on; }
 double GpuModel::device_weight_bytes() const { return impl_->weight_bytes_total; }
 

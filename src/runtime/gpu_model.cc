@@ -71,22 +71,72 @@ DeviceLinear GpuModel::Impl::linear(const float* host, int64_t n, int64_t k, flo
   auto* q = static_cast<uint8_t*>(raw_alloc(n * k));
   float* s = alloc(n_nb * ld);
   if (host != nullptr) {
-    std::vector<float> copy(host, host + n * k);
-    std::vector<uint8_t> codes(n * k);
-    std::vector<float> grid(n_nb * ceil_div64(k, kFp8GemmBlock));
-    quantize_fp8_blocks(copy.data(), n, k, codes.data(), grid.data(), false);
-    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n, k);
-    CUDA_CHECK(cudaMemcpy(q, codes.data(), n * k, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(s, sw.data(), sw.size() * sizeof(float), cudaMemcpyHostToDevice));
+    upload_fp8(host, n, k, q, s);
   } else {
-    // Codes uniform in [-448, 448) times this scale: std of the values = std.
-    fill_random_e4m3(ctx.stream(), q, n * k, seed * 1000003 + ++fill_counter);
-    fill_const_f32(ctx.stream(), s, n_nb * ld, std * 1.7320508f / 448.0f);
+    fill_fp8(q, s, 1, n, k, std);
   }
   w.q = q;
   w.s = s;
   weight_bytes_total += w.bytes();
   return w;
+}
+
+void GpuModel::Impl::upload_fp8(const float* host, int64_t n, int64_t k, uint8_t* q, float* s) {
+  std::vector<float> copy(host, host + n * k);
+  std::vector<uint8_t> codes(n * k);
+  std::vector<float> grid(ceil_div64(n, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock));
+  quantize_fp8_blocks(copy.data(), n, k, codes.data(), grid.data(), false);
+  const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n, k);
+  CUDA_CHECK(cudaMemcpy(q, codes.data(), n * k, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(s, sw.data(), sw.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void GpuModel::Impl::fill_fp8(uint8_t* q, float* s, int64_t count, int64_t n, int64_t k,
+                              float std) {
+  // Codes uniform in [-448, 448) times this scale: std of the values = std.
+  const int64_t n_scales = count * ceil_div64(n, kFp8GemmBlock) * fp8_weight_scale_ld(k);
+  fill_random_e4m3(ctx.stream(), q, count * n * k, seed * 1000003 + ++fill_counter);
+  fill_const_f32(ctx.stream(), s, n_scales, std * 1.7320508f / 448.0f);
+}
+
+std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const Tensor*>& host,
+                                                       int64_t n_experts, int64_t n, int64_t k,
+                                                       float std, MoeStack* stack) {
+  ICHECK(host.empty() || static_cast<int64_t>(host.size()) == n_experts);
+  for (const Tensor* t : host) {
+    ICHECK(t->defined() && t->dtype() == DType::F32 && t->numel() == n * k)
+        << "GpuModel: expert weight " << t->str() << " where [" << n << ", " << k
+        << "] fp32 was expected";
+  }
+  std::vector<DeviceLinear> views(n_experts);
+  if (!fp8()) {
+    float* all = alloc(n_experts * n * k);
+    if (host.empty()) fill_uniform_f32(ctx.stream(), all, n_experts * n * k, 0.0f, std,
+                                       seed * 1000003 + ++fill_counter);
+    for (int64_t e = 0; e < n_experts; ++e) {
+      if (!host.empty()) {
+        CUDA_CHECK(cudaMemcpy(all + e * n * k, host[e]->f32(), n * k * sizeof(float),
+                              cudaMemcpyHostToDevice));
+      }
+      views[e] = DeviceLinear{all + e * n * k, nullptr, nullptr, n, k};
+      weight_bytes_total += views[e].bytes();
+    }
+    return views;
+  }
+  CHECK_KIND(kUnsupported, k % 16 == 0)
+      << "GpuModel kFp8: an expert projection with K=" << k << " (the FP8 GEMMs need K % 16 == 0)";
+  const int64_t sn = ceil_div64(n, kFp8GemmBlock) * fp8_weight_scale_ld(k);
+  auto* q = static_cast<uint8_t*>(raw_alloc(n_experts * n * k));
+  float* s = alloc(n_experts * sn);
+  if (host.empty()) fill_fp8(q, s, n_experts, n, k, std);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    if (!host.empty()) upload_fp8(host[e]->f32(), n, k, q + e * n * k, s + e * sn);
+    views[e] = DeviceLinear{nullptr, q + e * n * k, s + e * sn, n, k};
+    weight_bytes_total += views[e].bytes();
+  }
+  stack->q = q;
+  stack->s = s;
+  return views;
 }
 
 DeviceLinear GpuModel::Impl::linear(const Tensor* t, int64_t n, int64_t k, float std,
@@ -104,8 +154,20 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
         opt.max_out_rows >= 0)
       << "GpuModel: max_sequences, max_context and max_batch_tokens must be positive";
   if (opt.max_out_rows == 0) opt.max_out_rows = opt.max_batch_tokens;
+  CHECK(opt.kv_block_size > 0 && opt.kv_block_size % 8 == 0)
+      << "GpuModel: kv_block_size " << opt.kv_block_size << " (a positive multiple of 8)";
+  plan = plan_gpu_state(cfg, opt);
+  if (plan.paged) {
+    opt.kv_cache_dtype = plan.dtype;
+    plan.kv.validate();
+    plan.idx.validate();
+  } else {
+    opt.kv_cache_dtype.reset();
+  }
   const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, T = opt.max_batch_tokens;
-  const int64_t S = opt.max_sequences, hc = cfg.hc_mult, L = cfg.num_layers, V = cfg.vocab_size;
+  // S: state slots; with cuda_graphs one more, scratch_slot, for the padding rows of a bucket.
+  const int64_t S = opt.max_sequences + (opt.cuda_graphs ? 1 : 0);
+  const int64_t hc = cfg.hc_mult, L = cfg.num_layers, V = cfg.vocab_size;
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim, E = cfg.n_routed_experts;
   const int64_t k = cfg.n_experts_per_tok, I = cfg.moe_intermediate_size, Rq = cfg.q_lora_rank;
   const int64_t Is = I * cfg.n_shared_experts, G = cfg.o_groups, Ro = cfg.o_lora_rank;
@@ -113,6 +175,28 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   CHECK_KIND(kUnsupported, G > 0 && (H * d) % G == 0) << "GpuModel: o_groups " << G;
   const int64_t gw = H * d / G;
   const bool host = hw != nullptr;
+  if (opt.moe_impl == MoeImpl::kAuto) opt.moe_impl = fp8() ? MoeImpl::kGrouped : MoeImpl::kPerExpert;
+  CHECK_KIND(kUnsupported, opt.moe_impl != MoeImpl::kGrouped || fp8())
+      << "GpuModel: moe_impl kGrouped needs weight_format kFp8";
+  grouped_moe = opt.moe_impl == MoeImpl::kGrouped;
+  if (opt.cuda_graphs) {
+    CHECK_KIND(kUnsupported, grouped_moe)
+        << "GpuModel: cuda_graphs needs weight_format kFp8 with moe_impl kGrouped (the other MoE "
+           "paths read the routing back to the host inside the forward)";
+    const int64_t cap = std::min({T, opt.max_out_rows, opt.max_sequences});
+    std::vector<int64_t>& b = opt.graph_buckets;
+    if (b.empty()) {
+      for (int64_t v = 1; v <= 256; v *= 2) b.push_back(v);
+    }
+    for (int64_t& v : b) {
+      CHECK(v > 0) << "GpuModel: graph bucket " << v << " must be positive";
+      v = std::min(v, cap);
+    }
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+    scratch_slot = opt.max_sequences;
+    graphs_on = true;
+  }
 
   embed = f32(host ? &hw->embed : nullptr, V * D, 0.0f, 1.0f);
   weight_bytes_total -= 4.0 * V * D;  // only the gathered rows are read
@@ -179,39 +263,41 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     } else if (!host || m->bias.defined()) {
       g.bias = f32(m ? &m->bias : nullptr, E, 0.0f, 0.1f);
     }
-    if (host) {
-      for (int64_t e = 0; e < E; ++e) {
-        g.w1.push_back(linear(&m->experts[e].w1, I, D, 0));
-        g.w3.push_back(linear(&m->experts[e].w3, I, D, 0));
-        g.w2.push_back(linear(&m->experts[e].w2, D, I, 0));
-      }
-    } else {
-      for (int64_t e = 0; e < E; ++e) {
-        g.w1.push_back(linear(static_cast<const float*>(nullptr), I, D, proj_std(D)));
-        g.w3.push_back(linear(static_cast<const float*>(nullptr), I, D, proj_std(D)));
-        g.w2.push_back(linear(static_cast<const float*>(nullptr), D, I, proj_std(I)));
-      }
+    // Routed experts stacked [E, n, k] per matrix (moe_experts_fp8_cuda's layout); the
+    // per-expert path uses views into the same storage.
+    std::vector<const Tensor*> h1, h3, h2;
+    for (int64_t e = 0; host && e < E; ++e) {
+      h1.push_back(&m->experts[e].w1);
+      h3.push_back(&m->experts[e].w3);
+      h2.push_back(&m->experts[e].w2);
     }
+    MoeStack s1, s3, s2;
+    g.w1 = expert_stack(h1, E, I, D, proj_std(D), &s1);
+    g.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3);
+    g.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2);
+    g.experts = MoeExpertsFp8Weights{s1.q, s1.s, s3.q, s3.s, s2.q, s2.s};
     g.sw1 = linear(m ? &m->shared.w1 : nullptr, Is, D, proj_std(D));
     g.sw3 = linear(m ? &m->shared.w3 : nullptr, Is, D, proj_std(D));
     g.sw2 = linear(m ? &m->shared.w2 : nullptr, D, Is, proj_std(Is));
 
     // State pools.
+    // (paged: the window / compressed / FP8 indexer caches in alloc_paged_state()).
     GpuLayerState& st = states[l];
-    st.ring = state_alloc(S * cfg.sliding_window * d);
+    if (!plan.paged) st.ring = state_alloc(S * cfg.sliding_window * d);
     if (g.has_compressor) {
+      CHECK_KIND(kUnsupported, ratio > 0) << "GpuModel: compressor on layer " << l << " of ratio 0";
       const int64_t cw = (ratio == 4 ? 2 : 1) * d;
       st.cmp_a = state_alloc(S * 2 * ratio * cw);
       st.cmp_z = state_alloc(S * 2 * ratio * cw);
       st.cmp_max_entries = opt.max_context / ratio;
-      st.cmp_entries = state_alloc(S * st.cmp_max_entries * d);
+      if (!plan.paged) st.cmp_entries = state_alloc(S * st.cmp_max_entries * d);
       if (!emit_section.count(ratio)) emit_section[ratio] = 0;
     }
     if (g.has_indexer) {
       st.idx_a = state_alloc(S * 2 * 4 * 2 * dI);
       st.idx_z = state_alloc(S * 2 * 4 * 2 * dI);
       st.idx_max_entries = opt.max_context / 4;
-      st.idx_entries = state_alloc(S * st.idx_max_entries * dI);
+      if (!plan.idx_paged) st.idx_entries = state_alloc(S * st.idx_max_entries * dI);
     }
   }
   const RopeTable rope_main(rope_params(cfg, false)), rope_compress(rope_params(cfg, true));
@@ -250,13 +336,19 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   router = alloc(T * E);
   route_w = alloc(T * k);
   route_ids = reinterpret_cast<int32_t*>(alloc(T * k));
-  moe_rows_cap = T * k + E * kExpertRowAlign;
-  xs = alloc(moe_rows_cap * D);
-  eg = alloc(moe_rows_cap * I);
-  ev = alloc(moe_rows_cap * I);
-  ys = alloc(moe_rows_cap * D);
-  CUDA_CHECK(cudaMemset(eg, 0, moe_rows_cap * I * sizeof(float)));
-  CUDA_CHECK(cudaMemset(ev, 0, moe_rows_cap * I * sizeof(float)));
+  if (grouped_moe) {
+    moe_ws = raw_alloc(static_cast<int64_t>(moe_experts_fp8_workspace_bytes(moe_shape(T))));
+    expert_counts = reinterpret_cast<int32_t*>(alloc(L * E));
+    CUDA_CHECK(cudaMallocHost(&expert_counts_host, L * E * sizeof(int32_t)));
+  } else {
+    moe_rows_cap = T * k + E * kExpertRowAlign;
+    xs = alloc(moe_rows_cap * D);
+    eg = alloc(moe_rows_cap * I);
+    ev = alloc(moe_rows_cap * I);
+    ys = alloc(moe_rows_cap * D);
+    CUDA_CHECK(cudaMemset(eg, 0, moe_rows_cap * I * sizeof(float)));
+    CUDA_CHECK(cudaMemset(ev, 0, moe_rows_cap * I * sizeof(float)));
+  }
   sg = alloc(T * Is);
   sv = alloc(T * Is);
   ysh = alloc(T * D);
@@ -274,31 +366,41 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     a_r = scratch(T, Rq);
     a_gen = scratch(std::max(T, R), kmax);
     og_q = static_cast<uint8_t*>(raw_alloc(T * gw));
-    const int64_t kmoe = std::max(D, I);
-    moe_q = static_cast<uint8_t*>(raw_alloc(moe_rows_cap * kmoe));
-    moe_s_rm = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));
-    moe_s_seg = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));
+    if (!grouped_moe) {
+      const int64_t kmoe = std::max(D, I);
+      moe_q = static_cast<uint8_t*>(raw_alloc(moe_rows_cap * kmoe));
+      moe_s_rm = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));
+      moe_s_seg = alloc(moe_rows_cap * ceil_div64(kmoe, kFp8GemmBlock));
+    }
   }
 
   int next = kNumFixedSections;
   for (auto& [ratio, section] : emit_section) section = next++;
+  if (plan.paged) {
+    for (auto& [ratio, section] : emit_section) cmp_slot_section[ratio] = next++;
+  }
   n_sections = next;
-  meta = reinterpret_cast<int32_t*>(alloc(n_sections * T));
-  const int64_t moe_meta_n = 4 * moe_rows_cap + T * k;
-  moe_meta = reinterpret_cast<int32_t*>(alloc(moe_meta_n));
-  CUDA_CHECK(cudaMallocHost(&meta_host, n_sections * T * sizeof(int32_t)));
-  CUDA_CHECK(cudaMallocHost(&moe_meta_host, moe_meta_n * sizeof(int32_t)));
-  CUDA_CHECK(cudaMallocHost(&route_ids_host, T * k * sizeof(int32_t)));
-  CUDA_CHECK(cudaMallocHost(&route_w_host, T * k * sizeof(float)));
-  seq_tokens.assign(S, -1);
+  if (plan.paged) alloc_paged_state();
+  meta = reinterpret_cast<int32_t*>(alloc(meta_ints()));
+  CUDA_CHECK(cudaMallocHost(&meta_host, meta_ints() * sizeof(int32_t)));
+  if (!grouped_moe) {
+    const int64_t moe_meta_n = 4 * moe_rows_cap + T * k;
+    moe_meta = reinterpret_cast<int32_t*>(alloc(moe_meta_n));
+    CUDA_CHECK(cudaMallocHost(&moe_meta_host, moe_meta_n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&route_ids_host, T * k * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&route_w_host, T * k * sizeof(float)));
+  }
+  seq_tokens.assign(opt.max_sequences, -1);
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
 }
 
 GpuModel::Impl::~Impl() {
+  cudaFreeHost(tables_host);
   cudaFreeHost(meta_host);
   cudaFreeHost(moe_meta_host);
   cudaFreeHost(route_ids_host);
   cudaFreeHost(route_w_host);
+  cudaFreeHost(expert_counts_host);
 }
 
 GpuModel::GpuModel(ModelConfig config, const ModelWeights& weights, const GpuModelOptions& options)

@@ -13,7 +13,10 @@
 //    norms, mHC mixes, router gate and bias, indexer weights_proj, ape, sinks) stay fp32 and
 //    go through fp32 GEMMs. Host weights are quantised at construction (fp8_round_trip()
 //    gives a CPU Model the same weights).
-// Activations, softmaxes and state pools are fp32 in both formats.
+// Activations and softmaxes are fp32 in both formats. State: the window and compressed K=V
+// entries live in paged caches in kv_cache_dtype (FP8 584-byte MODEL1 entries or bf16),
+// indexer keys in the FP8 index cache (kFp8) or fp32 (kBf16); compressor rings fp32. With
+// paged_kv = false everything is fp32 per sequence (the oracle path).
 // Numerics (model.h): `reference` = plain fp32 (what transformers computes); `official` adds
 // the CPU backend's QAT round trips at the same places (FP8 round trip of the window KV and of
 // the main compressed entries, Hadamard + FP4 round trip of the indexer q and entries), with
@@ -31,28 +34,70 @@
 // batch. Off (default): cuBLASLt wherever it has an algorithm (faster).
 //
 // Memory: everything is allocated in the constructor: weights, activation buffers for
-// max_batch_tokens rows, and per-sequence state pools for max_sequences sequences of up to
-// max_context tokens (window ring, compressor rings and compressed entries per layer).
-// forward() allocates nothing on the device. It synchronises with the host once per MoE layer
-// (to read the routing and launch one GEMM per used expert) and, in forward(), at the end
-// (logits to the host); forward_device() leaves the logits on the device.
+// max_batch_tokens rows, and state pools for max_sequences sequences of up to max_context
+// tokens (sizes: plan_gpu_state in runtime/gpu_state_plan.h). Paged blocks are taken from the
+// shared free lists as sequences grow, window blocks that slid out of every future query's
+// window are returned after each forward, and free_sequence returns the rest. Block tables
+// are uploaded (async, from pinned memory, changed columns only) before each forward's first
+// kernel; the per-layer launches read them and per-row slot metadata from device memory only.
+// forward() allocates nothing on the device. With moe_impl kGrouped (kFp8's default) it does
+// not synchronise with the device except, in forward(), at the end (logits to the host);
+// forward_device() leaves the logits on the device. kPerExpert (kF32's only path) synchronises
+// once per MoE layer (to read the routing and launch one GEMM per used expert). A forward
+// waits (host) only until the previous forward's uploads from pinned memory (row metadata,
+// block tables) have run on the device, before it rewrites those buffers.
+//
+// CUDA graphs (cuda_graphs; needs kFp8 with kGrouped): a forward whose chunks are all one
+// token (a decode step; all_logits of one token is that row) of n rows, not profiled, with a
+// bucket b >= n in graph_buckets, runs as b rows: rows n.. b-1 are padding (token 0 at
+// position 0 of a state slot of its own, scratch_slot = max_sequences, so the state pools
+// have max_sequences + 1 slots; a padding row sees only itself, emits no compressed entry,
+// routes to no expert, and its logits row is past the real ones). The bucket's graph is
+// captured on its first use (that forward runs eagerly, then the capture; the capture time
+// is logged and in graph_stats()) and replayed afterwards. What changes per step lives in
+// device buffers at fixed addresses: the row metadata and the counts after it (real rows,
+// emitting rows per compress ratio), uploaded by one cudaMemcpyAsync before the launch.
+// Launches whose size depended on per-step host values and how each is made graph-safe:
+//  * row count n_rows: every launch of the step uses the bucket size b (GEMMs, norms, RoPE,
+//    mHC, attention, indexer scores / top-k, head: padding rows are computed and ignored);
+//  * compressor emission (gpu_attention.cc): grid = b, the kernel reads the emitting-row
+//    count of its ratio from the device (CompressorEmitParams::n_emit_device);
+//  * MoE: kGrouped sizes every launch from b (moe_grouped_cuda.h); padding rows get expert
+//    id -1 from the device count of real rows (runtime/moe_rows.h);
+//  * logits rows n_out: b (the real rows are the first n; n_logits_rows() returns n);
+//  * the work accounting is host arithmetic outside the graph (experts used: work()).
+// Batch invariance carries over: with batch_invariant every kernel is per row, so a graph
+// step's real rows are bitwise those of the eager unpadded forward; without it, cuBLASLt
+// (chosen per M) may differ between n and b rows, as between any two batch sizes.
 //
 // Thread-safety: one thread at a time (forward mutates the state pools and its buffers).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "io/model_config.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "ops/kv_cache/kv_cache.h"
 #include "tensor/tensor.h"
 
 namespace deepinfer {
 
 enum class WeightFormat { kF32, kFp8 };
+
+// Routed-expert implementation of the MoE block.
+//  * kGrouped: moe_experts_fp8_cuda (src/ops/moe/moe_grouped_cuda.h): alignment, grouped FP8
+//    GEMMs over all experts, SwiGLU + quantisation and the combine on the device, no host
+//    synchronisation (graph capturable). kFp8 only.
+//  * kPerExpert: the plain path: the routing is read back to the host (one sync per MoE
+//    layer) and one GEMM runs per used expert. Any format; the oracle of kGrouped.
+//  * kAuto: kGrouped for kFp8, kPerExpert for kF32.
+enum class MoeImpl { kAuto, kGrouped, kPerExpert };
 
 struct GpuModelOptions {
   int64_t max_sequences = 4;
@@ -62,6 +107,24 @@ struct GpuModelOptions {
   Numerics numerics = Numerics::kReference;
   WeightFormat weight_format = WeightFormat::kF32;
   bool batch_invariant = false;  // see the header comment
+  MoeImpl moe_impl = MoeImpl::kAuto;
+  // CUDA graphs for decode steps (see "CUDA graphs" above); needs kFp8 with kGrouped (kF32
+  // and kPerExpert read the routing back to the host inside the forward).
+  bool cuda_graphs = false;
+  // Decode batch-size buckets; empty = 1, 2, 4, ..., 256. Sorted, deduplicated and capped at
+  // min(max_batch_tokens, max_out_rows, max_sequences) at construction.
+  std::vector<int64_t> graph_buckets;
+  // Format of the window and compressed K=V entries (ops/kv_cache/kv_cache.h; the
+  // `--kv-cache-dtype` setting). Unset: kFp8 with official numerics, kBf16 with reference;
+  // options() reports the resolved value. kFp8 also puts the indexer keys in the FP8 index
+  // cache; kBf16 keeps them fp32 (runtime/gpu_state_plan.h).
+  std::optional<KvCacheDtype> kv_cache_dtype;
+  // true: paged pools shared by all sequences, addressed through per-sequence block tables
+  // (runtime/gpu_state_plan.h, kv_block_pool.h). false: the plain fp32 per-sequence pools
+  // (window ring, dense compressed / indexer entries) read by sparse_attention_cuda, kept as
+  // the oracle path; kv_cache_dtype is then unused.
+  bool paged_kv = true;
+  int64_t kv_block_size = 64;  // entries per page block: a positive multiple of 8
 };
 
 struct GpuChunk {
@@ -83,6 +146,14 @@ struct GpuWork {
 struct GpuProfile {
   double attention_ms = 0;  // attention blocks (projections, compressors, indexer, attention)
   double moe_ms = 0;        // MoE blocks (router, host routing sync, experts, shared expert)
+};
+
+// CUDA graph use (GpuModelOptions::cuda_graphs).
+struct GpuGraphStats {
+  int64_t captured = 0;     // buckets captured so far (one graph each, kept for the model's life)
+  int64_t replays = 0;      // forwards that replayed a captured graph
+  double capture_ms = 0;    // host time spent capturing + instantiating, all buckets
+  int64_t last_bucket = 0;  // rows the last forward ran as (0: eager, unpadded)
 };
 
 class GpuModel {
@@ -137,13 +208,19 @@ class GpuModel {
   void randomize_state(uint64_t seed);
   void clear_state();
 
-  // Work accounting of the last forward (always on; host arithmetic only).
+  // Work accounting of the last forward (always on; host arithmetic, except that with
+  // kGrouped the experts used are read back from the device on the first call after a
+  // forward, which synchronises).
   const GpuWork& work() const;
   // When on, forward records CUDA events around every block; profile() reads them (syncs).
   void set_profiling(bool on);
   GpuProfile profile();
   // Device bytes of the weights (embedding excluded: only gathered rows are read).
   double device_weight_bytes() const;
+  const GpuGraphStats& graph_stats() const;
+  // Turns graph replay off / on again for the following forwards (a model built with
+  // cuda_graphs; throws Error otherwise). Off: every forward runs eagerly, unpadded.
+  void set_cuda_graphs(bool on);
 
  private:
   struct Impl;

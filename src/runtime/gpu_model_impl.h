@@ -1,12 +1,12 @@
 // GpuModel::Impl: device weights (DeviceLinear projections in fp32 or FP8, fp32 small
 // tensors), activation buffers, state pools and the per-forward row metadata. Internal to
 // src/runtime. Files: gpu_model.cc (construction), gpu_forward.cc (sequences, forward, work
-// accounting), gpu_attention.cc, gpu_moe.cc.
+// accounting), gpu_attention.cc, gpu_moe.cc (grouped device MoE or the per-expert plain
+// path), gpu_graphs.cc (decode CUDA graphs), gpu_paged_state.cc.
 //
-// Seams for the ops being built next: moe_block() is the whole routed + shared expert
-// computation (a device-side grouped FP8 MoE replaces its body); GpuLayerState holds the
-// per-layer state pools (a paged FP8 KV cache replaces ring / cmp_entries / idx_entries and
-// the chunk metadata addressing them).
+// Graph rule for everything enqueued by enqueue_forward(): launch sizes may depend only on
+// n_rows / n_out (the bucket in a graph step) and on construction-time sizes; per-step
+// values (counts, slots, positions) are read from device memory (meta, counts()).
 #pragma once
 
 #include <map>
@@ -16,9 +16,13 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
 #include "cuda/event.h"
+#include "cuda/graph.h"
 #include "ops/mhc/mhc.h"
+#include "ops/moe/moe_grouped_cuda.h"
 #include "runtime/device_linear.h"
 #include "runtime/gpu_model.h"
+#include "runtime/gpu_state_plan.h"
+#include "runtime/kv_block_pool.h"
 
 namespace deepinfer {
 
@@ -43,7 +47,8 @@ struct GpuLayerW {
   DeviceLinear idx_wproj, gate;  // always fp32
   const float* bias = nullptr;
   const int32_t* tid2eid = nullptr;
-  std::vector<DeviceLinear> w1, w3, w2;  // per routed expert
+  std::vector<DeviceLinear> w1, w3, w2;  // per routed expert (views into the stacks below)
+  MoeExpertsFp8Weights experts;          // kFp8: the stacked [E, n, k] codes and scales
   DeviceLinear sw1, sw3, sw2;
 };
 
@@ -54,11 +59,34 @@ struct GpuLayerState {
   int64_t cmp_max_entries = 0;
   float *idx_a = nullptr, *idx_z = nullptr, *idx_entries = nullptr;
   int64_t idx_max_entries = 0;
+  // Paged (GpuModelOptions::paged_kv): this layer's caches of the window pool, of its
+  // ratio's compressed pool (plan.kv layout) and of the indexer keys (plan.idx, kFp8); ring
+  // and cmp_entries are then unused, idx_entries is used when the indexer keys stay fp32.
+  uint8_t *win_cache = nullptr, *cmp_cache = nullptr, *idx_cache = nullptr;
+};
+
+// A paged cache of one layer, for clear_state / randomize_state.
+struct GpuCachePool {
+  uint8_t* cache = nullptr;
+  int64_t bytes = 0, n_slots = 0;
+  bool index = false;  // IndexCacheLayout (else the KvCacheLayout)
 };
 
 // Row metadata sections of the int32 metadata buffer (each max_batch_tokens long).
+// kWinSlot: the physical window-pool slot of the row's position (paged).
 enum MetaSection : int { kTokens, kPositions, kSlot, kChunkStart, kChunkRow0, kChunkEnd, kOutRows,
-                         kNumFixedSections };
+                         kWinSlot, kNumFixedSections };
+// Device counts after the row sections (counts() = meta + n_sections * max_batch_tokens):
+// [kRealRows] the forward's real rows (rows past it are the padding of a graph bucket), then
+// [kEmitCounts + i] the emitting rows of emit section kNumFixedSections + i. Uploaded with the
+// sections; kernels whose work depends on them read them on the device.
+enum MetaCount : int { kRealRows, kEmitCounts };
+
+// One stacked expert matrix (kFp8): codes [E, n, k], scales [E, ceil(n/128), ld(k)].
+struct MoeStack {
+  const uint8_t* q = nullptr;
+  const float* s = nullptr;
+};
 
 struct GpuModel::Impl {
   // host == nullptr: dummy weights from seed.
@@ -70,6 +98,18 @@ struct GpuModel::Impl {
   cuda::DeviceContext ctx;
   std::vector<cuda::DeviceBuffer> owned;
   std::vector<std::pair<float*, int64_t>> state_pools;  // (pointer, floats)
+  // Paged state (runtime/gpu_state_plan.h): pools with their host block tables, each layer's
+  // caches, the per-forward slot lists of paged attention and the entry staging rows.
+  GpuStatePlan plan;
+  KvBlockPool win_pool;
+  std::map<int64_t, KvBlockPool> cmp_pools;  // by compress ratio
+  std::vector<GpuCachePool> cache_pools;
+  int32_t* tables_host = nullptr;           // pinned, all pools' tables
+  int32_t* win_idx = nullptr;               // [T, W] window slots per row
+  std::map<int64_t, int32_t*> all_idx;      // ratio -> [T, max_context / ratio] (HCA lists)
+  std::map<int64_t, int32_t*> all_n;        // ratio -> [T]
+  int32_t *sel_idx = nullptr, *sel_n = nullptr;  // [T, index_topk], [T] (CSA lists)
+  float *ent_stage = nullptr, *idx_stage = nullptr;  // [T, d], [T, d_I] emitted entries by row
   uint64_t seed = 0, fill_counter = 0;
   double weight_bytes_total = 0;
 
@@ -96,6 +136,14 @@ struct GpuModel::Impl {
   float *xs = nullptr, *eg = nullptr, *ev = nullptr, *ys = nullptr, *sg = nullptr, *sv = nullptr,
         *ysh = nullptr;
   int64_t moe_rows_cap = 0;  // rows of xs / eg / ev / ys (routed slots + per-expert padding)
+  // kGrouped: moe_experts_fp8_cuda's workspace (sized for max_batch_tokens) and the rows
+  // routed to each expert per layer [L, E] (copied from the workspace after each layer, read
+  // by work() on demand). xs / eg / ev / ys / moe_* are only allocated for kPerExpert.
+  bool grouped_moe = false;
+  void* moe_ws = nullptr;
+  int32_t* expert_counts = nullptr;
+  int32_t* expert_counts_host = nullptr;
+  bool expert_work_pending = false;
   float *Xo = nullptr, *h = nullptr, *head_pre = nullptr, *logits = nullptr;
   // FP8 activation scratch (kFp8 only): the block input (shared by its projections), q_r
   // (shared by wq_b and the indexer's wq_b), a general one, and the grouped MoE rows
@@ -107,7 +155,13 @@ struct GpuModel::Impl {
   // Metadata: int32 sections on the device and a pinned host staging copy.
   int32_t* meta = nullptr;
   int32_t* meta_host = nullptr;
+  // Recorded after a forward's uploads from pinned memory (metadata, block tables): the next
+  // forward waits for it before rewriting those buffers (forwards do not wait for the device).
+  cuda::Event uploads_done;
   std::map<int64_t, int> emit_section;  // compress ratio -> section index
+  // Paged: per ratio, the section holding each row's compressed-pool slot of the entry it
+  // emits (-1 when it emits none).
+  std::map<int64_t, int> cmp_slot_section;
   std::map<int64_t, int64_t> emit_counts;  // this forward: emitting rows per ratio
   int n_sections = 0;
   // MoE metadata: perm_rows [cap], slot_of [T*k] int32, perm_w [cap] fp32, seg_row0 [cap],
@@ -117,8 +171,18 @@ struct GpuModel::Impl {
   int32_t* route_ids_host = nullptr;
   float* route_w_host = nullptr;
 
+  // CUDA graphs (gpu_graphs.cc): decode steps padded to a bucket of opt.graph_buckets; padding
+  // rows live in the state slot scratch_slot (= max_sequences; the pools have one extra slot
+  // when cuda_graphs is on).
+  int64_t scratch_slot = -1;
+  std::map<int64_t, cuda::Graph> graphs;  // bucket -> captured forward
+  std::map<int64_t, GpuWork> graph_work;  // bucket -> work of the captured body
+  GpuGraphStats graph_stats;
+  bool graphs_on = false;  // opt.cuda_graphs, switched by set_cuda_graphs
+
   // Per forward.
   int64_t n_rows = 0, n_out = 0;
+  int64_t real_rows = 0;  // rows of the chunks (n_rows - real_rows padding rows)
   std::vector<std::pair<int64_t, int64_t>> chunk_spans;  // (start position, length)
   std::vector<int32_t> tokens_host;
   GpuWork work;
@@ -127,6 +191,10 @@ struct GpuModel::Impl {
 
   bool fp8() const { return opt.weight_format == WeightFormat::kFp8; }
   const int32_t* sec(int s) const { return meta + static_cast<int64_t>(s) * opt.max_batch_tokens; }
+  const int32_t* counts() const { return sec(n_sections); }
+  int64_t meta_ints() const {
+    return n_sections * opt.max_batch_tokens + kEmitCounts + (n_sections - kNumFixedSections);
+  }
   void* raw_alloc(int64_t bytes);
   float* alloc(int64_t n_floats) { return static_cast<float*>(raw_alloc(n_floats * 4)); }
   float* state_alloc(int64_t n_floats);
@@ -137,6 +205,13 @@ struct GpuModel::Impl {
   // modified) or random with std.
   DeviceLinear linear(const float* host, int64_t n, int64_t k, float std, bool force_f32 = false);
   DeviceLinear linear(const Tensor* t, int64_t n, int64_t k, float std, bool force_f32 = false);
+  void upload_fp8(const float* host, int64_t n, int64_t k, uint8_t* q, float* s);
+  void fill_fp8(uint8_t* q, float* s, int64_t count, int64_t n, int64_t k, float std);
+  // The routed experts' matrix [n, k] of every expert in one allocation (host: one tensor per
+  // expert, or empty for random values with std); returns per-expert views, and (kFp8) the
+  // stack in *stack.
+  std::vector<DeviceLinear> expert_stack(const std::vector<const Tensor*>& host, int64_t n_experts,
+                                         int64_t n, int64_t k, float std, MoeStack* stack);
 
   // y = x · W^T with the work accounting; lin_q reuses an already quantised input (kFp8) or
   // reads x_f32 (kF32).
@@ -146,12 +221,39 @@ struct GpuModel::Impl {
               float* y_out);
 
   void attention_block(int64_t layer, const float* x_in, float* out);
+  void plain_attention(int64_t layer, int64_t ratio);  // q, kv -> o (fp32 per-sequence state)
+  void paged_attention(int64_t layer, int64_t ratio);  // q -> o (paged caches)
+  void output_projection(int64_t layer, float* out);   // o -> out
+  // entries == nullptr: the emitted entries go to the staging rows (ent_stage / idx_stage)
+  // and from there into the paged cache (paged path).
   void run_compressor(const GpuCompressorW& w, int64_t ratio, int64_t width, float* ring_a,
                       float* ring_z, float* entries, int64_t max_entries, const float* x_in,
                       bool indexer);
+  // Paged state: allocation at construction; the blocks positions [max(0, start - W + 1),
+  // end) and compressed entries [0, end / m) of a sequence need (host tables); freeing what a
+  // sequence of n_tokens no longer needs (n_tokens < 0: everything); the table upload (before a forward, outside any
+  // graph); the window / HCA slot lists of a forward (device only: inside the graph).
+  void alloc_paged_state();
+  void reserve_blocks(int64_t seq, int64_t start, int64_t end);
+  void trim_blocks(int64_t seq, int64_t n_tokens);
+  void upload_tables();
+  void build_paged_lists();
+  void clear_caches();
+  void randomize_caches(uint64_t seed);
   void moe_block(int64_t layer, const float* x_in, float* out);
+  void moe_experts_per_expert(int64_t layer, const float* x_in);
+  void moe_experts_grouped(int64_t layer, const float* x_in, float* out);
+  MoeExpertsShape moe_shape(int64_t n_tokens) const;
+  // Adds the routed experts' weight bytes and experts_used from expert_counts (kGrouped;
+  // synchronises once after a forward).
+  void finish_expert_work();
   void count_attention_work();
   void forward_device(std::span<const GpuChunk> chunks);
+  // The graph bucket a forward runs as (0: eager): every chunk one token, graphs on, not
+  // profiling, and a bucket >= n rows.
+  int64_t graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const;
+  void enqueue_forward();
+  void run_decode_graph(int64_t bucket);
 };
 
 }  // namespace deepinfer

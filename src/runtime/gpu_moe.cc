@@ -1,23 +1,41 @@
 // MoE block on the GPU, mirroring Model::moe_block (src/model/moe_block.cc): router GEMM
-// (fp32) + routing kernel, then (after reading the routing back to the host) rows grouped by
-// expert, per used expert the w1 / w3 GEMMs + SwiGLU + the w2 GEMM, the shared expert over all
-// rows, and a combine that sums each row's k expert outputs (in its selection order) plus the
-// shared expert's.
-// FP8: the grouped rows are quantised once (row-major scales, regrouped into per-expert
-// block-major segments by segment_scales) and each expert runs over M_e rows: the count when
-// it is below 4 or batch_invariant (SIMT kernel), else the count rounded up to 4 (cuBLASLt;
-// padding rows carry weight 0 and are never combined).
-// Seam: this whole function is what a device-side grouped MoE (src/ops/moe) replaces.
+// (fp32) + routing kernel, the shared expert over all rows, the routed experts, and a combine
+// that sums each row's k expert outputs (in its selection order) plus the shared expert's.
+//
+// Routed experts, two implementations (GpuModelOptions::moe_impl):
+//  * kGrouped (kFp8): moe_experts_fp8_cuda over the stacked expert weights, no host sync;
+//    the shared expert's output goes in as its y_shared. Rows at or past the forward's count
+//    of real rows (counts()[kRealRows], padding rows of a graph bucket) get expert id -1: no
+//    expert row, no GEMM work, output = the shared expert's only.
+//  * kPerExpert (plain path, the oracle): after reading the routing back to the host, rows
+//    grouped by expert and per used expert the w1 / w3 GEMMs + SwiGLU + the w2 GEMM.
+//    FP8: the grouped rows are quantised once (row-major scales, regrouped into per-expert
+//    block-major segments by segment_scales) and each expert runs over M_e rows: the count
+//    when it is below 4 or batch_invariant (SIMT kernel), else the count rounded up to 4
+//    (cuBLASLt; padding rows carry weight 0 and are never combined).
 #include <algorithm>
 
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_grouped_cuda.h"
 #include "ops/quant/act_quant.h"
 #include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model_impl.h"
+#include "runtime/moe_rows.h"
 
 namespace deepinfer {
+
+MoeExpertsShape GpuModel::Impl::moe_shape(int64_t n_tokens) const {
+  MoeExpertsShape s;
+  s.n_tokens = n_tokens;
+  s.top_k = cfg.n_experts_per_tok;
+  s.n_experts = cfg.n_routed_experts;
+  s.dim = cfg.hidden_size;
+  s.inter = cfg.moe_intermediate_size;
+  s.swiglu_limit = static_cast<float>(cfg.swiglu_limit);
+  return s;
+}
 
 void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
   cudaStream_t stream = ctx.stream();
@@ -26,12 +44,63 @@ void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
   const int64_t k = cfg.n_experts_per_tok, I = cfg.moe_intermediate_size;
   const int64_t Is = I * cfg.n_shared_experts;
   const float limit = static_cast<float>(cfg.swiglu_limit);
-  constexpr int64_t kAlign = 64;
 
   lin(w.gate, x_in, N, router, a_gen);  // fp32
   const RouterParams rp{E, k, static_cast<float>(cfg.routed_scaling_factor)};
   route_cuda(stream, router, N, w.tid2eid != nullptr ? nullptr : w.bias, w.tid2eid, sec(kTokens), rp,
              route_ids, route_w);
+  if (!grouped_moe) moe_experts_per_expert(layer, x_in);  // fills ys (needs the host routing)
+  if (fp8()) act_quantize(ctx, x_in, N, D, a_in);
+  lin_in(w.sw1, x_in, a_in, N, sg);
+  lin_in(w.sw3, x_in, a_in, N, sv);
+  swiglu_cuda(stream, sg, sv, nullptr, N, Is, limit);
+  lin(w.sw2, sg, N, ysh, a_gen);
+  if (grouped_moe) {
+    moe_experts_grouped(layer, x_in, out);
+  } else {
+    moe_combine_cuda(stream, ys, moe_meta + moe_rows_cap, ysh, N, k, D, out);
+  }
+}
+
+void GpuModel::Impl::moe_experts_grouped(int64_t layer, const float* x_in, float* out) {
+  cudaStream_t stream = ctx.stream();
+  const int64_t N = n_rows, E = cfg.n_routed_experts, k = cfg.n_experts_per_tok;
+  mask_padding_slots_cuda(stream, route_ids, N, k, counts() + kRealRows);
+  const MoeExpertsShape shape = moe_shape(N);
+  moe_experts_fp8_cuda(stream, shape, x_in, route_ids, route_w, layers[layer].experts, ysh,
+                       moe_ws, out);
+  const MoeExpertsWorkspace ws = moe_experts_fp8_workspace(shape, moe_ws);
+  CUDA_CHECK(cudaMemcpyAsync(expert_counts + layer * E, ws.align.counts, E * sizeof(int32_t),
+                             cudaMemcpyDeviceToDevice, stream));
+}
+
+void GpuModel::Impl::finish_expert_work() {
+  if (!expert_work_pending) return;
+  expert_work_pending = false;
+  const int64_t L = cfg.num_layers, E = cfg.n_routed_experts;
+  CUDA_CHECK(cudaMemcpyAsync(expert_counts_host, expert_counts, L * E * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, ctx.stream()));
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+  for (int64_t l = 0; l < L; ++l) {
+    const GpuLayerW& w = layers[l];
+    for (int64_t e = 0; e < E; ++e) {
+      if (expert_counts_host[l * E + e] == 0) continue;
+      ++work.experts_used;
+      work.weight_bytes += w.w1[e].bytes() + w.w3[e].bytes() + w.w2[e].bytes();
+    }
+  }
+}
+
+// Routed experts through per-expert GEMMs into ys (slot_of in moe_meta); the combine runs in
+// moe_block.
+void GpuModel::Impl::moe_experts_per_expert(int64_t layer, const float* x_in) {
+  cudaStream_t stream = ctx.stream();
+  const GpuLayerW& w = layers[layer];
+  const int64_t N = n_rows, D = cfg.hidden_size, E = cfg.n_routed_experts;
+  const int64_t k = cfg.n_experts_per_tok, I = cfg.moe_intermediate_size;
+  const float limit = static_cast<float>(cfg.swiglu_limit);
+  constexpr int64_t kAlign = 64;
+
   CUDA_CHECK(cudaMemcpyAsync(route_ids_host, route_ids, N * k * sizeof(int32_t),
                              cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaMemcpyAsync(route_w_host, route_w, N * k * sizeof(float), cudaMemcpyDeviceToHost,
@@ -122,12 +191,6 @@ void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
       linear_run(ctx, w.w2[e], eg + offset[e] * I, m_e[e], y_out, {}, opt.batch_invariant);
     }
   }
-  if (fp8()) act_quantize(ctx, x_in, N, D, a_in);
-  lin_in(w.sw1, x_in, a_in, N, sg);
-  lin_in(w.sw3, x_in, a_in, N, sv);
-  swiglu_cuda(stream, sg, sv, nullptr, N, Is, limit);
-  lin(w.sw2, sg, N, ysh, a_gen);
-  moe_combine_cuda(stream, ys, d_slot_of, ysh, N, k, D, out);
 }
 
 }  // namespace deepinfer

@@ -8,7 +8,13 @@
 //    selection): a sequence's logits are bitwise equal run alone and inside batches of 5
 //    mixed prefill / decode chunks;
 //  * device dummy weights: finite logits, the same seed gives bitwise the same logits, another
-//    seed different ones; set_sequence_length / forward_device / copy_logits.
+//    seed different ones; set_sequence_length / forward_device / copy_logits;
+//  * MoE: the grouped device path (moe_impl kGrouped, kFp8's default) against the plain
+//    per-expert path on the same FP8 weights, every expert selected: min cosine >= 0.9995;
+//  * CUDA graphs: decode steps replayed from a bucket's graph give bitwise the logits of the
+//    eager forward (batch sizes 1, 3 and 16, 13 padded to 16; positions advancing across
+//    compress-ratio emissions, sequences joining and leaving), batch_invariant on and off
+//    (off: buckets the batch fills exactly).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -176,6 +182,208 @@ TEST_P(GpuModelCudaTest, BatchInvariantLogitsAreBitwiseEqual) {
     EXPECT_TRUE(std::all_of(alone.begin(), alone.end(), [](float v) { return std::isfinite(v); }));
     EXPECT_NE(*std::min_element(alone.begin(), alone.end()), *std::max_element(alone.begin(), alone.end()));
   }
+}
+
+// Prefill + batched decode on both models; min cosine of every logits row.
+TEST_P(GpuModelCudaTest, GroupedMoeMatchesPerExpert) {
+  ModelConfig cfg = load_model_config(hf_dir().string());
+  cfg.hash_layers.assign(cfg.num_layers, false);
+  cfg.n_experts_per_tok = cfg.n_routed_experts;  // every expert selected: nothing can flip
+  cfg.index_topk = 1024;
+  auto src = random_weights(cfg, 17);
+  const ModelWeights w = load_model_weights(cfg, *src);
+  GpuModelOptions opt;
+  opt.max_sequences = 3;
+  opt.max_context = 256;
+  opt.max_batch_tokens = 256;
+  opt.weight_format = WeightFormat::kFp8;
+  opt.moe_impl = MoeImpl::kGrouped;
+  GpuModel grouped(cfg, w, opt);
+  opt.moe_impl = MoeImpl::kPerExpert;
+  GpuModel plain(cfg, w, opt);
+  EXPECT_EQ(grouped.options().moe_impl, MoeImpl::kGrouped);
+  const int64_t V = cfg.vocab_size;
+  const auto a = random_tokens(160, V, 21), b = random_tokens(160, V, 22);
+  double min_cos = 1.0;
+  int64_t rows = 0;
+  auto both = [&](std::span<const GpuChunk> chunks) {
+    const Tensor x = grouped.forward(chunks), y = plain.forward(chunks);
+    ASSERT_EQ(x.numel(), y.numel());
+    for (int64_t r = 0; r < x.numel() / V; ++r, ++rows) {
+      min_cos = std::min(min_cos, cosine(x.f32() + r * V, y.f32() + r * V, V));
+    }
+  };
+  const int64_t s0 = grouped.new_sequence(), s1 = grouped.new_sequence();
+  ASSERT_EQ(plain.new_sequence(), s0);
+  ASSERT_EQ(plain.new_sequence(), s1);
+  const GpuChunk pre[2] = {{s0, std::span<const int32_t>(a.data(), 130), true},
+                           {s1, std::span<const int32_t>(b.data(), 70), true}};
+  both(pre);
+  for (int64_t i = 0; i < 20; ++i) {
+    const GpuChunk step[2] = {{s1, std::span<const int32_t>(b.data() + 70 + i, 1), false},
+                              {s0, std::span<const int32_t>(a.data() + 130 + i, 1), false}};
+    both(step);
+  }
+  std::printf("  %s kGrouped vs kPerExpert (kFp8, every expert selected): min cosine %.7f over "
+              "%lld logits rows\n", GetParam().c_str(), min_cos, static_cast<long long>(rows));
+  EXPECT_EQ(rows, 130 + 70 + 40);
+  EXPECT_GE(min_cos, 0.9995);
+  // work(): every expert is used (all selected); FLOPs count real rows only.
+  EXPECT_EQ(grouped.work().experts_used, plain.work().experts_used);
+  EXPECT_DOUBLE_EQ(grouped.work().weight_bytes, plain.work().weight_bytes);
+  EXPECT_DOUBLE_EQ(grouped.work().gemm_flops, plain.work().gemm_flops);
+}
+
+// Drives two models (eager, graphs) through the same steps; decode steps' logits compared
+// bitwise when `bitwise(n_rows)`.
+struct GraphPair {
+  GpuModel& eager;
+  GpuModel& graphed;
+  int64_t V;
+  int64_t n_compared = 0, n_diff = 0;
+
+  int64_t new_sequence() {
+    const int64_t s = eager.new_sequence();
+    EXPECT_EQ(graphed.new_sequence(), s);
+    return s;
+  }
+  void free_sequence(int64_t s) {
+    eager.free_sequence(s);
+    graphed.free_sequence(s);
+  }
+  void prefill(int64_t s, const std::vector<int32_t>& tokens) {
+    const GpuChunk c{s, std::span<const int32_t>(tokens), false};
+    const Tensor x = eager.forward(std::span<const GpuChunk>(&c, 1));
+    const Tensor y = graphed.forward(std::span<const GpuChunk>(&c, 1));
+    EXPECT_EQ(graphed.graph_stats().last_bucket, 0);
+    n_diff += std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0;  // same eager kernels
+  }
+  // One decode step of `seqs` (one token each); returns the graph bucket it ran as.
+  int64_t decode(const std::vector<int64_t>& seqs, uint32_t seed) {
+    const auto toks = random_tokens(static_cast<int64_t>(seqs.size()), V, seed);
+    std::vector<GpuChunk> chunks;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      chunks.push_back({seqs[i], std::span<const int32_t>(toks.data() + i, 1), false});
+    }
+    const Tensor x = eager.forward(chunks), y = graphed.forward(chunks);
+    EXPECT_EQ(eager.graph_stats().last_bucket, 0);
+    EXPECT_EQ(graphed.n_logits_rows(), static_cast<int64_t>(seqs.size()));
+    EXPECT_EQ(x.numel(), y.numel());
+    if (x.numel() == y.numel()) {
+      ++n_compared;
+      n_diff += std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0;
+    }
+    EXPECT_TRUE(std::all_of(y.f32(), y.f32() + y.numel(), [](float v) { return std::isfinite(v); }));
+    return graphed.graph_stats().last_bucket;
+  }
+};
+
+TEST_P(GpuModelCudaTest, DecodeGraphsReplayEagerLogitsBitwise) {
+  for (bool invariant : {true, false}) {
+    SCOPED_TRACE(invariant ? "batch_invariant" : "default kernels");
+    GpuModelOptions opt;
+    opt.max_sequences = 20;
+    opt.max_context = 512;
+    opt.max_batch_tokens = 256;
+    opt.weight_format = WeightFormat::kFp8;
+    opt.batch_invariant = invariant;
+    auto eager = GpuModel::load(hf_dir().string(), opt);
+    opt.cuda_graphs = true;
+    auto graphed = GpuModel::load(hf_dir().string(), opt);
+    EXPECT_EQ(graphed->options().graph_buckets, (std::vector<int64_t>{1, 2, 4, 8, 16, 20}));
+    const int64_t V = eager->config().vocab_size;
+    GraphPair p{*eager, *graphed, V};
+    // 16 sequences at different positions; sequence 0 ends its prompt at 125 so that decode
+    // crosses the ratio-128 emission at position 127 (ratio 4 emits every 4th step).
+    std::vector<int64_t> seqs;
+    for (int64_t i = 0; i < 16; ++i) {
+      seqs.push_back(p.new_sequence());
+      p.prefill(seqs.back(), random_tokens(i == 0 ? 125 : 3 + 7 * i, V, 100 + i));
+    }
+    uint32_t seed = 1000;
+    const std::vector<int64_t> one{seqs[0]}, three{seqs[0], seqs[7], seqs[3]};
+    if (invariant) {
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(p.decode(one, seed++), 1);
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(p.decode(three, seed++), 4);  // 1 padding row
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(p.decode(seqs, seed++), 16);
+      // Sequences leave and join: 3 freed, one new (prefilled, in a freed slot), 13 decode.
+      p.free_sequence(seqs[2]);
+      p.free_sequence(seqs[9]);
+      p.free_sequence(seqs[14]);
+      const int64_t fresh = p.new_sequence();
+      p.prefill(fresh, random_tokens(9, V, 77));
+      std::vector<int64_t> now;
+      for (int64_t s : seqs) {
+        if (s != seqs[2] && s != seqs[9] && s != seqs[14]) now.push_back(s);
+      }
+      now.insert(now.begin() + 4, fresh);
+      ASSERT_EQ(now.size(), 14u);
+      now.pop_back();
+      for (int i = 0; i < 6; ++i) EXPECT_EQ(p.decode(now, seed++), 16);  // 3 padding rows
+      const std::vector<int64_t> three_b{fresh, seqs[0], seqs[12]};
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(p.decode(three_b, seed++), 4);
+      EXPECT_EQ(graphed->graph_stats().captured, 3);
+    } else {
+      // Default kernels (cuBLASLt chosen per M): compare where the batch fills its bucket.
+      for (int i = 0; i < 6; ++i) EXPECT_EQ(p.decode(one, seed++), 1);
+      for (int i = 0; i < 6; ++i) EXPECT_EQ(p.decode(seqs, seed++), 16);
+      p.free_sequence(seqs[5]);
+      const int64_t fresh = p.new_sequence();
+      ASSERT_EQ(fresh, seqs[5]);
+      p.prefill(fresh, random_tokens(30, V, 78));
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(p.decode(seqs, seed++), 16);  // fresh in slot 5
+      EXPECT_EQ(graphed->graph_stats().captured, 2);
+    }
+    const GpuGraphStats& gs = graphed->graph_stats();
+    std::printf("  %s graphs (%s): %lld decode steps compared, %lld differ bitwise; %lld buckets "
+                "captured in %.1f ms, %lld replays\n", GetParam().c_str(),
+                invariant ? "batch_invariant" : "default", static_cast<long long>(p.n_compared),
+                static_cast<long long>(p.n_diff), static_cast<long long>(gs.captured), gs.capture_ms,
+                static_cast<long long>(gs.replays));
+    EXPECT_EQ(p.n_diff, 0);
+    EXPECT_EQ(gs.replays, p.n_compared - gs.captured);
+    EXPECT_EQ(eager->graph_stats().replays, 0);
+  }
+}
+
+TEST(GpuModelCuda, GraphOptionsAreChecked) {
+  const auto names = golden_models();
+  ASSERT_FALSE(names.empty());
+  const std::string dir = (fs::path(kGoldenDir) / names.front() / "hf").string();
+  GpuModelOptions opt;
+  opt.max_sequences = 3;
+  opt.max_context = 64;
+  opt.max_batch_tokens = 32;
+  opt.cuda_graphs = true;
+  opt.weight_format = WeightFormat::kF32;  // kF32 reads the routing on the host
+  EXPECT_THROW(GpuModel::load(dir, opt), Error);
+  opt.weight_format = WeightFormat::kFp8;
+  opt.moe_impl = MoeImpl::kPerExpert;
+  EXPECT_THROW(GpuModel::load(dir, opt), Error);
+  opt.moe_impl = MoeImpl::kAuto;
+  opt.graph_buckets = {8, 2, 1, 2};
+  auto m = GpuModel::load(dir, opt);
+  EXPECT_EQ(m->options().moe_impl, MoeImpl::kGrouped);
+  EXPECT_EQ(m->options().graph_buckets, (std::vector<int64_t>{1, 2, 3}));  // capped at 3 slots
+  // A prefill chunk runs eagerly; a 3-sequence decode step runs as bucket 3.
+  const auto t = random_tokens(10, m->config().vocab_size, 4);
+  const int64_t a = m->new_sequence(), b = m->new_sequence(), c = m->new_sequence();
+  const GpuChunk pre[3] = {{a, std::span<const int32_t>(t.data(), 5), false},
+                           {b, std::span<const int32_t>(t.data(), 2), false},
+                           {c, std::span<const int32_t>(t.data(), 1), false}};
+  m->forward(pre);
+  EXPECT_EQ(m->graph_stats().last_bucket, 0);
+  const GpuChunk step[3] = {{a, std::span<const int32_t>(t.data() + 5, 1), false},
+                            {b, std::span<const int32_t>(t.data() + 6, 1), false},
+                            {c, std::span<const int32_t>(t.data() + 7, 1), true}};
+  m->forward(step);
+  EXPECT_EQ(m->graph_stats().last_bucket, 3);
+  EXPECT_EQ(m->n_logits_rows(), 3);
+  EXPECT_THROW(m->new_sequence(), Error);  // the scratch slot is not a sequence
+  GpuModelOptions plain = opt;
+  plain.cuda_graphs = false;
+  plain.weight_format = WeightFormat::kF32;
+  EXPECT_EQ(GpuModel::load(dir, plain)->options().moe_impl, MoeImpl::kPerExpert);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GpuModelCudaTest, ::testing::ValuesIn(golden_models()));

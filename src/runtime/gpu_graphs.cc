@@ -1,0 +1,50 @@
+// GpuModel: CUDA graphs for decode steps (GpuModelOptions::cuda_graphs; gpu_model.h says which
+// forwards qualify and how padding rows are kept away from real sequences).
+//
+// A bucket's graph is captured lazily, on its first use: that forward runs the padded step
+// eagerly (its results are the forward's; it also performs every lazy set-up outside the
+// capture: cuBLASLt heuristics, kernel attributes), then captures the same enqueue sequence
+// without running it. Later forwards of the bucket upload their metadata (outside the graph,
+// one async copy from pinned memory) and replay it. Capture time is logged and summed in
+// graph_stats().capture_ms.
+#include <chrono>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "runtime/gpu_model_impl.h"
+
+namespace deepinfer {
+
+void GpuModel::Impl::run_decode_graph(int64_t bucket) {
+  cudaStream_t stream = ctx.stream();
+  graph_stats.last_bucket = bucket;
+  auto it = graphs.find(bucket);
+  if (it != graphs.end()) {
+    it->second.launch(stream);
+    work = graph_work.at(bucket);
+    ++graph_stats.replays;
+    return;
+  }
+  enqueue_forward();
+  const GpuWork body = work;
+  const auto t0 = std::chrono::steady_clock::now();
+  cuda::Graph g = cuda::Graph::capture(stream, [&] { enqueue_forward(); });
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  work = body;
+  graph_work[bucket] = body;
+  graph_stats.capture_ms += ms;
+  ++graph_stats.captured;
+  LOG(INFO) << "GpuModel: captured the decode graph of bucket " << bucket << " ("
+            << g.n_nodes() << " nodes) in " << ms << " ms";
+  graphs.emplace(bucket, std::move(g));
+}
+
+const GpuGraphStats& GpuModel::graph_stats() const { return impl_->graph_stats; }
+
+void GpuModel::set_cuda_graphs(bool on) {
+  CHECK(impl_->opt.cuda_graphs) << "set_cuda_graphs: the model was built without cuda_graphs";
+  impl_->graphs_on = on;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,116 @@
+// Sizes of GpuModel's per-layer state (plain arithmetic, no CUDA types, header-only: the
+// CUDA runner's sizing may call it in a CPU build). GpuModel allocates exactly these pools.
+//
+// Paged (GpuModelOptions::paged_kv, the default), for each layer:
+//  * window pool: K=V entries in the kv_cache_dtype layout (ops/kv_cache/kv_cache.h: fp8 =
+//    MODEL1 584 B per entry at V4 shapes, bf16 = 2 * head_dim B), paged by position. A
+//    sequence keeps the blocks of its last window - 1 positions between forwards
+//    (window_blocks_per_sequence); a forward adds the blocks its chunk's positions touch, so the
+//    pool has n_seqs * window_blocks_per_sequence + ceil(max_batch_tokens / B) blocks.
+//  * compressed pool per compress ratio m: entries [0, max_context / m) of every sequence
+//    (ceil(max_context / m / B) blocks each), same layout.
+//  * indexer keys (ratio-4 layers with an indexer): kFp8: the FP8 index cache
+//    (ops/kv_cache/index_cache.h, head_dim + 4 B per key), paged with the ratio-4 tables;
+//    kBf16 (reference numerics): dense fp32 [max_context / 4, index_head_dim] per sequence,
+//    so the top-k sees the unrounded scores the fp64 reference sees.
+//  * compressor partial-window rings (fp32, per sequence, as in the plain path).
+// Plain (paged_kv = false): fp32 window ring [W, d], dense fp32 compressed and indexer entries.
+//
+// For the engine (E1's gpu_runner_sizing): state_bytes_per_sequence() is what one more
+// sequence of max_context tokens costs; fixed_state_bytes() is the part that does not scale
+// with the number of sequences (the forward's transient window blocks).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+#include "io/model_config.h"
+#include "ops/kv_cache/index_cache.h"
+#include "ops/kv_cache/kv_cache.h"
+#include "runtime/gpu_model.h"
+
+namespace deepinfer {
+
+struct GpuPoolPlan {
+  int64_t max_blocks = 0;  // block-table columns per sequence
+  int64_t n_blocks = 0;    // physical blocks (shared by all sequences)
+};
+
+struct GpuStatePlan {
+  bool paged = true;
+  KvCacheDtype dtype = KvCacheDtype::kFp8;
+  int64_t block_size = 64;
+  KvCacheLayout kv;          // window + compressed entries
+  IndexCacheLayout idx;      // indexer keys (paged fp8 only)
+  bool idx_paged = false;    // indexer keys in the FP8 index cache
+  int64_t window_blocks_per_sequence = 0;
+  GpuPoolPlan window;
+  std::map<int64_t, GpuPoolPlan> compressed;  // by compress ratio (layers with a compressor)
+  int64_t n_seqs = 0;  // table rows: max_sequences (+ 1 scratch slot with cuda_graphs)
+  int64_t per_seq_bytes = 0;  // state one more sequence adds
+  int64_t fixed_bytes = 0;    // state that does not scale with sequences
+
+  int64_t state_bytes_per_sequence() const { return per_seq_bytes; }
+  int64_t fixed_state_bytes() const { return fixed_bytes; }
+  // What GpuModel allocates for all max_sequences (not counting the scratch slot's rings).
+  int64_t total_bytes(int64_t max_sequences) const { return max_sequences * per_seq_bytes + fixed_bytes; }
+};
+
+// kv_cache_dtype when set, else kFp8 with official numerics and kBf16 with reference.
+inline KvCacheDtype resolved_kv_cache_dtype(const GpuModelOptions& o) {
+  if (o.kv_cache_dtype) return *o.kv_cache_dtype;
+  return o.numerics == Numerics::kOfficial ? KvCacheDtype::kFp8 : KvCacheDtype::kBf16;
+}
+
+inline int64_t gpu_state_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The state pools GpuModel allocates for `c` and `o` (o.max_sequences sequences).
+inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& o) {
+  GpuStatePlan p;
+  p.paged = o.paged_kv;
+  p.dtype = resolved_kv_cache_dtype(o);
+  p.block_size = o.kv_block_size;
+  p.n_seqs = o.max_sequences + (o.cuda_graphs ? 1 : 0);  // + GpuModel's scratch slot
+  const int64_t B = p.block_size, d = c.head_dim, W = c.sliding_window, dI = c.index_head_dim;
+  const int64_t C = o.max_context, T = o.max_batch_tokens;
+  p.kv.dtype = p.dtype;
+  p.kv.head_dim = d;
+  p.kv.rope_dim = c.rope_dim;
+  p.kv.block_size = B;
+  p.idx.head_dim = dI;
+  p.idx.block_size = B;
+  p.idx_paged = p.paged && p.dtype == KvCacheDtype::kFp8;
+  p.window_blocks_per_sequence = gpu_state_ceil_div(std::max<int64_t>(W - 1, 0), B) + 1;
+  p.window.max_blocks = gpu_state_ceil_div(C, B);
+  p.window.n_blocks = p.n_seqs * (p.window_blocks_per_sequence + 1) + gpu_state_ceil_div(T, B);
+  int64_t per_seq = 0, fixed = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const int64_t m = c.compress_ratio(l);
+    const bool indexer = m == 4 && c.index_n_heads > 0;  // GpuModel checks the weights agree
+    if (m > 0) {
+      GpuPoolPlan& cp = p.compressed[m];
+      cp.max_blocks = std::max<int64_t>(1, gpu_state_ceil_div(C / m, B));
+      cp.n_blocks = p.n_seqs * cp.max_blocks;
+      const int64_t cw = (m == 4 ? 2 : 1) * d;
+      per_seq += 2 * (2 * m * cw) * 4;  // compressor rings a, z
+      per_seq += p.paged ? cp.max_blocks * p.kv.block_bytes() : (C / m) * d * 4;
+    }
+    if (indexer) {
+      per_seq += 2 * (2 * 4 * 2 * dI) * 4;
+      per_seq += p.idx_paged ? std::max<int64_t>(1, gpu_state_ceil_div(C / 4, B)) * p.idx.block_bytes()
+                             : (C / 4) * dI * 4;
+    }
+    if (p.paged) {
+      per_seq += (p.window_blocks_per_sequence + 1) * p.kv.block_bytes();
+      fixed += gpu_state_ceil_div(T, B) * p.kv.block_bytes();
+    } else {
+      per_seq += W * d * 4;
+    }
+  }
+  p.per_seq_bytes = per_seq;
+  p.fixed_bytes = fixed;
+  return p;
+}
+
+}  // namespace deepinfer
