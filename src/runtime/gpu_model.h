@@ -58,8 +58,11 @@
 // device buffers at fixed addresses: the row metadata and the counts after it (real rows,
 // emitting rows per compress ratio), uploaded by one cudaMemcpyAsync before the launch.
 // Launches whose size depended on per-step host values and how each is made graph-safe:
-//  * row count n_rows: every launch of the step uses the bucket size b (GEMMs, norms, RoPE,
-//    mHC, attention, indexer scores / top-k, head: padding rows are computed and ignored);
+//  * row count n_rows: every launch of the step uses the bucket size b (GEMMs and their
+//    activation quantisation, norms, RoPE, mHC, ring stores, compressor ape, indexer scores
+//    (grid max_entries x b, per-row key counts from the positions) and top-k (b blocks),
+//    paged slot lists / stores (rows with slot -1 store nothing), attention (heads x b),
+//    output-projection copies, head): padding rows are computed and ignored;
 //  * compressor emission (gpu_attention.cc): grid = b, the kernel reads the emitting-row
 //    count of its ratio from the device (CompressorEmitParams::n_emit_device);
 //  * MoE: kGrouped sizes every launch from b (moe_grouped_cuda.h); padding rows get expert
