@@ -274,6 +274,13 @@ struct GraphPair {
       n_diff += std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0;
     }
     EXPECT_TRUE(std::all_of(y.f32(), y.f32() + y.numel(), [](float v) { return std::isfinite(v); }));
+    // The work accounting counts the real rows only (padding routes to no expert).
+    const GpuWork we = eager.work(), wg = graphed.work();
+    EXPECT_EQ(we.experts_used, wg.experts_used);
+    EXPECT_EQ(we.weight_bytes, wg.weight_bytes);
+    EXPECT_EQ(we.state_bytes, wg.state_bytes);
+    EXPECT_EQ(we.attn_flops, wg.attn_flops);
+    EXPECT_NEAR(wg.gemm_flops / we.gemm_flops, 1.0, 1e-12);
     return graphed.graph_stats().last_bucket;
   }
 };
