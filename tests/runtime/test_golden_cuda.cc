@@ -1,14 +1,21 @@
-// GPU forward (GpuModel, reference numerics) on the golden checkpoints against HF
-// transformers' float64 logits (tests/data/golden): at every position cosine similarity
-// >= 0.999 and the same argmax wherever the reference top-1 margin exceeds 1e-2, for
+// GPU forward (GpuModel) on the golden checkpoints. Reference numerics with the bf16 paged KV
+// cache (and the plain fp32 path, paged_kv off) against HF transformers' float64 logits
+// (tests/data/golden); official numerics with the FP8 paged KV cache (584-byte layout, FP8
+// indexer keys), and with the bf16 cache, against the CPU backend's official numerics. Each:
+// at every position cosine similarity >= 0.999 and the same argmax wherever the reference
+// top-1 margin exceeds 1e-2, for
 //  * one full prefill,
 //  * chunked prefill (chunks of 7) for half the sequence, then decode one token at a time,
 //  * two sequences batched together (one in chunks of 13, one prefilled then decoding).
 // Also prints the GPU-vs-CPU-backend maximum relative difference (same numerics) per model.
+// Paged block tables: two sequences growing interleaved (small blocks, a third sequence freed
+// in between, so their tables are non-contiguous and reuse freed blocks) give bitwise the
+// logits each gives alone (batch-invariant kernels), for both cache dtypes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "io/safetensors.h"
@@ -111,6 +118,47 @@ std::vector<float> run(GpuModel& model, const std::vector<int32_t>& tokens, Chun
   return out;
 }
 
+// The three scenarios of the header on `model` against `ref` logits [S, V] with `margins`.
+void check_scenarios(GpuModel& model, const std::vector<int32_t>& tokens,
+                     const std::vector<float>& ref, const std::vector<float>& margins,
+                     const std::string& label) {
+  const int64_t S = static_cast<int64_t>(tokens.size()), V = model.config().vocab_size;
+  const auto full = run(model, tokens, [&](size_t) { return S; });
+  expect_rows_close(full, ref, margins, V, label + " full prefill");
+  const auto chunked = run(model, tokens, [&](size_t begin) {
+    return static_cast<int64_t>(begin) < S / 2 ? 7 : 1;
+  });
+  expect_rows_close(chunked, ref, margins, V, label + " chunks of 7 then decode");
+
+  // Two sequences in the same forward calls: A in chunks of 13, B prefilled with 29
+  // tokens then decoding one token per step (A finishes first, B continues alone).
+  const int64_t a = model.new_sequence(), b = model.new_sequence();
+  std::vector<float> out_a, out_b;
+  size_t pa = 0, pb = 0;
+  while (pa < tokens.size() || pb < tokens.size()) {
+    std::vector<GpuChunk> chunks;
+    size_t na = 0, nb = 0;
+    if (pa < tokens.size()) {
+      na = std::min<size_t>(13, tokens.size() - pa);
+      chunks.push_back({a, std::span<const int32_t>(tokens.data() + pa, na), true});
+    }
+    if (pb < tokens.size()) {
+      nb = pb == 0 ? 29 : 1;
+      chunks.push_back({b, std::span<const int32_t>(tokens.data() + pb, nb), true});
+    }
+    Tensor l = model.forward(chunks);
+    const float* p = l.f32();
+    out_a.insert(out_a.end(), p, p + na * V);
+    out_b.insert(out_b.end(), p + na * V, p + (na + nb) * V);
+    pa += na;
+    pb += nb;
+  }
+  expect_rows_close(out_a, ref, margins, V, label + " batched: chunks of 13");
+  expect_rows_close(out_b, ref, margins, V, label + " batched: prefill 29 + decode");
+  model.free_sequence(a);
+  model.free_sequence(b);
+}
+
 class GoldenCudaTest : public ::testing::TestWithParam<std::string> {
  protected:
   fs::path dir() const { return fs::path(kGoldenDir) / GetParam(); }
@@ -133,42 +181,19 @@ TEST_P(GoldenCudaTest, MatchesHFReference) {
     opt.max_context = 1024;
     opt.max_batch_tokens = 512;
     auto model = GpuModel::load((dir() / variant).string(), opt);
-    const int64_t V = model->config().vocab_size;
-
+    // Reference numerics defaults to the bf16 paged cache.
+    ASSERT_TRUE(model->options().kv_cache_dtype.has_value());
+    EXPECT_EQ(*model->options().kv_cache_dtype, KvCacheDtype::kBf16);
+    check_scenarios(*model, tokens, logits, margins, "bf16 KV");
     const auto full = run(*model, tokens, [&](size_t) { return S; });
-    expect_rows_close(full, logits, margins, V, "full prefill");
-    const auto chunked = run(*model, tokens, [&](size_t begin) {
-      return static_cast<int64_t>(begin) < S / 2 ? 7 : 1;
-    });
-    expect_rows_close(chunked, logits, margins, V, "chunks of 7 then decode");
+    model.reset();
 
-    // Two sequences in the same forward calls: A in chunks of 13, B prefilled with 29
-    // tokens then decoding one token per step (A finishes first, B continues alone).
-    const int64_t a = model->new_sequence(), b = model->new_sequence();
-    std::vector<float> out_a, out_b;
-    size_t pa = 0, pb = 0;
-    while (pa < tokens.size() || pb < tokens.size()) {
-      std::vector<GpuChunk> chunks;
-      size_t na = 0, nb = 0;
-      if (pa < tokens.size()) {
-        na = std::min<size_t>(13, tokens.size() - pa);
-        chunks.push_back({a, std::span<const int32_t>(tokens.data() + pa, na), true});
-      }
-      if (pb < tokens.size()) {
-        nb = pb == 0 ? 29 : 1;
-        chunks.push_back({b, std::span<const int32_t>(tokens.data() + pb, nb), true});
-      }
-      Tensor l = model->forward(chunks);
-      const float* p = l.f32();
-      out_a.insert(out_a.end(), p, p + na * V);
-      out_b.insert(out_b.end(), p + na * V, p + (na + nb) * V);
-      pa += na;
-      pb += nb;
-    }
-    expect_rows_close(out_a, logits, margins, V, "batched: chunks of 13");
-    expect_rows_close(out_b, logits, margins, V, "batched: prefill 29 + decode");
-    model->free_sequence(a);
-    model->free_sequence(b);
+    // The plain fp32 path (the paged path's oracle) passes the same checks.
+    opt.paged_kv = false;
+    auto plain = GpuModel::load((dir() / variant).string(), opt);
+    EXPECT_FALSE(plain->options().kv_cache_dtype.has_value());
+    check_scenarios(*plain, tokens, logits, margins, "plain fp32");
+    plain.reset();
 
     // Same numerics on the CPU backend, for the record.
     auto cpu = Model::load((dir() / variant).string(), {Numerics::kReference, false});
@@ -180,7 +205,8 @@ TEST_P(GoldenCudaTest, MatchesHFReference) {
       diff = std::max(diff, std::abs(cl.f32()[i] - full[i]));
       scale = std::max(scale, std::abs(cl.f32()[i]));
     }
-    std::printf("  GPU vs CPU backend (full prefill): max|diff| / max|logit| = %.3g\n", diff / scale);
+    std::printf("  GPU (bf16 KV) vs CPU backend (full prefill): max|diff| / max|logit| = %.3g\n",
+                diff / scale);
   }
 }
 
@@ -203,18 +229,86 @@ TEST_P(GoldenCudaTest, OfficialMatchesCpuOfficial) {
     std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
     margins[r] = row[0] - row[1];
   }
-  GpuModelOptions opt;
-  opt.max_sequences = 2;
-  opt.max_context = 1024;
-  opt.max_batch_tokens = 512;
-  opt.numerics = Numerics::kOfficial;
-  auto model = GpuModel::load((dir() / "hf").string(), opt);
-  const auto full = run(*model, tokens, [&](size_t) { return S; });
-  expect_rows_close(full, cpu_logits, margins, V, "official full prefill");
-  const auto chunked = run(*model, tokens, [&](size_t begin) {
-    return static_cast<int64_t>(begin) < S / 2 ? 7 : 1;
-  });
-  expect_rows_close(chunked, cpu_logits, margins, V, "official chunks 7 + decode");
+  for (KvCacheDtype dtype : {KvCacheDtype::kFp8, KvCacheDtype::kBf16}) {
+    GpuModelOptions opt;
+    opt.max_sequences = 3;
+    opt.max_context = 1024;
+    opt.max_batch_tokens = 512;
+    opt.numerics = Numerics::kOfficial;
+    if (dtype == KvCacheDtype::kBf16) opt.kv_cache_dtype = dtype;  // kFp8: the default
+    auto model = GpuModel::load((dir() / "hf").string(), opt);
+    ASSERT_TRUE(model->options().kv_cache_dtype.has_value());
+    EXPECT_EQ(*model->options().kv_cache_dtype, dtype);
+    check_scenarios(*model, tokens, cpu_logits, margins,
+                    std::string("official ") + kv_cache_dtype_name(dtype) + " KV");
+  }
+}
+
+// Logits of two sequences run alone (each on a fresh model) and grown interleaved on one model
+// (alternating single-sequence forwards and joint ones, a third sequence prefilled and freed
+// in between): bitwise equal. Blocks of 8 entries, so every sequence spans many blocks whose
+// ids interleave with the other's and reuse the freed sequence's blocks.
+TEST_P(GoldenCudaTest, InterleavedSequencesMatchAlone) {
+  auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
+  const auto tokens = read_ids(*ref, "input_ids");
+  const int64_t S = std::min<int64_t>(static_cast<int64_t>(tokens.size()), 200);
+  const std::vector<int32_t> ta(tokens.begin(), tokens.begin() + S);
+  std::vector<int32_t> tb(tokens.rbegin(), tokens.rbegin() + S);  // another text
+  for (Numerics numerics : {Numerics::kReference, Numerics::kOfficial}) {
+    GpuModelOptions opt;
+    opt.max_sequences = 3;
+    opt.max_context = 512;
+    opt.max_batch_tokens = 64;
+    opt.numerics = numerics;  // kBf16 / kFp8 cache by default
+    opt.kv_block_size = 8;
+    opt.batch_invariant = true;
+    const std::string what = numerics_name(numerics);
+    SCOPED_TRACE(what);
+    const int64_t ca = 5, cb = 3;  // chunk sizes of A and B
+    auto alone = [&](const std::vector<int32_t>& t, int64_t chunk) {
+      auto m = GpuModel::load((dir() / "hf").string(), opt);
+      return run(*m, t, [&](size_t) { return chunk; });
+    };
+    const auto la = alone(ta, ca), lb = alone(tb, cb);
+
+    auto m = GpuModel::load((dir() / "hf").string(), opt);
+    const int64_t V = m->config().vocab_size;
+    const int64_t c = m->new_sequence();
+    std::vector<int32_t> tc(tokens.begin() + 3, tokens.begin() + 3 + 40);
+    GpuChunk cc{c, tc, false};
+    m->forward(std::span<const GpuChunk>(&cc, 1));
+    const int64_t a = m->new_sequence(), b = m->new_sequence();
+    std::vector<float> oa, ob;
+    int64_t pa = 0, pb = 0;
+    for (int step = 0; pa < S || pb < S; ++step) {
+      if (step == 6) m->free_sequence(c);  // its blocks go back to the free list
+      std::vector<GpuChunk> chunks;
+      int64_t na = 0, nb = 0;
+      const bool do_a = pa < S && step % 3 != 1, do_b = pb < S && step % 3 != 0;
+      if (do_a) {
+        na = std::min(ca, S - pa);
+        chunks.push_back({a, std::span<const int32_t>(ta.data() + pa, na), true});
+      }
+      if (do_b) {
+        nb = std::min(cb, S - pb);
+        chunks.push_back({b, std::span<const int32_t>(tb.data() + pb, nb), true});
+      }
+      if (chunks.empty()) continue;
+      Tensor l = m->forward(chunks);
+      oa.insert(oa.end(), l.f32(), l.f32() + na * V);
+      ob.insert(ob.end(), l.f32() + na * V, l.f32() + (na + nb) * V);
+      pa += na;
+      pb += nb;
+    }
+    ASSERT_EQ(oa.size(), la.size());
+    ASSERT_EQ(ob.size(), lb.size());
+    EXPECT_EQ(std::memcmp(oa.data(), la.data(), la.size() * sizeof(float)), 0)
+        << what << ": sequence A interleaved differs from A alone";
+    EXPECT_EQ(std::memcmp(ob.data(), lb.data(), lb.size() * sizeof(float)), 0)
+        << what << ": sequence B interleaved differs from B alone";
+    std::printf("  %s/%s interleaved vs alone: %zu + %zu logits rows compared bitwise\n",
+                GetParam().c_str(), what.c_str(), la.size() / V, lb.size() / V);
+  }
 }
 
 TEST_P(GoldenCudaTest, RejectsBadInput) {

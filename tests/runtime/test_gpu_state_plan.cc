@@ -1,0 +1,94 @@
+// plan_gpu_state (runtime/gpu_state_plan.h) at V4-Flash shapes (MODEL_SPEC: 43 layers,
+// compress_ratios [0, 0] + [4, 128] x 20 + [4], head_dim 512 with 64 RoPE dims, window 128,
+// indexer 64 x 128) against the byte counts worked out by hand from the formats: FP8 entry
+// 448 e4m3 + 64 bf16 + 8 scale bytes = 584 B, blocks of 64 padded to a multiple of 576 B
+// (37440 B); bf16 entry 1024 B; FP8 indexer key 132 B. Prints bytes per token of each format.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "runtime/gpu_state_plan.h"
+
+namespace deepinfer {
+namespace {
+
+ModelConfig v4_flash() {
+  ModelConfig c;
+  c.vocab_size = 129280;
+  c.hidden_size = 4096;
+  c.num_layers = 43;
+  c.num_heads = 64;
+  c.head_dim = 512;
+  c.rope_dim = 64;
+  c.sliding_window = 128;
+  c.index_n_heads = 64;
+  c.index_head_dim = 128;
+  c.index_topk = 512;
+  c.compress_ratios = {0, 0};
+  for (int i = 0; i < 20; ++i) {
+    c.compress_ratios.push_back(4);
+    c.compress_ratios.push_back(128);
+  }
+  c.compress_ratios.push_back(4);
+  return c;
+}
+
+TEST(GpuStatePlan, V4FlashBytes) {
+  const ModelConfig c = v4_flash();
+  GpuModelOptions o;
+  o.max_sequences = 16;
+  o.max_context = 65536;
+  o.max_batch_tokens = 2048;
+  o.numerics = Numerics::kOfficial;
+  const GpuStatePlan fp8 = plan_gpu_state(c, o);
+  EXPECT_EQ(fp8.dtype, KvCacheDtype::kFp8);
+  EXPECT_TRUE(fp8.idx_paged);
+  EXPECT_EQ(fp8.kv.entry_bytes(), 584);
+  EXPECT_EQ(fp8.kv.block_bytes(), 37440);
+  EXPECT_EQ(fp8.idx.block_bytes(), 64 * 132);
+  EXPECT_EQ(fp8.window_blocks_per_sequence, 3);  // 127 positions straddle at most 3 blocks
+  EXPECT_EQ(fp8.window.max_blocks, 1024);
+  EXPECT_EQ(fp8.window.n_blocks, 16 * 4 + 32);
+  ASSERT_EQ(fp8.compressed.size(), 2u);
+  EXPECT_EQ(fp8.compressed.at(4).max_blocks, 256);    // 16384 entries
+  EXPECT_EQ(fp8.compressed.at(128).max_blocks, 8);    // 512 entries
+  EXPECT_EQ(fp8.compressed.at(4).n_blocks, 16 * 256);
+
+  // Per sequence, by hand: 21 CSA layers (rings 2 x 8 x 1024 fp32 + indexer rings 2 x 8 x 256
+  // fp32, 256 blocks of entries, 256 index blocks), 20 HCA layers (rings 2 x 256 x 512 fp32,
+  // 8 blocks), 4 window blocks on each of the 43 layers.
+  const int64_t csa = 2 * 8 * 1024 * 4 + 2 * 8 * 256 * 4 + 256 * 37440 + 256 * 64 * 132;
+  const int64_t hca = 2 * 256 * 512 * 4 + 8 * 37440;
+  EXPECT_EQ(fp8.state_bytes_per_sequence(), 21 * csa + 20 * hca + 43 * 4 * 37440);
+  EXPECT_EQ(fp8.fixed_state_bytes(), 43 * 32 * 37440);
+
+  o.numerics = Numerics::kReference;
+  const GpuStatePlan bf16 = plan_gpu_state(c, o);
+  EXPECT_EQ(bf16.dtype, KvCacheDtype::kBf16);
+  EXPECT_FALSE(bf16.idx_paged);
+  EXPECT_EQ(bf16.kv.entry_bytes(), 1024);
+  EXPECT_EQ(bf16.kv.block_bytes(), 65536);
+  o.kv_cache_dtype = KvCacheDtype::kFp8;
+  EXPECT_EQ(plan_gpu_state(c, o).dtype, KvCacheDtype::kFp8);
+  o.paged_kv = false;
+  const GpuStatePlan plain = plan_gpu_state(c, o);
+  EXPECT_FALSE(plain.paged);
+  EXPECT_EQ(plain.fixed_state_bytes(), 0);
+
+  // Entries per token (the part that grows with the context), rings and window excluded.
+  auto per_token = [&](const GpuStatePlan& p) {
+    const double kv = p.paged ? double(p.kv.block_bytes()) / p.block_size : 4.0 * c.head_dim;
+    const double idx = p.idx_paged ? double(p.idx.block_bytes()) / p.block_size : 4.0 * c.index_head_dim;
+    return 21 * (kv / 4 + idx / 4) + 20 * kv / 128;
+  };
+  std::printf("V4-Flash state per token of context: fp8 %.1f B, bf16 %.1f B, plain fp32 %.1f B; "
+              "per sequence of 64K: fp8 %.1f MiB, bf16 %.1f MiB, plain %.1f MiB\n",
+              per_token(fp8), per_token(bf16), per_token(plain),
+              fp8.state_bytes_per_sequence() / 1048576.0, bf16.state_bytes_per_sequence() / 1048576.0,
+              plain.state_bytes_per_sequence() / 1048576.0);
+  EXPECT_LT(per_token(fp8), per_token(bf16));
+  EXPECT_LT(per_token(bf16), per_token(plain));
+}
+
+}  // namespace
+}  // namespace deepinfer
