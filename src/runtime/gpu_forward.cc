@@ -139,7 +139,6 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
   expert_work_pending = false;
   n_rows = N;
   n_out = n_o;
-  real_rows = N;
   chunk_spans.clear();
   graph_stats.last_bucket = 0;
   if (N == 0) return;

@@ -182,7 +182,6 @@ struct GpuModel::Impl {
 
   // Per forward.
   int64_t n_rows = 0, n_out = 0;
-  int64_t real_rows = 0;  // rows of the chunks (n_rows - real_rows padding rows)
   std::vector<std::pair<int64_t, int64_t>> chunk_spans;  // (start position, length)
   std::vector<int32_t> tokens_host;
   GpuWork work;
