@@ -474,7 +474,7 @@ def rss_kib(pid):
 
 def test_500_concurrent_streams():
     """500 streaming chats at once on loopback: all complete well-formed, none lost or
-    duplicated; a second burst does not grow the server's memory (nothing leaks per request)."""
+    duplicated; after each of three bursts the server's memory is back at its idle level."""
     import asyncio
 
     n = 500
@@ -497,26 +497,35 @@ def test_500_concurrent_streams():
         return await asyncio.gather(*[one(i) for i in range(n)])
 
     try:
-        # Idle level: after one request has warmed every lazy structure up.
+        # Idle level: after one request has warmed every lazy structure up (and the server has
+        # trimmed its heap, half a second after the engine goes idle).
         asyncio.run(one(0))
         time.sleep(1.5)
         idle = rss_kib(s.proc.pid)
+        # The server frees every request's memory and hands it back to the OS once idle. What
+        # stays is one-time and bounded: heap pages still pinned by a few small live blocks
+        # (heaptrack: live heap +0.12 MiB, asio's descriptor/strand pools and hash-table buckets)
+        # and the threads' malloc caches; measured +2.4 to +2.9 MiB over a 329 MiB idle level,
+        # the same after every burst. The bound is about twice that (1.5% of idle). Before the
+        # engine freed finished requests' states at idle and the server used one malloc arena,
+        # it stayed 6-60 MiB above idle.
+        bound = idle + 5 * 1024
         rss = []
-        for _ in range(2):
+        for _ in range(3):
             results = asyncio.run(burst())
             ids = [check_chat_stream(raw) for raw in results]
             assert len(set(ids)) == n
             assert running(s) == 0
-            # The server returns freed memory to the OS once idle (within a few seconds).
-            bound = idle * 1.10 + 32 * 1024
-            deadline = time.time() + 15
+            deadline = time.time() + 10
             while rss_kib(s.proc.pid) > bound and time.time() < deadline:
                 time.sleep(0.5)
             rss.append(rss_kib(s.proc.pid))
             assert rss[-1] <= bound, (idle, rss)
+        # No growth from burst to burst (nothing is kept per request).
+        assert rss[-1] <= rss[0] + 2 * 1024, (idle, rss)
         print(f"\nRSS KiB: idle {idle}, after each burst {rss}")
         _, data = s.request("GET", "/metrics")
-        assert f'deepinfer_requests_total{{endpoint="/v1/chat/completions",status="200"}} {2 * n + 1}' in data.decode()
+        assert f'deepinfer_requests_total{{endpoint="/v1/chat/completions",status="200"}} {3 * n + 1}' in data.decode()
     finally:
         s.stop()
 
