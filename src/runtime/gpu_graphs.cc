@@ -6,7 +6,8 @@
 // capture: cuBLASLt heuristics, kernel attributes), then captures the same enqueue sequence
 // without running it. Later forwards of the bucket upload their metadata (outside the graph,
 // one async copy from pinned memory) and replay it. Capture time is logged and summed in
-// graph_stats().capture_ms.
+// graph_stats().capture_ms. A failed capture (an op that synchronises or allocates inside the
+// forward) is logged and turns graphs off for the model; the forward itself has already run.
 #include <chrono>
 
 #include "base/error.h"
@@ -28,7 +29,17 @@ void GpuModel::Impl::run_decode_graph(int64_t bucket) {
   enqueue_forward();
   const GpuWork body = work;
   const auto t0 = std::chrono::steady_clock::now();
-  cuda::Graph g = cuda::Graph::capture(stream, [&] { enqueue_forward(); });
+  cuda::Graph g;
+  try {
+    g = cuda::Graph::capture(stream, [&] { enqueue_forward(); });
+  } catch (const Error& e) {
+    // This forward already ran (eagerly) and is valid; later ones stay eager.
+    work = body;
+    graphs_on = false;
+    LOG(WARNING) << "GpuModel: capturing the decode graph of bucket " << bucket
+                 << " failed, CUDA graphs turned off: " << e.what();
+    return;
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   work = body;
