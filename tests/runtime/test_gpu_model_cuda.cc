@@ -14,7 +14,7 @@
 //  * CUDA graphs: decode steps replayed from a bucket's graph give bitwise the logits of the
 //    eager forward (batch sizes 1, 3 and 16, 13 padded to 16; positions advancing across
 //    compress-ratio emissions, sequences joining and leaving), batch_invariant on and off
-//    (off: buckets the batch fills exactly).
+//    (off: buckets the batch fills exactly), on the paged KV cache and on the plain state.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -286,9 +286,13 @@ struct GraphPair {
 };
 
 TEST_P(GpuModelCudaTest, DecodeGraphsReplayEagerLogitsBitwise) {
-  for (bool invariant : {true, false}) {
-    SCOPED_TRACE(invariant ? "batch_invariant" : "default kernels");
+  for (int variant = 0; variant < 3; ++variant) {
+    // Paged KV cache (default) with batch-invariant and default kernels; the plain fp32 state.
+    const bool invariant = variant != 1, paged = variant != 2;
+    SCOPED_TRACE(std::string(invariant ? "batch_invariant" : "default kernels") +
+                 (paged ? ", paged" : ", plain state"));
     GpuModelOptions opt;
+    opt.paged_kv = paged;
     opt.max_sequences = 20;
     opt.max_context = 512;
     opt.max_batch_tokens = 256;
@@ -342,9 +346,10 @@ TEST_P(GpuModelCudaTest, DecodeGraphsReplayEagerLogitsBitwise) {
       EXPECT_EQ(graphed->graph_stats().captured, 2);
     }
     const GpuGraphStats& gs = graphed->graph_stats();
-    std::printf("  %s graphs (%s): %lld decode steps compared, %lld differ bitwise; %lld buckets "
-                "captured in %.1f ms, %lld replays\n", GetParam().c_str(),
-                invariant ? "batch_invariant" : "default", static_cast<long long>(p.n_compared),
+    std::printf("  %s graphs (%s, %s): %lld decode steps compared, %lld differ bitwise; %lld "
+                "buckets captured in %.1f ms, %lld replays\n", GetParam().c_str(),
+                invariant ? "batch_invariant" : "default", paged ? "paged" : "plain",
+                static_cast<long long>(p.n_compared),
                 static_cast<long long>(p.n_diff), static_cast<long long>(gs.captured), gs.capture_ms,
                 static_cast<long long>(gs.replays));
     EXPECT_EQ(p.n_diff, 0);
