@@ -27,7 +27,10 @@
 // kernel, never cuBLASLt, whose algorithm is chosen per M). The other kernels are per row
 // already: RMSNorm (one warp / block per row, choice by width only), RoPE, mHC (kSplitK:
 // fixed 256-wide chunks summed in a fixed order; collapse / expand elementwise), sparse
-// attention (one block per (head, row), fixed merge order), indexer scores (per row) and
+// attention (one block per (head, row), fixed merge order), paged attention (one warp per
+// (row, head) over the row's own slot list in a fixed tile order; the key cache store and
+// slot lists are per row, and which physical blocks hold a sequence changes no value), indexer
+// scores (per row, dense or paged) and
 // top-k (one block per row), compressor emission (per emitting row), routing (one warp per
 // row), SwiGLU / gather / combine (elementwise; combine sums a row's k experts in selection
 // order), act_quant (per row). So a sequence's logits are bitwise the same alone or in any
