@@ -192,7 +192,10 @@ class GpuModel {
   int64_t n_tokens(int64_t sequence) const;
   // Sets a live sequence's length (0 <= n <= max_context) without computing anything: the
   // state pools keep whatever they hold (e.g. randomize_state()'s values), standing in for
-  // a context of n tokens. For benchmarks and synthetic contexts.
+  // a context of n tokens. For benchmarks and synthetic contexts. Paged: the sequence keeps
+  // the blocks it holds inside the new context (contents unchanged), frees the others and
+  // takes any block the context needs from the free lists (holding whatever it holds; window
+  // positions that already slid out are not recovered).
   void set_sequence_length(int64_t sequence, int64_t n);
 
   // Runs the chunks (each sequence at most once), advancing each sequence. Returns host fp32
