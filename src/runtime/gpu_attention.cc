@@ -48,8 +48,9 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
   p.emit_rows = sec(emit_section.at(ratio));
   // Graph-safe (F1): in a graph-bucket step (graph_stats.last_bucket > 0; captured once,
   // replayed with other counts) the launch covers every row and the kernel reads the real
-  // count from counts(); eager forwards launch exactly the host count. A paged store of the
-  // emitted entries needs the same treatment.
+  // count from counts(); eager forwards launch exactly the host count. The paged store of
+  // the emitted entries (attention_block) covers all rows with per-row slots (-1: the row
+  // emits nothing), so it needs no count.
   p.n_emit = graph_stats.last_bucket > 0 ? N : emit_counts.at(ratio);
   p.n_emit_device = counts() + kEmitCounts + (emit_section.at(ratio) - kNumFixedSections);
   p.positions = sec(kPositions);
