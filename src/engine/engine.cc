@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/parallel.h"
 #include "base/logging.h"
 #include "cache/cache_layout.h"
 #include "cache/pool_plan.h"
@@ -120,9 +122,7 @@ struct Engine::Impl {
   std::unique_ptr<StepWorker> worker;
   EngineStats stats;
   int64_t max_model_len = 0;
-  std::vector<float> row;
   std::unique_ptr<StructuredOutput> structured;  // built on the first constrained request
-  std::vector<uint32_t> mask;
 
   void init();
   std::unique_ptr<InFlight> prepare(SchedulerOutput so,
@@ -190,7 +190,6 @@ void Engine::Impl::init() {
   LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
             << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
   if (args.overlap) worker = std::make_unique<StepWorker>();
-  row.resize(size_t(cfg.vocab_size));
 }
 
 void Engine::Impl::note_preempted(const SchedulerOutput& so) {
@@ -283,7 +282,10 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
   const int64_t position = r.num_output_tokens();
   const std::span<const float> raw(logits, size_t(cfg.vocab_size));
   if (args.on_logits) args.on_logits(l.id, position, raw);
-  std::copy(raw.begin(), raw.end(), row.begin());
+  // Per-thread scratch: sample() may run rows on several threads.
+  thread_local std::vector<float> row;
+  thread_local std::vector<uint32_t> mask;
+  row.assign(raw.begin(), raw.end());
   const std::span<const int32_t> history(r.token_ids.data() + r.num_prompt_tokens,
                                          size_t(r.num_output_tokens()));
   apply_penalties(row, l.params, history);
@@ -291,6 +293,7 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
     // The constraint decides when the output may end: EOS stays allowed where it allows it.
     const uint32_t* allowed = precomputed;
     if (allowed == nullptr) {
+      mask.resize(size_t(structured->n_mask_words()));
       l.matcher->fill_next_token_bitmask(mask.data());
       allowed = mask.data();
     }
@@ -310,19 +313,46 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
   return token;
 }
 
+// Rows are independent (each request owns its matcher, logprobs and RNG stream), so they are
+// sampled in parallel; the tokens do not depend on the split. The first failing row's error
+// (lowest index) is rethrown. The on_logits hook is called from one thread.
 std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
   const int64_t V = runner->config().vocab_size;
   std::vector<std::vector<int32_t>> sampled(f.sched.scheduled.size());
+  struct Row {
+    size_t i;
+    Live* live;
+    const Request* request;
+  };
+  std::vector<Row> rows;
   for (size_t i = 0; i < sampled.size(); ++i) {
     const ScheduledChunk& c = f.sched.scheduled[i];
     if (!c.samples) continue;
     const Request* r = scheduler->find(c.request_id);
     auto it = live.find(c.request_id);
     if (r == nullptr || it == live.end()) continue;  // finished while the step ran
-    const uint32_t* mask = i < f.has_mask.size() && f.has_mask[i]
-                               ? f.masks.data() + i * size_t(structured->n_mask_words())
-                               : nullptr;
-    sampled[i].push_back(sample_one(it->second, *r, f.logits.f32() + int64_t(i) * V, mask));
+    rows.push_back({i, &it->second, r});
+  }
+  std::vector<int32_t> tokens(rows.size());
+  std::vector<std::exception_ptr> errors(rows.size());
+  auto run_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const Row& w = rows[size_t(k)];
+      const uint32_t* mask = w.i < f.has_mask.size() && f.has_mask[w.i]
+                                 ? f.masks.data() + w.i * size_t(structured->n_mask_words())
+                                 : nullptr;
+      try {
+        tokens[size_t(k)] = sample_one(*w.live, *w.request, f.logits.f32() + int64_t(w.i) * V, mask);
+      } catch (...) {
+        errors[size_t(k)] = std::current_exception();
+      }
+    }
+  };
+  if (args.on_logits) run_rows(0, int64_t(rows.size()));
+  else parallel_for(int64_t(rows.size()), run_rows, 4);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (errors[k]) std::rethrow_exception(errors[k]);
+    sampled[rows[k].i].push_back(tokens[k]);
   }
   return sampled;
 }
@@ -455,7 +485,6 @@ void Engine::add_request(EngineRequest request) {
       std::vector<int32_t> stops;
       for (int64_t eos : cfg.eos_token_ids) stops.push_back(int32_t(eos));
       m.structured = std::make_unique<StructuredOutput>(*m.tokenizer, cfg.vocab_size, stops);
-      m.mask.resize(size_t(m.structured->n_mask_words()));
     }
     matcher = m.structured->make_matcher(request.constraint_kind, request.constraint);
   }

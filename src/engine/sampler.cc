@@ -81,12 +81,15 @@ const std::vector<int32_t>& ordered_candidates(std::span<const float> logits, in
     std::partial_sort(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(k), keys.end());
   } else if (n > 1) {
     tmp.resize(n);
-    for (int shift = 32; shift < 64; shift += 8) {
-      size_t count[257] = {};
-      for (uint64_t key : keys) ++count[((key >> shift) & 0xff) + 1];
-      if (count[((keys[0] >> shift) & 0xff) + 1] == n) continue;  // one digit: order unchanged
-      for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
-      for (uint64_t key : keys) tmp[count[(key >> shift) & 0xff]++] = key;
+    // Three passes of 11, 11 and 10 bits over the logit half (bits 32..63).
+    constexpr int kBits = 11;
+    constexpr uint64_t kDigits = uint64_t(1) << kBits;
+    for (int shift = 32; shift < 64; shift += kBits) {
+      size_t count[kDigits + 1] = {};
+      for (uint64_t key : keys) ++count[((key >> shift) & (kDigits - 1)) + 1];
+      if (count[((keys[0] >> shift) & (kDigits - 1)) + 1] == n) continue;  // one digit: no change
+      for (uint64_t d = 0; d < kDigits; ++d) count[d + 1] += count[d];
+      for (uint64_t key : keys) tmp[count[(key >> shift) & (kDigits - 1)]++] = key;
       keys.swap(tmp);
     }
   }
