@@ -10,6 +10,7 @@
 #include "cuda/event.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_runner_sizing.h"
+#include "runtime/gpu_state_plan.h"
 
 namespace deepinfer {
 
@@ -24,7 +25,18 @@ namespace {
 GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o, std::string* summary) {
   CHECK(o.max_sequences > 0 && o.max_context > 0 && o.max_batch_tokens > 0)
       << "cuda runner: max_sequences, max_context and max_batch_tokens must be positive";
-  const GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
+  GpuModelOptions g;
+  g.max_sequences = o.max_sequences;
+  g.max_context = o.max_context;
+  g.max_batch_tokens = o.max_batch_tokens;
+  g.numerics = o.numerics;
+  g.weight_format = o.fp8_weights ? WeightFormat::kFp8 : WeightFormat::kF32;
+  g.batch_invariant = o.batch_invariant;
+  // Weights and activations estimated; the state pools exactly as GpuModel plans them.
+  GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
+  const GpuStatePlan plan = plan_gpu_state(config, g);
+  sizing.state_bytes_per_sequence = plan.state_bytes_per_sequence();
+  sizing.activation_bytes += plan.fixed_state_bytes();
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t n = gpu_sequences_that_fit(sizing, int64_t(free_bytes), int64_t(total_bytes),
@@ -35,13 +47,7 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
       << "cuda runner: not even one sequence of " << o.max_context << " tokens fits in "
       << o.gpu_memory_utilization << " of the device (" << *summary
       << "): lower max_model_len or max_num_batched_tokens, or raise gpu_memory_utilization";
-  GpuModelOptions g;
   g.max_sequences = n;
-  g.max_context = o.max_context;
-  g.max_batch_tokens = o.max_batch_tokens;
-  g.numerics = o.numerics;
-  g.weight_format = o.fp8_weights ? WeightFormat::kFp8 : WeightFormat::kF32;
-  g.batch_invariant = o.batch_invariant;
   return g;
 }
 
