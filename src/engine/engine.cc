@@ -481,6 +481,9 @@ void Engine::add_request(EngineRequest request) {
   if (!request.constraint_kind.empty()) {
     CHECK(m.tokenizer != nullptr) << "engine: request '" << request.id
                                   << "' has a structured-output constraint but the model has no tokenizer";
+    // The constraint decides where the output ends (its EOS terminates the matcher).
+    CHECK(!request.params.ignore_eos) << "engine: request '" << request.id
+                                      << "' sets ignore_eos with a structured-output constraint";
     if (!m.structured) {
       std::vector<int32_t> stops;
       for (int64_t eos : cfg.eos_token_ids) stops.push_back(int32_t(eos));
