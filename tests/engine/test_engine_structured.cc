@@ -125,5 +125,21 @@ TEST(EngineStructured, OverlapOnOffAndAloneAreBitwiseEqual) {
   EXPECT_GT(n_stop, 0) << "no constrained output finished";
 }
 
+// ignore_eos would let the output run past the constraint's end, where nothing is allowed.
+TEST(EngineStructured, IgnoreEosWithAConstraintIsRefused) {
+  auto engine = structured_engine(tiny_pool_args(true));
+  EngineRequest r;
+  r.id = "x";
+  r.prompt = {5, 6};
+  r.params.ignore_eos = true;
+  r.constraint_kind = "regex";
+  r.constraint = "ab";
+  EXPECT_THROW(engine->add_request(r), Error);
+  r.params.ignore_eos = false;
+  const auto out = engine->generate({r});
+  EXPECT_EQ(out[0].new_text, "ab");
+  EXPECT_EQ(out[0].finish_reason, "stop");
+}
+
 }  // namespace
 }  // namespace deepinfer::testing
