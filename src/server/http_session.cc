@@ -61,6 +61,7 @@ void HttpSession::on_header(beast::error_code ec) {
   if (ec && is_client_gone(ec)) return close();
   t0_ = std::chrono::steady_clock::now();
   exchange_active_ = true;
+  state_.n_exchanges.fetch_add(1, std::memory_order_relaxed);
   gen_.reset();
   status_ = 0;
   endpoint_ = "other";

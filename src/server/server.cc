@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <malloc.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -23,7 +24,8 @@ struct Server::Impl {
       : state{std::move(options), tokenizer, engine, {}, {}, 0, nullptr},
         ioc(std::max(1, state.options.n_io_threads)),
         acceptor(ioc),
-        signals(ioc) {
+        signals(ioc),
+        trim_timer(ioc) {
     state.model.tokenizer = &tokenizer;
     state.model.name = state.options.model_name;
     state.model.max_model_len = state.options.max_model_len;
@@ -47,6 +49,26 @@ struct Server::Impl {
     });
   }
 
+  // Hands freed heap back to the OS once the server is quiet: no request began during the last
+  // tick and the engine has nothing live, after some request since the last trim. AsyncEngine
+  // trims after engine work; this also covers requests refused before the engine (4xx with
+  // large bodies) and the buffers of connections that closed after the engine went idle.
+  void check_trim() {
+    trim_timer.expires_after(std::chrono::milliseconds(500));
+    trim_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec || shutting_down) return;
+      const int64_t n = state.n_exchanges.load(std::memory_order_relaxed);
+      if (n != trim_seen) {
+        trim_seen = n;
+        trim_due = true;
+      } else if (trim_due && state.engine.stats().n_live == 0) {
+        malloc_trim(0);
+        trim_due = false;
+      }
+      check_trim();
+    });
+  }
+
   // Stops accepting; lets the engine drain on a helper thread (the io threads keep delivering
   // outputs meanwhile), then stops the io_context once the final writes had a moment.
   void begin_shutdown() {
@@ -56,6 +78,7 @@ struct Server::Impl {
       boost::system::error_code ec;
       acceptor.close(ec);
       signals.cancel(ec);
+      trim_timer.cancel();
     });
     drainer = std::thread([this] {
       state.engine.shutdown(state.options.drain_seconds);
@@ -70,6 +93,9 @@ struct Server::Impl {
   net::signal_set signals;
   std::atomic<bool> shutting_down{false};
   std::thread drainer;
+  net::steady_timer trim_timer;  // check_trim's state below is touched by its handler only
+  int64_t trim_seen = 0;
+  bool trim_due = false;
 };
 
 Server::Server(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
@@ -108,6 +134,7 @@ void Server::run() {
     });
   }
   s.accept();
+  s.check_trim();
   LOG(INFO) << "serving " << s.state.options.model_name << " on http://" << s.state.options.host << ":" << port()
             << " (chat encoding " << (s.state.options.chat_version == recipe::ChatVersion::kV41 ? "v4.1" : "v4")
             << ", max_model_len " << s.state.options.max_model_len << ", up to "

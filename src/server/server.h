@@ -9,8 +9,9 @@
 // is full, 503 while shutting down, 500 engine failure. A client that disconnects has its
 // requests aborted. One log line per request.
 // Memory: every request's allocations are freed when it ends (the engine's per-request states
-// included, even when no request follows), AsyncEngine trims the heap half a second after the
-// engine goes idle, and `deepinfer serve` runs with one malloc arena so that the trim returns
+// included, even when no request follows); the heap is trimmed once the server is quiet (no
+// request began for half a second, nothing live in the engine; AsyncEngine also trims after
+// engine work), and `deepinfer serve` runs with one malloc arena so that the trim returns
 // everything free: after a burst the resident size is back within a few MB of idle
 // (tests/python/test_server.py, test_500_concurrent_streams).
 //

@@ -2,6 +2,8 @@
 // engine, both thread-safe.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include <boost/asio/thread_pool.hpp>
@@ -22,6 +24,7 @@ struct ServerState {
   Metrics metrics;
   int64_t created = 0;  // unix seconds the server started (GET /v1/models)
   std::unique_ptr<boost::asio::thread_pool> prep_pool;  // request parsing, prompt tokenization
+  std::atomic<int64_t> n_exchanges{0};  // requests read so far (the idle heap trim watches it)
 };
 
 }  // namespace deepinfer::server

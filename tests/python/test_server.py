@@ -496,6 +496,26 @@ def test_500_concurrent_streams():
     async def burst():
         return await asyncio.gather(*[one(i) for i in range(n)])
 
+    async def refused(i):  # a 100 kB body for a model the server does not serve: 404
+        body = json.dumps({"model": "elsewhere", "messages": [{"role": "user", "content": "word " * 20000}],
+                           "max_tokens": 2}).encode()
+        r, w = await asyncio.open_connection("127.0.0.1", s.port)
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await w.drain()
+        data = await r.read()
+        w.close()
+        return data
+
+    async def refused_burst():
+        return await asyncio.gather(*[refused(i) for i in range(300)])
+
+    def settled_rss(bound):
+        deadline = time.time() + 10
+        while rss_kib(s.proc.pid) > bound and time.time() < deadline:
+            time.sleep(0.5)
+        return rss_kib(s.proc.pid)
+
     try:
         # Idle level: after one request has warmed every lazy structure up (and the server has
         # trimmed its heap, half a second after the engine goes idle).
@@ -516,14 +536,15 @@ def test_500_concurrent_streams():
             ids = [check_chat_stream(raw) for raw in results]
             assert len(set(ids)) == n
             assert running(s) == 0
-            deadline = time.time() + 10
-            while rss_kib(s.proc.pid) > bound and time.time() < deadline:
-                time.sleep(0.5)
-            rss.append(rss_kib(s.proc.pid))
+            rss.append(settled_rss(bound))
             assert rss[-1] <= bound, (idle, rss)
         # No growth from burst to burst (nothing is kept per request).
         assert rss[-1] <= rss[0] + 2 * 1024, (idle, rss)
-        print(f"\nRSS KiB: idle {idle}, after each burst {rss}")
+        # Requests refused before the engine (30 MB of bodies) are given back too.
+        assert all(raw.startswith(b"HTTP/1.1 404 ") for raw in asyncio.run(refused_burst()))
+        rss.append(settled_rss(bound))
+        assert rss[-1] <= bound, (idle, rss)
+        print(f"\nRSS KiB: idle {idle}, after each burst {rss[:3]}, after 300 refused {rss[3]}")
         _, data = s.request("GET", "/metrics")
         assert f'deepinfer_requests_total{{endpoint="/v1/chat/completions",status="200"}} {3 * n + 1}' in data.decode()
     finally:
