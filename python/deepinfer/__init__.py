@@ -8,7 +8,8 @@
 `LLM(model=None, **engine_args)`: `model` is a checkpoint directory (config.json,
 safetensors, tokenizer.json) or None for the built-in tiny model. Engine arguments:
 device ("cpu" | "cuda"; cuda needs a build with the CUDA backend), gpu_memory_utilization,
-weight_format ("fp32" | "fp8", cuda only),
+weight_format ("fp32" | "fp8", cuda only), kv_cache_dtype ("auto" | "fp8" | "bf16", cuda
+only), cuda_graphs (cuda only),
 batch_invariant, numerics ("official" | "reference"), dummy_weights, dummy_seed, max_num_seqs,
 max_num_batched_tokens, max_model_len, state_budget_bytes, overlap, priority, tokenizer_path,
 block_size (see src/engine/engine.h).

@@ -63,10 +63,14 @@ double Args::get_double(const std::string& name, double fallback) const {
   }
 }
 
-const std::set<std::string> kDeviceOptions = {"device", "gpu-memory-utilization", "weight-format"};
+const std::set<std::string> kDeviceOptions = {"device", "gpu-memory-utilization", "weight-format",
+                                               "kv-cache-dtype"};
+
+const std::set<std::string> kDeviceFlags = {"cuda-graphs"};
 
 const char* const kDeviceUsage =
-    "         [--device cpu|cuda] [--gpu-memory-utilization 0.9] [--weight-format fp32|fp8]\n";
+    "         [--device cpu|cuda] [--gpu-memory-utilization 0.9] [--weight-format fp32|fp8]\n"
+    "         [--kv-cache-dtype auto|fp8|bf16] [--cuda-graphs]\n";
 
 void apply_device_options(const Args& args, EngineArgs& engine_args) {
   engine_args.device = args.get("device", engine_args.device);
@@ -75,6 +79,8 @@ void apply_device_options(const Args& args, EngineArgs& engine_args) {
   CHECK(engine_args.gpu_memory_utilization > 0.0 && engine_args.gpu_memory_utilization <= 1.0)
       << "--gpu-memory-utilization must be in (0, 1]";
   engine_args.weight_format = args.get("weight-format", engine_args.weight_format);
+  engine_args.kv_cache_dtype = args.get("kv-cache-dtype", engine_args.kv_cache_dtype);
+  engine_args.cuda_graphs = args.has("cuda-graphs");
 }
 
 }  // namespace deepinfer

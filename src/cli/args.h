@@ -30,8 +30,10 @@ class Args {
 struct EngineArgs;
 
 // Options every engine command takes for the backend: --device cpu|cuda,
-// --gpu-memory-utilization F, --weight-format fp32|fp8.
+// --gpu-memory-utilization F, --weight-format fp32|fp8, --kv-cache-dtype auto|fp8|bf16, and
+// the flag --cuda-graphs (kDeviceFlags).
 extern const std::set<std::string> kDeviceOptions;
+extern const std::set<std::string> kDeviceFlags;
 // Copies them into `engine_args` (validated by the engine when it starts).
 void apply_device_options(const Args& args, EngineArgs& engine_args);
 // One usage line for them.

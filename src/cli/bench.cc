@@ -164,7 +164,9 @@ int cmd_bench(int argc, char** argv) {
   std::set<std::string> names = {"model", "input-len", "output-len", "num-prompts", "concurrency", "seed",
                                  "numerics", "out", "max-num-batched-tokens", "max-model-len"};
   names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
-  Args args(argc, argv, 2, names, {"dummy-weights", "batch-invariant", "no-overlap", "no-overlap-table"});
+  std::set<std::string> flags = {"dummy-weights", "batch-invariant", "no-overlap", "no-overlap-table"};
+  flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
+  Args args(argc, argv, 2, names, flags);
   EngineArgs base;
   base.model_dir = args.get("model");
   base.dummy_weights = args.has("dummy-weights");

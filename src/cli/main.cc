@@ -106,11 +106,14 @@ int cmd_generate(int argc, char** argv) {
   std::set<std::string> names = {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p",
                                  "top-k", "min-p", "seed", "numerics"};
   names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
-  Args args(argc, argv, 2, names, {"batch-invariant", "ignore-eos", "dummy-weights"});
+  std::set<std::string> flags = {"batch-invariant", "ignore-eos", "dummy-weights"};
+  flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
+  Args args(argc, argv, 2, names, flags);
   ModelOptions options;
   options.numerics = parse_numerics(args.get("numerics", "official"));
   options.batch_invariant = args.has("batch-invariant");
-  if (args.get("device", "cpu") != "cpu" || args.has("dummy-weights")) {
+  if (args.get("device", "cpu") != "cpu" || args.has("dummy-weights") || args.has("kv-cache-dtype") ||
+      args.has("cuda-graphs")) {
     EngineArgs engine_args;
     engine_args.model_dir = args.get("model");
     engine_args.dummy_weights = args.has("dummy-weights");

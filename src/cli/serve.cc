@@ -45,8 +45,9 @@ int cmd_serve(int argc, char** argv) {
                                  "prep-threads", "drain-seconds", "default-thinking",
                                  "scheduling-policy", "state-budget-mib"};
   names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
-  Args args(argc, argv, 2, names,
-            {"batch-invariant", "dummy-weights", "no-overlap", "help"});
+  std::set<std::string> flags = {"batch-invariant", "dummy-weights", "no-overlap", "help"};
+  flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
+  Args args(argc, argv, 2, names, flags);
   if (args.has("help")) {
     serve_usage();
     return 0;

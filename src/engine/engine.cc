@@ -59,6 +59,8 @@ std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
   r.max_batch_tokens = args.max_num_batched_tokens;
   r.gpu_memory_utilization = args.gpu_memory_utilization;
   r.weight_format = args.weight_format;
+  r.kv_cache_dtype = args.kv_cache_dtype;
+  r.cuda_graphs = args.cuda_graphs;
   return make_model_runner(r);
 }
 

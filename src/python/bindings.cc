@@ -66,6 +66,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("device", &EngineArgs::device)
       .def_readwrite("gpu_memory_utilization", &EngineArgs::gpu_memory_utilization)
       .def_readwrite("weight_format", &EngineArgs::weight_format)
+      .def_readwrite("kv_cache_dtype", &EngineArgs::kv_cache_dtype)
+      .def_readwrite("cuda_graphs", &EngineArgs::cuda_graphs)
       .def_readwrite("dummy_seed", &EngineArgs::dummy_seed)
       .def_readwrite("max_num_seqs", &EngineArgs::max_num_seqs)
       .def_readwrite("max_num_batched_tokens", &EngineArgs::max_num_batched_tokens)

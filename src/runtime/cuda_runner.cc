@@ -32,6 +32,8 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.numerics = o.numerics;
   g.weight_format = o.fp8_weights ? WeightFormat::kFp8 : WeightFormat::kF32;
   g.batch_invariant = o.batch_invariant;
+  g.cuda_graphs = o.cuda_graphs;
+  if (o.kv_cache_dtype != "auto") g.kv_cache_dtype = kv_cache_dtype_from_string(o.kv_cache_dtype);
   // Weights and activations estimated; the state pools exactly as GpuModel plans them.
   GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
   const GpuStatePlan plan = plan_gpu_state(config, g);
@@ -77,7 +79,8 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   name_ = "cuda:" + std::to_string(device) + " (" + (options.fp8_weights ? "fp8" : "fp32") + " " +
-          weights_from + ", " + numerics_name(options.numerics) +
+          weights_from + ", " + numerics_name(options.numerics) + ", kv " +
+          kv_cache_dtype_name(resolved_kv_cache_dtype(g)) + (g.cuda_graphs ? ", cuda graphs" : "") +
           (options.batch_invariant ? ", batch-invariant)" : ")");
   LOG(INFO) << "cuda runner: " << name_ << ", capacity " << g.max_sequences << " sequences of "
             << g.max_context << " tokens, " << g.max_batch_tokens << " tokens per step";

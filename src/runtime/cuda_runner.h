@@ -29,6 +29,8 @@ struct CudaRunnerOptions {
   Numerics numerics = Numerics::kOfficial;
   bool fp8_weights = false;     // GpuModel's WeightFormat::kFp8, else kF32
   bool batch_invariant = false;  // GpuModelOptions::batch_invariant
+  std::string kv_cache_dtype = "auto";  // "auto" (GpuModel's default) | "fp8" | "bf16"
+  bool cuda_graphs = false;             // GpuModelOptions::cuda_graphs
 };
 
 class CudaRunner final : public ModelRunner {

@@ -55,6 +55,10 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       << "engine: unknown weight format '" << args.weight_format << "' (fp32 or fp8)";
   CHECK_KIND(kUnsupported, args.device == "cuda" || args.weight_format == "fp32")
       << "engine: weight format fp8 is available on device cuda only";
+  CHECK(args.kv_cache_dtype == "auto" || args.kv_cache_dtype == "fp8" || args.kv_cache_dtype == "bf16")
+      << "engine: unknown kv cache dtype '" << args.kv_cache_dtype << "' (auto, fp8 or bf16)";
+  CHECK_KIND(kUnsupported, args.device == "cuda" || (args.kv_cache_dtype == "auto" && !args.cuda_graphs))
+      << "engine: kv_cache_dtype and cuda_graphs are settings of device cuda";
   if (args.device == "cpu") {
     std::unique_ptr<Model> model;
     if (args.model_dir.empty() || args.dummy_weights) {
@@ -77,6 +81,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.numerics = args.model_options.numerics;
   o.batch_invariant = args.model_options.batch_invariant;
   o.fp8_weights = args.weight_format == "fp8";
+  o.kv_cache_dtype = args.kv_cache_dtype;
+  o.cuda_graphs = args.cuda_graphs;
   auto context = [&](const ModelConfig& c) {
     const int64_t limit = c.max_position_embeddings;
     if (args.max_context > 0) return args.max_context;

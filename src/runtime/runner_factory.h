@@ -22,6 +22,8 @@ struct RunnerArgs {
   int64_t max_batch_tokens = 2048;
   double gpu_memory_utilization = 0.9;
   std::string weight_format = "fp32";  // CUDA: "fp32" | "fp8" (block-scaled FP8 projections)
+  std::string kv_cache_dtype = "auto";  // CUDA: "auto" | "fp8" | "bf16" (GpuModelOptions::kv_cache_dtype)
+  bool cuda_graphs = false;             // CUDA: GpuModelOptions::cuda_graphs
 };
 
 // Default depth of the GPU state pools when no max_model_len is given (V4's 1M-token limit

@@ -95,6 +95,13 @@ TEST(EngineOnRunner, DeviceSelection) {
   args.device = "cpu";
   args.weight_format = "fp8";
   EXPECT_EQ(kind_of([&] { Engine e(args); }), ErrorKind::kUnsupported);
+  args.weight_format = "fp32";
+  args.kv_cache_dtype = "fp4";
+  EXPECT_EQ(kind_of([&] { Engine e(args); }), ErrorKind::kInvalidInput);
+  args.kv_cache_dtype = "auto";
+  args.cuda_graphs = true;
+  EXPECT_EQ(kind_of([&] { Engine e(args); }), ErrorKind::kUnsupported);
+  args.cuda_graphs = false;
   if (!cuda_backend_built()) {
     args.device = "cuda";
     args.weight_format = "fp32";
