@@ -21,3 +21,10 @@ echo "rc=$?"
 timeout "${LIMIT2:-150}" "$B" bench --device cuda --max-model-len 1024 --input-len 64 --output-len 64 \
   --num-prompts 32 --concurrency 32 --out "$OUT/engine-tiny-cuda"
 echo "rc=$?"
+# 3. (GRAPHS=1) the V4-Flash idle table again with decode steps replayed as CUDA graphs.
+if [ -n "${GRAPHS:-}" ]; then
+  timeout "${LIMIT3:-300}" "$B" bench --device cuda --dummy-weights --model bench/configs/v4-flash-4l \
+    --weight-format fp8 --cuda-graphs --max-model-len 2048 --input-len 512 --output-len 64 \
+    --num-prompts 64 --concurrency 64 --out "$OUT/engine-v4flash4l-graphs"
+  echo "rc=$?"
+fi
