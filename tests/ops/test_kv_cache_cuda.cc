@@ -14,6 +14,8 @@
 #include <numeric>
 #include <tuple>
 
+#include "base/error.h"
+#include "cuda/device_tensor.h"
 #include "cuda/event.h"
 #include "cuda_test_util.h"
 #include "op_test_util.h"
@@ -239,21 +241,60 @@ void run_case(std::mt19937_64& rng, const Case& c) {
               static_cast<long long>(c.topk), static_cast<long long>(N), err);
   EXPECT_LT(err, 1e-10);
 
+  // Split-K (a workspace; only grids small enough split): against the reference, against the
+  // unsplit kernel, and deterministic (two calls give the same bits). The workspace starts
+  // NaN-poisoned, so a partial the combine reads but nobody wrote shows.
+  const int64_t ws_bytes = paged_attention_workspace_bytes(N, H, d, W + (c.ratio > 0 ? max_cmp : 0));
+  Tensor ws = cuda::device_filled(DType::U8, {std::max<int64_t>(ws_bytes, 16)}, 0xff);
+  PagedAttentionParams ps = pd;
+  ps.workspace = ws.raw();
+  ps.workspace_bytes = ws_bytes;
+  if (ws_bytes > 0) {
+    Tensor os = test::poisoned_f32(N * H * d);
+    ps.out = os.data<float>();
+    paged_attention_cuda(nullptr, ps);
+    const auto split = test::download_f32(os);
+    Tensor os2 = test::poisoned_f32(N * H * d);
+    ps.out = os2.data<float>();
+    paged_attention_cuda(nullptr, ps);
+    const auto split2 = test::download_f32(os2);
+    const double err_ref = test::nmse(split.data(), ref.data(), N * H * d);
+    const double err_unsplit = test::nmse(split.data(), out.data(), N * H * d);
+    std::printf("  split-K (workspace %lld B): nmse %.3g vs reference, %.3g vs unsplit\n",
+                static_cast<long long>(ws_bytes), err_ref, err_unsplit);
+    EXPECT_LT(err_ref, 1e-10);
+    EXPECT_LT(err_unsplit, 1e-11);
+    EXPECT_EQ(count_differences(split, split2), 0);
+    // When N rows need more than N - 1 (so this call splits and needs all of it), a
+    // workspace one byte short is refused.
+    if (ws_bytes > paged_attention_workspace_bytes(N - 1, H, d, W + (c.ratio > 0 ? max_cmp : 0))) {
+      PagedAttentionParams short_ws = ps;
+      short_ws.workspace_bytes = ws_bytes - 1;
+      EXPECT_THROW(paged_attention_cuda(nullptr, short_ws), Error);
+    }
+  }
+
   if (H == 64 && d == 512) {  // report only: time per call and the cache bytes it must read
-    cuda::Event start, stop;
-    constexpr int kIters = 20;
-    start.record(nullptr);
-    for (int i = 0; i < kIters; ++i) paged_attention_cuda(nullptr, pd);
-    stop.record(nullptr);
-    stop.synchronize();
-    const double us = 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters;
+    auto time_us = [&](const PagedAttentionParams& params) {
+      cuda::Event start, stop;
+      constexpr int kIters = 20;
+      paged_attention_cuda(nullptr, params);
+      start.record(nullptr);
+      for (int i = 0; i < kIters; ++i) paged_attention_cuda(nullptr, params);
+      stop.record(nullptr);
+      stop.synchronize();
+      return 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters;
+    };
+    const double us = time_us(pd);
+    const double us_split = ws_bytes > 0 ? time_us(ps) : us;
     int64_t listed = 0;
     for (int32_t v : win_idx) listed += v >= 0;
     for (int64_t r = 0; r < N; ++r) {
       for (int64_t j = 0; j < n_cmp[r]; ++j) listed += cmp_idx[r * max_cmp + j] >= 0;
     }
     const double bytes = static_cast<double>(listed) * layout.entry_bytes();
-    std::printf("  %.1f us per call, %lld (row, key) pairs, %.1f GB/s of listed cache entries\n", us,
+    std::printf("  %.1f us per call unsplit, %.1f us split-K, %lld (row, key) pairs, %.1f GB/s of "
+                "listed cache entries (unsplit)\n", us, us_split,
                 static_cast<long long>(listed), bytes / (us * 1e3));
   }
 
@@ -293,6 +334,87 @@ TEST(KvCacheCuda, PagedAttentionV4FlashShapes) {
   // Prefill: a 48-token chunk continuing a sequence plus a fresh one; a window-only layer.
   run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 4, 512, 64, {{2200, 48}, {0, 16}}});
   run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 0, 0, 64, {{300, 40}}});
+}
+
+// Split-K at decode batches of 1, 2 and 4 rows, V4-Flash shapes (64 heads x 512, window
+// 128): CSA top-512 (n_indices shorter than 512 on short rows, -1 holes) and HCA-all lists of
+// up to 2048 entries (ratio 4, every visible entry), fp8 and bf16 caches. run_case checks the
+// unsplit kernel and the split one against the reference and against each other.
+TEST(KvCacheCuda, PagedAttentionSplitKDecode) {
+  auto rng = test::fresh_rng();
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> batches = {
+      {{4000, 1}}, {{4000, 1}, {700, 1}}, {{8191, 1}, {2100, 1}, {300, 1}, {3, 1}}};
+  for (KvCacheDtype dt : {KvCacheDtype::kFp8, KvCacheDtype::kBf16}) {
+    for (const auto& chunks : batches) {
+      run_case(rng, {dt, 64, 512, 64, 128, 4, 512, 64, chunks});  // CSA top-512
+      run_case(rng, {dt, 64, 512, 64, 128, 4, 0, 64, chunks});    // HCA-all, up to 2048
+    }
+  }
+}
+
+// Report only: us per call of the unsplit and the split-K kernel at V4-Flash decode shapes
+// (64 heads x 512, fp8, window 128 + top-512 and window 128 + 32 HCA entries of a 4K
+// context) for B = 1, 16, 64, with random slots into one pool; split vs unsplit agreement is
+// checked where the call splits.
+TEST(KvCacheCuda, PagedAttentionSplitKTiming) {
+  auto rng = test::fresh_rng();
+  const KvCacheLayout layout = KvCacheLayout::v4(KvCacheDtype::kFp8, 64);
+  const int64_t H = 64, d = 512, W = 128, n_slots = 8192;
+  std::vector<int32_t> all(n_slots);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<uint8_t> cache(n_slots / layout.block_size * layout.block_bytes(), 0);
+  {
+    const auto x = test::randn(rng, n_slots * d, 1.0f);
+    kv_store_ref(layout, x.data(), n_slots, d, all.data(), cache.data(), n_slots / layout.block_size);
+  }
+  Tensor cd = upload_bytes(cache);
+  const auto sinks = test::randn(rng, H, 1.0f);
+  Tensor sd = test::upload_f32(sinks);
+  std::uniform_int_distribution<int32_t> any_slot(0, static_cast<int32_t>(n_slots - 1));
+  for (int64_t cmp_keys : {512, 32}) {
+    for (int64_t B : {1, 16, 64}) {
+      std::vector<int32_t> win(B * W), cmp(B * cmp_keys), n_cmp(B, static_cast<int32_t>(cmp_keys));
+      for (auto& v : win) v = any_slot(rng);
+      for (auto& v : cmp) v = any_slot(rng);
+      const auto q = test::randn(rng, B * H * d, 1.0f);
+      Tensor qd = test::upload_f32(q), wd = test::upload_i32(win), kd = test::upload_i32(cmp);
+      Tensor nd = test::upload_i32(n_cmp), o1 = test::poisoned_f32(B * H * d), o2 = test::poisoned_f32(B * H * d);
+      PagedAttentionParams p;
+      p.q = qd.data<float>();
+      p.out = o1.data<float>();
+      p.sinks = sd.data<float>();
+      p.n_rows = B;
+      p.n_heads = H;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      p.sources[0] = {cd.data<uint8_t>(), layout, n_slots / layout.block_size, wd.data<int32_t>(), nullptr, W};
+      p.sources[1] = {cd.data<uint8_t>(), layout, n_slots / layout.block_size, kd.data<int32_t>(),
+                      nd.data<int32_t>(), cmp_keys};
+      const int64_t ws_bytes = paged_attention_workspace_bytes(B, H, d, W + cmp_keys);
+      Tensor ws = cuda::device_filled(DType::U8, {std::max<int64_t>(ws_bytes, 16)}, 0xff);
+      PagedAttentionParams ps = p;
+      ps.out = o2.data<float>();
+      ps.workspace = ws.raw();
+      ps.workspace_bytes = ws_bytes;
+      auto time_us = [&](const PagedAttentionParams& params) {
+        cuda::Event start, stop;
+        constexpr int kIters = 50;
+        paged_attention_cuda(nullptr, params);
+        start.record(nullptr);
+        for (int i = 0; i < kIters; ++i) paged_attention_cuda(nullptr, params);
+        stop.record(nullptr);
+        stop.synchronize();
+        return 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters;
+      };
+      const double us = time_us(p), us_split = time_us(ps);
+      const auto a = test::download_f32(o1), b = test::download_f32(o2);
+      const double err = test::nmse(b.data(), a.data(), B * H * d);
+      std::printf("paged attention V4-Flash fp8 B %lld keys %lld + %lld: %.1f us unsplit, %.1f us with "
+                  "workspace (%lld B), nmse split vs unsplit %.3g\n",
+                  static_cast<long long>(B), static_cast<long long>(W), static_cast<long long>(cmp_keys),
+                  us, us_split, static_cast<long long>(ws_bytes), err);
+      EXPECT_LT(err, 1e-11);
+    }
+  }
 }
 
 TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
@@ -402,6 +524,38 @@ TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
       for (int64_t s = nk; s < stride; ++s) {
         EXPECT_TRUE(std::isnan(got[r * stride + s])) << "row " << r << " entry " << s << " written";
       }
+    }
+    // Small batches spread the keys over more blocks (fewer keys per block): each row alone
+    // (1 row) and the first 4 rows give bitwise the rows of the 12-row call.
+    for (const int64_t n : {int64_t{1}, int64_t{4}}) {
+      for (int64_t r0 = 0; r0 + n <= N; r0 += n == 1 ? 1 : N) {
+        IndexerPagedScoresParams pr = p;
+        Tensor sub = test::poisoned_f32(n * stride);
+        pr.q = qd.data<float>() + r0 * H * d;
+        pr.g = gd.data<float>() + r0 * H;
+        pr.positions = pd.data<int32_t>() + r0;
+        pr.seq = sqd.data<int32_t>() + r0;
+        pr.n_rows = n;
+        pr.scores = sub.data<float>();
+        indexer_paged_scores_cuda(nullptr, pr);
+        const auto part = test::download_f32(sub);
+        const std::vector<float> want(got.begin() + r0 * stride, got.begin() + (r0 + n) * stride);
+        EXPECT_EQ(count_differences(part, want), 0) << n << " rows from row " << r0;
+      }
+    }
+    if (H == 64) {  // report only: us per call of one decode row at 8001 (2000 keys)
+      IndexerPagedScoresParams p1 = p;
+      p1.n_rows = 1;
+      cuda::Event start, stop;
+      constexpr int kIters = 50;
+      indexer_paged_scores_cuda(nullptr, p1);
+      start.record(nullptr);
+      for (int i = 0; i < kIters; ++i) indexer_paged_scores_cuda(nullptr, p1);
+      stop.record(nullptr);
+      stop.synchronize();
+      std::printf("indexer paged scores H 64 d 128, 1 row of %lld keys: %.1f us per call\n",
+                  static_cast<long long>((pos[0] + 1) / ratio),
+                  1e3 * cuda::Event::elapsed_ms(start, stop) / kIters);
     }
   }
 }

@@ -1,6 +1,8 @@
 // Paged FP8 indexer keys: store / load (one warp per key) and the indexer scores reading
 // them (one warp per key, the row's q and head weights in shared memory, the same
 // arithmetic as indexer_scores_cuda).
+#include <algorithm>
+
 #include "base/error.h"
 #include "cuda/cuda_check.h"
 #include "ops/kv_cache/index_cache_cuda.h"
@@ -12,7 +14,11 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
+// Keys per block of indexer_paged_scores: 64 from 16 rows up; fewer at smaller batches
+// (down to one key per warp at one row) so that a decode step of a few rows still spreads its
+// keys over many SMs. Each key's arithmetic is the same whatever the split.
 constexpr int kKeysPerBlock = 64;
+constexpr int64_t kFullRows = 16;
 
 struct Geometry {
   int64_t head_dim = 0, block_size = 1, block_bytes = 0;
@@ -82,11 +88,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 __global__ void __launch_bounds__(kWarps * 32) indexer_paged_scores_kernel(IndexerPagedScoresParams p,
-                                                                           Geometry geo) {
+                                                                           Geometry geo,
+                                                                           int64_t keys_per_block) {
   extern __shared__ float s_q[];  // [n_heads * head_dim] then g [n_heads]
   const int64_t row = blockIdx.y;
   const int64_t n_keys = (static_cast<int64_t>(p.positions[row]) + 1) / p.ratio;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kKeysPerBlock;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * keys_per_block;
   if (first >= n_keys) return;
   const int64_t d = geo.head_dim, qn = p.n_heads * d;
   float* s_g = s_q + qn;
@@ -98,7 +105,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_paged_scores_kernel(Index
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per_lane = static_cast<int>(d / 32);
   const int32_t* table = p.block_table + static_cast<int64_t>(p.seq[row]) * p.max_blocks;
-  const int64_t last = min(n_keys, first + kKeysPerBlock);
+  const int64_t last = min(n_keys, first + keys_per_block);
   for (int64_t s = first + warp; s < last; s += kWarps) {
     const int64_t slot = static_cast<int64_t>(table[s / geo.block_size]) * geo.block_size + s % geo.block_size;
     const uint8_t* data = key_data(geo, p.cache, slot);
@@ -163,9 +170,13 @@ void indexer_paged_scores_cuda(cudaStream_t stream, const IndexerPagedScoresPara
   }
   const int64_t max_keys = p.max_blocks * p.layout.block_size;
   CHECK_KIND(kUnsupported, p.n_rows < 65536) << "indexer paged scores: too many rows";
-  const dim3 grid(static_cast<unsigned>((max_keys + kKeysPerBlock - 1) / kKeysPerBlock),
-                  static_cast<unsigned>(p.n_rows));
-  indexer_paged_scores_kernel<<<grid, kWarps * 32, smem, stream>>>(p, geometry(p.layout));
+  // Depends on n_rows only (graph-safe); a multiple of kWarps from kWarps to kKeysPerBlock.
+  const int64_t kpb = std::clamp<int64_t>(kKeysPerBlock * p.n_rows / kFullRows / kWarps * kWarps,
+                                          kWarps, kKeysPerBlock);
+  const int64_t blocks_x = (max_keys + kpb - 1) / kpb;
+  CHECK_KIND(kUnsupported, blocks_x < (int64_t{1} << 31)) << "indexer paged scores: " << max_keys << " keys";
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.n_rows));
+  indexer_paged_scores_kernel<<<grid, kWarps * 32, smem, stream>>>(p, geometry(p.layout), kpb);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -125,6 +125,11 @@ struct PagedAttentionParams {
   int64_t n_rows = 0, n_heads = 0;
   float scale = 1.0f;
   KvSource sources[2];
+  // paged_attention_cuda only (kv_cache_cuda.h): fp32 scratch of split-K at small grids, at
+  // least paged_attention_workspace_bytes(n_rows, n_heads, head_dim, max_keys) bytes,
+  // 16-byte aligned; nullptr: never split. Ignored by the CPU reference.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 // CPU reference: per row, kv_load_ref of the listed slots then sparse_attention_row_ref.

@@ -14,6 +14,22 @@
 //    per (row, head group) instead of once per (row, head). Each warp's arithmetic depends
 //    only on its row's key list (fixed tile order), never on the batch or the head grouping:
 //    a row's output is bitwise the same alone or in any batch. head_dim at most 512.
+//    Split-K ("flash decoding", only with a workspace): when n_rows * head groups < 264 (two
+//    blocks per SM of a 132-SM H200), each row's key list (window source then compressed
+//    source, one logical list) is cut into n_splits chunks processed by separate blocks
+//    (grid.y), n_splits = min(ceil(512 / blocks), 64, ceil(max_keys / 32)) with max_keys =
+//    sources[0].max_indices + sources[1].max_indices; a row with n keys uses chunks of
+//    max(32, round_up(ceil(n / n_splits), 16)) keys. Each block writes its heads' partial
+//    (max, sum, acc[head_dim]) to the workspace; a combine kernel (one block per (row, head))
+//    merges the row's chunks in the fixed order 0, 1, ... and adds the sink. The plan depends
+//    only on (n_rows, n_heads, max_keys), never on timing or per-step counts, so launches are
+//    graph-safe and the result is deterministic for a given batch shape. It is NOT batch
+//    invariant (the split count depends on n_rows, and split vs unsplit differ by rounding):
+//    callers that need batch invariance (GpuModelOptions::batch_invariant) pass no workspace,
+//    and then every row's output is bitwise the same alone or in any batch as above.
+//  * paged_attention_workspace_bytes: bytes of workspace that make every call with at most
+//    n_rows rows (same n_heads, head_dim, max_keys or less) able to split; 0 when no such call
+//    splits. n_rows * n_heads * n_splits * (head_dim + 2) * 4 at most over those calls.
 //  * paged_indices_cuda: paged_indices_ref (paged_indices.h) on the device: the per-row slot
 //    lists of paged_attention_cuda from positions, block tables and the indexer's selection
 //    (block-table entries are not range-checked on the device).
@@ -35,6 +51,9 @@ void kv_load_cuda(cudaStream_t stream, const KvCacheLayout& layout, const uint8_
                   const int32_t* slots, int64_t n, float* out);
 
 void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p);
+
+int64_t paged_attention_workspace_bytes(int64_t n_rows, int64_t n_heads, int64_t head_dim,
+                                        int64_t max_keys);
 
 void paged_indices_cuda(cudaStream_t stream, const PagedIndexParams& p);
 

@@ -1,9 +1,12 @@
 // Paged sparse attention with sink (contract in kv_cache_cuda.h). One block per (row, head
-// group); warp w of the block owns head group * heads_per_block + w. Per tile of kTile keys:
-// the first kTile threads resolve the keys' byte addresses, the whole block dequantises the
-// tile into shared memory (fp32), then each warp scores the tile against its head's query
-// (held in registers, head_dim / 32 values per lane), updates its online softmax and its
-// accumulator. The sink joins the softmax at the end.
+// group[, key chunk]); warp w of the block owns head group * heads_per_block + w. Per tile of
+// kTile keys: the first kTile threads resolve the keys' byte addresses, the whole block
+// dequantises the tile into shared memory (fp32), then each warp scores the tile against its
+// head's query (held in registers, head_dim / 32 values per lane), updates its online softmax
+// and its accumulator. Unsplit: the block walks all of the row's keys and merges the sink at
+// the end. Split-K (small grids, a workspace given): blockIdx.y = chunk of the row's key list;
+// each block writes its heads' partial (max, sum, acc) to the workspace and
+// paged_attention_combine_kernel merges the chunks in order and adds the sink.
 #include <algorithm>
 #include <cmath>
 
@@ -21,6 +24,17 @@ constexpr int kTile = 16;
 constexpr int kMaxDim = 512;
 constexpr int kMaxPerLane = kMaxDim / 32;
 constexpr int kMaxWarps = 16;
+// Split-K plan (host, shapes only): split when the unsplit grid has fewer than kSplitBelow
+// blocks (2 per SM of a 132-SM H200: below it most SMs idle or hold one latency-bound
+// block); then n_splits = ceil(kSplitTarget / blocks), at most kMaxSplits and at most
+// ceil(max_keys / kMinChunk). On the device each row cuts its own key count n into chunks of
+// max(kMinChunk, round_up(ceil(n / n_splits), kTile)) keys, so a chunk is never tiny and the
+// grid never depends on per-step counts (graph-safe).
+constexpr int64_t kSplitBelow = 264;
+constexpr int64_t kSplitTarget = 512;
+constexpr int64_t kMaxSplits = 64;
+constexpr int64_t kMinChunk = 32;
+constexpr int kCombineThreads = 128;
 
 struct Source {
   const uint8_t* cache = nullptr;
@@ -38,6 +52,11 @@ struct Args {
   int64_t heads_per_block = 1, n_groups = 1;
   float scale = 1.0f;
   Source src[2];
+  // Split-K: n_splits chunks per row; partials at ws_acc[((row * n_heads + head) * n_splits +
+  // chunk) * head_dim ...] and ws_ml[(row * n_heads + head) * n_splits + chunk] = (max, sum).
+  int64_t n_splits = 1;
+  float* ws_acc = nullptr;
+  float2* ws_ml = nullptr;
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -51,7 +70,14 @@ __device__ __forceinline__ int64_t n_keys_of(const Source& s, int64_t row) {
   return s.n_indices != nullptr ? s.n_indices[row] : s.max_indices;
 }
 
-template <bool kFp8>
+// Keys per chunk of a row with n_keys keys cut into (at most) n_splits chunks.
+__device__ __forceinline__ int64_t chunk_keys(int64_t n_keys, int64_t n_splits) {
+  int64_t c = (n_keys + n_splits - 1) / n_splits;
+  c = (c + kTile - 1) / kTile * kTile;
+  return c < kMinChunk ? kMinChunk : c;
+}
+
+template <bool kFp8, bool kSplit>
 __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a) {
   const int64_t row = blockIdx.x / a.n_groups;
   const int64_t head = (blockIdx.x % a.n_groups) * a.heads_per_block + threadIdx.x / 32;
@@ -59,6 +85,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   const bool active = warp < a.heads_per_block && head < a.n_heads;
   const int per_lane = static_cast<int>(a.head_dim / 32);
   const int64_t n0 = n_keys_of(a.src[0], row), n_keys = n0 + n_keys_of(a.src[1], row);
+  int64_t j_begin = 0, j_end = n_keys;
+  if (kSplit) {  // this block's chunk of the row's key list (uniform over the block)
+    const int64_t chunk = chunk_keys(n_keys, a.n_splits);
+    j_begin = static_cast<int64_t>(blockIdx.y) * chunk;
+    if (j_begin >= n_keys) return;  // past the row's keys: the combine reads no partial here
+    j_end = min(n_keys, j_begin + chunk);
+  }
 
   __shared__ __align__(16) float s_kv[kTile][kMaxDim];
   __shared__ const uint8_t* s_data[kTile];
@@ -73,12 +106,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   }
   float m = -INFINITY, l = 0.0f;
 
-  for (int64_t j0 = 0; j0 < n_keys; j0 += kTile) {
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kTile) {
     if (threadIdx.x < kTile) {
       const int64_t j = j0 + threadIdx.x;
       const uint8_t* data = nullptr;
       const uint8_t* scales = nullptr;
-      if (j < n_keys) {
+      if (j < j_end) {
         const Source& s = j < n0 ? a.src[0] : a.src[1];
         const int64_t k = j < n0 ? j : j - n0;
         const int64_t slot = s.indices[row * s.max_indices + k];
@@ -152,6 +185,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   }
 
   if (!active) return;
+  if (kSplit) {
+    const int64_t at = (row * a.n_heads + head) * a.n_splits + blockIdx.y;
+    float* wa = a.ws_acc + at * a.head_dim;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      if (i < per_lane) wa[i * 32 + lane] = acc[i];
+    }
+    if (lane == 0) a.ws_ml[at] = make_float2(m, l);
+    return;
+  }
   const float sink = a.sinks[head];
   const float mu = fmaxf(m, sink);
   const float f = expf(m - mu);  // 0 when the row had no key
@@ -163,7 +206,91 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   }
 }
 
+// One block per (row, head): merges the row's chunks 0, 1, ... (those holding keys) in that
+// order, then the sink: the same result as one softmax over all keys, up to rounding.
+__global__ void __launch_bounds__(kCombineThreads) paged_attention_combine_kernel(Args a) {
+  const int64_t row = blockIdx.x / a.n_heads, head = blockIdx.x % a.n_heads;
+  const int64_t n_keys = n_keys_of(a.src[0], row) + n_keys_of(a.src[1], row);
+  const int64_t chunk = chunk_keys(n_keys, a.n_splits);
+  const int64_t n_chunks = (n_keys + chunk - 1) / chunk;  // 0 when the row has no key
+  const int64_t base = (row * a.n_heads + head) * a.n_splits;
+  __shared__ float s_w[kMaxSplits];
+  __shared__ float s_l[kMaxSplits];
+  float mx = -INFINITY;
+  for (int64_t c = 0; c < n_chunks; ++c) mx = fmaxf(mx, a.ws_ml[base + c].x);
+  for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) {
+    const float2 ml = a.ws_ml[base + c];
+    // A chunk whose keys were all -1 holes has max -inf and sum 0: weight 0.
+    s_w[c] = ml.x == -INFINITY ? 0.0f : expf(ml.x - mx);
+    s_l[c] = ml.y;
+  }
+  __syncthreads();
+  float l = 0.0f;
+  for (int64_t c = 0; c < n_chunks; ++c) l += s_l[c] * s_w[c];
+  const float sink = a.sinks[head];
+  const float mu = fmaxf(mx, sink);
+  const float f = expf(mx - mu);  // 0 when no chunk saw a key
+  const float inv = f / (l * f + expf(sink - mu));
+  float* oh = a.out + (row * a.n_heads + head) * a.head_dim;
+  const float* acc = a.ws_acc + base * a.head_dim;
+  for (int64_t i = threadIdx.x * 4; i < a.head_dim; i += blockDim.x * 4) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const float w = s_w[c];
+      const float4 x = *reinterpret_cast<const float4*>(acc + c * a.head_dim + i);
+      v.x += w * x.x;
+      v.y += w * x.y;
+      v.z += w * x.z;
+      v.w += w * x.w;
+    }
+    oh[i] = v.x * inv;  // out need not be 16-byte aligned
+    oh[i + 1] = v.y * inv;
+    oh[i + 2] = v.z * inv;
+    oh[i + 3] = v.w * inv;
+  }
+}
+
+struct Plan {
+  int64_t heads_per_block = 1, n_groups = 1, n_splits = 1;
+};
+
+Plan plan_of(int64_t n_rows, int64_t n_heads, int64_t max_keys, bool split) {
+  Plan pl;
+  // Fewer heads per block when the grid would be small (decode at low batch): more blocks,
+  // each key read by more of them (from L2). The per-warp arithmetic is the same either way.
+  int64_t hpb = std::min<int64_t>(n_heads, kMaxWarps);
+  while (hpb > 4 && n_rows * ((n_heads + hpb - 1) / hpb) < 264) hpb = (hpb + 1) / 2;
+  pl.heads_per_block = hpb;
+  pl.n_groups = (n_heads + hpb - 1) / hpb;
+  const int64_t blocks = n_rows * pl.n_groups;
+  if (split && blocks > 0 && blocks < kSplitBelow) {
+    int64_t ns = (kSplitTarget + blocks - 1) / blocks;
+    ns = std::min(ns, kMaxSplits);
+    ns = std::min(ns, (max_keys + kMinChunk - 1) / kMinChunk);
+    pl.n_splits = std::max<int64_t>(ns, 1);
+  }
+  return pl;
+}
+
+// Workspace bytes of one call split n_splits ways: the partial accumulators, then the
+// (max, sum) pairs (8-byte aligned: the accumulator part is a multiple of 8 bytes).
+int64_t split_bytes(int64_t n_rows, int64_t n_heads, int64_t head_dim, int64_t n_splits) {
+  if (n_splits <= 1) return 0;
+  return n_rows * n_heads * n_splits * (head_dim + 2) * static_cast<int64_t>(sizeof(float));
+}
+
 }  // namespace
+
+int64_t paged_attention_workspace_bytes(int64_t n_rows, int64_t n_heads, int64_t head_dim,
+                                        int64_t max_keys) {
+  int64_t most = 0;
+  // Splitting needs n_rows * n_groups < kSplitBelow, so rows past it never split.
+  for (int64_t n = 1; n <= std::min(n_rows, kSplitBelow); ++n) {
+    const Plan pl = plan_of(n, n_heads, max_keys, true);
+    most = std::max(most, split_bytes(n, n_heads, head_dim, pl.n_splits));
+  }
+  return most;
+}
 
 void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
   const KvSource* ref = p.sources[1].max_indices > 0 && p.sources[0].max_indices == 0 ? &p.sources[1]
@@ -194,21 +321,41 @@ void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
   a.head_dim = layout.head_dim;
   a.nope = layout.dtype == KvCacheDtype::kFp8 ? layout.nope_dim() : layout.head_dim;
   a.scale = p.scale;
-  // Fewer heads per block when the grid would be small (decode at low batch): more blocks,
-  // each key read by more of them (from L2). The per-warp arithmetic is the same either way.
-  int64_t hpb = std::min<int64_t>(p.n_heads, kMaxWarps);
-  while (hpb > 4 && p.n_rows * ((p.n_heads + hpb - 1) / hpb) < 264) hpb = (hpb + 1) / 2;
-  a.heads_per_block = hpb;
-  a.n_groups = (p.n_heads + hpb - 1) / hpb;
+  const int64_t max_keys = a.src[0].max_indices + a.src[1].max_indices;
+  const Plan pl = plan_of(p.n_rows, p.n_heads, max_keys, p.workspace != nullptr);
+  a.heads_per_block = pl.heads_per_block;
+  a.n_groups = pl.n_groups;
+  a.n_splits = pl.n_splits;
   const int64_t blocks = p.n_rows * a.n_groups;
-  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31))
+  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31) && p.n_rows * p.n_heads < (int64_t{1} << 31))
       << "paged attention: " << p.n_rows << " rows x " << a.n_groups << " head groups";
-  const unsigned threads = static_cast<unsigned>(std::max<int64_t>(hpb, 4) * 32);
-  if (layout.dtype == KvCacheDtype::kFp8) {
-    paged_attention_kernel<true><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
-  } else {
-    paged_attention_kernel<false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+  const unsigned threads = static_cast<unsigned>(std::max<int64_t>(pl.heads_per_block, 4) * 32);
+  const bool fp8 = layout.dtype == KvCacheDtype::kFp8;
+  if (pl.n_splits <= 1) {
+    if (fp8) {
+      paged_attention_kernel<true, false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+    } else {
+      paged_attention_kernel<false, false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+    }
+    CUDA_CHECK_LAUNCH();
+    return;
   }
+  const int64_t need = split_bytes(p.n_rows, p.n_heads, a.head_dim, pl.n_splits);
+  CHECK(p.workspace_bytes >= need)
+      << "paged attention: workspace of " << p.workspace_bytes << " bytes, " << need
+      << " needed for " << p.n_rows << " rows (paged_attention_workspace_bytes)";
+  CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0) << "paged attention: workspace not 16-byte aligned";
+  a.ws_acc = static_cast<float*>(p.workspace);
+  a.ws_ml = reinterpret_cast<float2*>(a.ws_acc + p.n_rows * p.n_heads * pl.n_splits * a.head_dim);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(pl.n_splits));
+  if (fp8) {
+    paged_attention_kernel<true, true><<<grid, threads, 0, stream>>>(a);
+  } else {
+    paged_attention_kernel<false, true><<<grid, threads, 0, stream>>>(a);
+  }
+  CUDA_CHECK_LAUNCH();
+  paged_attention_combine_kernel<<<static_cast<unsigned>(p.n_rows * p.n_heads), kCombineThreads, 0,
+                                   stream>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
