@@ -2,15 +2,18 @@
 //  * kFp8 against the CPU Model with the same FP8-rounded weights (GpuModel::fp8_round_trip)
 //    on each golden tiny config with random weights, every expert and every compressed entry
 //    selected (no discrete choice for the FP8 activation noise to flip, as bench_gpu_forward's
-//    check): min cosine of the logits per position >= 0.99, for a full prefill and for a
-//    prefill + decode batched with a second sequence;
+//    check): per position 1 - cosine of the logits within the FP8 activation noise bound
+//    derived below (fp8_noise_power_bound), and its mean within half of it, for a full
+//    prefill and for a prefill + decode batched with a second sequence;
 //  * batch_invariant (kF32 and kFp8, golden HF weights, hash + score routing, top-k
 //    selection): a sequence's logits are bitwise equal run alone and inside batches of 5
 //    mixed prefill / decode chunks;
 //  * device dummy weights: finite logits, the same seed gives bitwise the same logits, another
 //    seed different ones; set_sequence_length / forward_device / copy_logits;
-//  * MoE: the grouped device path (moe_impl kGrouped, kFp8's default) against the plain
-//    per-expert path on the same FP8 weights, every expert selected: min cosine >= 0.9995;
+//  * MoE: the grouped device path (moe_impl kGrouped, kFp8's default) and the plain
+//    per-expert path (kPerExpert), each against the CPU Model on the same FP8-rounded weights,
+//    every expert selected: each within the FP8 noise bound, and the grouped path's mean
+//    noise power at most 1.5x the per-expert path's (GroupedMoeMatchesPerExpert says why);
 //  * CUDA graphs: decode steps replayed from a bucket's graph give bitwise the logits of the
 //    eager forward (batch sizes 1, 3 and 16, 13 padded to 16; positions advancing across
 //    compress-ratio emissions, sequences joining and leaving), batch_invariant on and off
@@ -62,6 +65,54 @@ double cosine(const float* a, const float* b, int64_t n) {
   return ab / std::sqrt(aa * bb + 1e-300);
 }
 
+// FP8 activation noise: the bound of the kFp8-vs-CPU checks (CPU: the same FP8-rounded
+// weights, fp32 activations), derived rather than guessed.
+//  * One quantisation: kFp8 rounds the input of every projection per 1x128 block to e4m3 (3
+//    mantissa bits, round to nearest, scale = block amax / 448, so subnormals are rare). For
+//    x = (1 + f) 2^e the error is uniform in +-2^(e-4): relative power 2^-6/12 * E[1/(1+f)^2]
+//    = 2^-6/12 * 0.54 = 7.0e-4 for log-uniform significands. GemmCuda.QuantisedPipelineTracksBf16
+//    measures 7.2e-4 for one quantised GEMM input; kE4m3Nmse takes the measured value.
+//  * Independent roundings on the path of a token's logits, per layer: the attention input
+//    (wq_a, wkv, compressor and indexer projections read the same quantised x), q_a (wq_b and
+//    the indexer's wq_b), the attention output (wo_a), wo_a's output (wo_b); the MoE input
+//    (routed and shared experts), the routed SwiGLU output h (one rounding per expert, their
+//    weighted sum adds at most one rounding's relative power), the shared h: 7. Plus the
+//    head's input: 7 L + 1. The KV entries' bf16 storage (2^-14/24 per entry) is negligible.
+//  * Each rounding's relative noise passes to the logits with gain <= 1 (a sublayer's output
+//    is a part of the residual stream it joins; the norms and the head do not amplify
+//    relative noise): noise power of the logits <= (7 L + 1) * kE4m3Nmse, and for small
+//    noise 1 - cos = noise power / 2. Checks: mean over positions of 1 - cos <= half the
+//    power bound; per position 1 - cos <= the power bound (2x headroom for the spread of the
+//    per-position gains around their mean).
+// (csa L = 3: 1 - cos <= 0.0158; mixed_quant L = 4: <= 0.0209. Measured on the H200: min cos
+// 0.9927 / 0.9899, i.e. 1 - cos 0.0073 / 0.0101.)
+constexpr double kE4m3Nmse = 7.2e-4;
+double fp8_noise_power_bound(const ModelConfig& cfg) {
+  return (7.0 * static_cast<double>(cfg.num_layers) + 1.0) * kE4m3Nmse;
+}
+
+// Cosine statistics of logits rows against a reference.
+struct CosStats {
+  double min_cos = 1.0, sum_deficit = 0.0;
+  int64_t n = 0;
+  void add(double c) {
+    if (!(c >= min_cos)) min_cos = c;  // NaN propagates
+    sum_deficit += 1.0 - c;
+    ++n;
+  }
+  double mean_deficit() const { return n > 0 ? sum_deficit / static_cast<double>(n) : 0.0; }
+};
+
+void expect_within_fp8_noise(const CosStats& s, const ModelConfig& cfg, const std::string& what) {
+  const double p = fp8_noise_power_bound(cfg);
+  std::printf("  %-36s min cosine %.6f (1 - cos %.2e, bound %.2e), mean 1 - cos %.2e (bound "
+              "%.2e) over %lld rows\n", what.c_str(), s.min_cos, 1.0 - s.min_cos, p,
+              s.mean_deficit(), p / 2, static_cast<long long>(s.n));
+  EXPECT_GT(s.n, 0) << what;
+  EXPECT_LE(1.0 - s.min_cos, p) << what << ": a position beyond the FP8 activation noise bound";
+  EXPECT_LE(s.mean_deficit(), p / 2) << what << ": mean beyond the FP8 activation noise bound";
+}
+
 class GpuModelCudaTest : public ::testing::TestWithParam<std::string> {
  protected:
   fs::path hf_dir() const { return fs::path(kGoldenDir) / GetParam() / "hf"; }
@@ -93,8 +144,8 @@ TEST_P(GpuModelCudaTest, Fp8MatchesCpuWithFp8Weights) {
   const Tensor got = gpu.forward(std::span<const GpuChunk>(&full, 1));
   gpu.free_sequence(s0);
   ASSERT_EQ(got.numel(), n * V);
-  double min_full = 1.0;
-  for (int64_t i = 0; i < n; ++i) min_full = std::min(min_full, cosine(got.f32() + i * V, ref.f32() + i * V, V));
+  CosStats full_st;
+  for (int64_t i = 0; i < n; ++i) full_st.add(cosine(got.f32() + i * V, ref.f32() + i * V, V));
 
   // Prefill p tokens next to another sequence, then decode both in the same batches.
   std::vector<int32_t> other(tokens.begin() + 1, tokens.end());
@@ -102,17 +153,16 @@ TEST_P(GpuModelCudaTest, Fp8MatchesCpuWithFp8Weights) {
   const int64_t s1 = gpu.new_sequence(), s2 = gpu.new_sequence();
   const GpuChunk pre[2] = {{s1, std::span<const int32_t>(tokens.data(), p), false},
                            {s2, std::span<const int32_t>(other.data(), p), false}};
-  double min_dec = cosine(gpu.forward(pre).f32(), ref.f32() + (p - 1) * V, V);
+  CosStats dec_st;
+  dec_st.add(cosine(gpu.forward(pre).f32(), ref.f32() + (p - 1) * V, V));
   for (int64_t pos = p; pos < n; ++pos) {
     const GpuChunk step[2] = {{s2, std::span<const int32_t>(other.data() + pos, 1), false},
                               {s1, std::span<const int32_t>(tokens.data() + pos, 1), false}};
     const Tensor l = gpu.forward(step);
-    min_dec = std::min(min_dec, cosine(l.f32() + V, ref.f32() + pos * V, V));
+    dec_st.add(cosine(l.f32() + V, ref.f32() + pos * V, V));
   }
-  std::printf("  %s kFp8 vs CPU (FP8 weights): min cosine full prefill %.6f, prefill + batched "
-              "decode %.6f\n", GetParam().c_str(), min_full, min_dec);
-  EXPECT_GE(min_full, 0.99);
-  EXPECT_GE(min_dec, 0.99);
+  expect_within_fp8_noise(full_st, cfg, GetParam() + " kFp8 vs CPU (FP8 weights) full prefill");
+  expect_within_fp8_noise(dec_st, cfg, GetParam() + " kFp8 vs CPU (FP8 weights) prefill + batched decode");
 }
 
 // Logits rows of sequence `t` across the steps, alone or batched with four other sequences.
@@ -184,14 +234,28 @@ TEST_P(GpuModelCudaTest, BatchInvariantLogitsAreBitwiseEqual) {
   }
 }
 
-// Prefill + batched decode on both models; min cosine of every logits row.
+// The oracle of the grouped MoE is the CPU Model on the same FP8-rounded weights (fp32
+// activations), not the per-expert path: both GPU paths quantise the same tensors at the same
+// points (x per 1x128 block before w1 / w3, the routing-weighted SwiGLU output h before w2,
+// MODEL_SPEC D7; gpu_moe.cc and moe_grouped_cuda.h) and differ only in GEMM accumulation
+// order, yet any fp32-level difference moves some later e4m3 rounding by a whole step, after
+// which the two runs carry independent draws of the same FP8 noise (measured on the H200:
+// grouped vs per-expert min cosine 0.9957-0.9971, as far apart as each is from the CPU). So:
+//  * each path within the FP8 activation noise bound (fp8_noise_power_bound) of the CPU;
+//  * the grouped path's mean noise power (mean 1 - cos over the rows) at most 1.5x the
+//    per-expert path's: equal in expectation (same roundings, same formats); 1.5 allows for
+//    the fluctuation of a mean over 240 rows of two sequences, and a defect of the grouped
+//    path that adds noise (a wrong scale or weight on one expert: 1 - cos ~1e-1) or a
+//    systematic extra rounding of half the network's roundings fails it.
+// Prefill (two sequences, 130 + 70 tokens) then 20 batched decode steps on the three models.
 TEST_P(GpuModelCudaTest, GroupedMoeMatchesPerExpert) {
   ModelConfig cfg = load_model_config(hf_dir().string());
   cfg.hash_layers.assign(cfg.num_layers, false);
   cfg.n_experts_per_tok = cfg.n_routed_experts;  // every expert selected: nothing can flip
   cfg.index_topk = 1024;
   auto src = random_weights(cfg, 17);
-  const ModelWeights w = load_model_weights(cfg, *src);
+  ModelWeights w = load_model_weights(cfg, *src);
+  GpuModel::fp8_round_trip(cfg, w);  // the CPU computes with the values kFp8 stores
   GpuModelOptions opt;
   opt.max_sequences = 3;
   opt.max_context = 256;
@@ -202,32 +266,46 @@ TEST_P(GpuModelCudaTest, GroupedMoeMatchesPerExpert) {
   opt.moe_impl = MoeImpl::kPerExpert;
   GpuModel plain(cfg, w, opt);
   EXPECT_EQ(grouped.options().moe_impl, MoeImpl::kGrouped);
+  EXPECT_EQ(plain.options().moe_impl, MoeImpl::kPerExpert);
+  const Model cpu(cfg, std::move(w), ModelOptions{Numerics::kReference, false});
+  auto cs0 = cpu.new_state(), cs1 = cpu.new_state();
   const int64_t V = cfg.vocab_size;
   const auto a = random_tokens(160, V, 21), b = random_tokens(160, V, 22);
-  double min_cos = 1.0;
-  int64_t rows = 0;
-  auto both = [&](std::span<const GpuChunk> chunks) {
-    const Tensor x = grouped.forward(chunks), y = plain.forward(chunks);
+  CosStats st_grouped, st_plain, st_between;
+  // GPU chunks {sequence, span, all_logits}; the CPU runs the same chunks on its states.
+  auto all = [&](std::span<const GpuChunk> chunks) {
+    std::vector<SequenceChunk> cc;
+    for (const GpuChunk& c : chunks) cc.push_back({c.sequence == 0 ? cs0.get() : cs1.get(), c.tokens, c.all_logits});
+    const Tensor x = grouped.forward(chunks), y = plain.forward(chunks), z = cpu.forward(cc);
     ASSERT_EQ(x.numel(), y.numel());
-    for (int64_t r = 0; r < x.numel() / V; ++r, ++rows) {
-      min_cos = std::min(min_cos, cosine(x.f32() + r * V, y.f32() + r * V, V));
+    ASSERT_EQ(x.numel(), z.numel());
+    for (int64_t r = 0; r < x.numel() / V; ++r) {
+      st_grouped.add(cosine(x.f32() + r * V, z.f32() + r * V, V));
+      st_plain.add(cosine(y.f32() + r * V, z.f32() + r * V, V));
+      st_between.add(cosine(x.f32() + r * V, y.f32() + r * V, V));
     }
   };
   const int64_t s0 = grouped.new_sequence(), s1 = grouped.new_sequence();
+  ASSERT_EQ(s0, 0);
+  ASSERT_EQ(s1, 1);
   ASSERT_EQ(plain.new_sequence(), s0);
   ASSERT_EQ(plain.new_sequence(), s1);
   const GpuChunk pre[2] = {{s0, std::span<const int32_t>(a.data(), 130), true},
                            {s1, std::span<const int32_t>(b.data(), 70), true}};
-  both(pre);
+  all(pre);
   for (int64_t i = 0; i < 20; ++i) {
     const GpuChunk step[2] = {{s1, std::span<const int32_t>(b.data() + 70 + i, 1), false},
                               {s0, std::span<const int32_t>(a.data() + 130 + i, 1), false}};
-    both(step);
+    all(step);
   }
-  std::printf("  %s kGrouped vs kPerExpert (kFp8, every expert selected): min cosine %.7f over "
-              "%lld logits rows\n", GetParam().c_str(), min_cos, static_cast<long long>(rows));
-  EXPECT_EQ(rows, 130 + 70 + 40);
-  EXPECT_GE(min_cos, 0.9995);
+  EXPECT_EQ(st_grouped.n, 130 + 70 + 40);
+  expect_within_fp8_noise(st_grouped, cfg, GetParam() + " kGrouped vs CPU (FP8 weights)");
+  expect_within_fp8_noise(st_plain, cfg, GetParam() + " kPerExpert vs CPU (FP8 weights)");
+  std::printf("  %s kGrouped vs kPerExpert: min cosine %.6f, mean 1 - cos %.2e (two draws of the "
+              "FP8 noise; not asserted); noise power grouped / per-expert %.3f (bound 1.5)\n",
+              GetParam().c_str(), st_between.min_cos, st_between.mean_deficit(),
+              st_grouped.mean_deficit() / st_plain.mean_deficit());
+  EXPECT_LE(st_grouped.mean_deficit(), 1.5 * st_plain.mean_deficit());
   // work(): every expert is used (all selected); FLOPs count real rows only.
   EXPECT_EQ(grouped.work().experts_used, plain.work().experts_used);
   EXPECT_DOUBLE_EQ(grouped.work().weight_bytes, plain.work().weight_bytes);
