@@ -249,17 +249,24 @@ void GpuModel::Impl::paged_attention(int64_t layer, int64_t ratio) {
     cmp.cache = st.cmp_cache;
     cmp.layout = plan.kv;
     cmp.n_blocks = plan.compressed.at(ratio).n_blocks;
+    cmp.max_indices = paged_cmp_max_indices(layer);
     if (w.has_indexer) {
       cmp.indices = sel_idx;
       cmp.n_indices = sel_n;
-      cmp.max_indices = cfg.index_topk;
     } else {
       cmp.indices = all_idx.at(ratio);
       cmp.n_indices = all_n.at(ratio);
-      cmp.max_indices = std::max<int64_t>(1, opt.max_context / ratio);
     }
   }
+  pp.workspace = attn_ws;  // split-K at small batches (nullptr with batch_invariant)
+  pp.workspace_bytes = attn_ws_bytes;
   paged_attention_cuda(ctx.stream(), pp);
+}
+
+int64_t GpuModel::Impl::paged_cmp_max_indices(int64_t layer) const {
+  const int64_t ratio = cfg.compress_ratio(layer);
+  if (ratio <= 0 || !layers[layer].has_compressor) return 0;
+  return layers[layer].has_indexer ? cfg.index_topk : std::max<int64_t>(1, opt.max_context / ratio);
 }
 
 void GpuModel::Impl::output_projection(int64_t layer, float* out) {

@@ -13,6 +13,7 @@
 #include "model/rope_config.h"
 #include "model/weight_source.h"
 #include "ops/gemm/gemm.h"
+#include "ops/kv_cache/kv_cache_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
 #include "ops/rope/rope.h"
 #include "runtime/gpu_kernels.h"
@@ -380,7 +381,17 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     for (auto& [ratio, section] : emit_section) cmp_slot_section[ratio] = next++;
   }
   n_sections = next;
-  if (plan.paged) alloc_paged_state();
+  if (plan.paged) {
+    alloc_paged_state();
+    if (!opt.batch_invariant) {  // split-K paged attention at small batches (kv_cache_cuda.h)
+      int64_t max_keys = 0;
+      for (int64_t l = 0; l < cfg.num_layers; ++l) {
+        max_keys = std::max(max_keys, cfg.sliding_window + paged_cmp_max_indices(l));
+      }
+      attn_ws_bytes = paged_attention_workspace_bytes(T, cfg.num_heads, cfg.head_dim, max_keys);
+      if (attn_ws_bytes > 0) attn_ws = raw_alloc(attn_ws_bytes);
+    }
+  }
   meta = reinterpret_cast<int32_t*>(alloc(meta_ints()));
   CUDA_CHECK(cudaMallocHost(&meta_host, meta_ints() * sizeof(int32_t)));
   if (!grouped_moe) {

@@ -110,6 +110,11 @@ struct GpuModel::Impl {
   std::map<int64_t, int32_t*> all_n;        // ratio -> [T]
   int32_t *sel_idx = nullptr, *sel_n = nullptr;  // [T, index_topk], [T] (CSA lists)
   float *ent_stage = nullptr, *idx_stage = nullptr;  // [T, d], [T, d_I] emitted entries by row
+  // paged_attention_cuda's split-K workspace (small batches), sized at construction for
+  // max_batch_tokens rows and every layer's key lists; nullptr with batch_invariant (split-K
+  // is not batch invariant) or when no call can split.
+  void* attn_ws = nullptr;
+  int64_t attn_ws_bytes = 0;
   uint64_t seed = 0, fill_counter = 0;
   double weight_bytes_total = 0;
 
@@ -222,6 +227,8 @@ struct GpuModel::Impl {
   void attention_block(int64_t layer, const float* x_in, float* out);
   void plain_attention(int64_t layer, int64_t ratio);  // q, kv -> o (fp32 per-sequence state)
   void paged_attention(int64_t layer, int64_t ratio);  // q -> o (paged caches)
+  // Row stride of the compressed-pool slot list paged attention reads on `layer` (0: none).
+  int64_t paged_cmp_max_indices(int64_t layer) const;
   void output_projection(int64_t layer, float* out);   // o -> out
   // entries == nullptr: the emitted entries go to the staging rows (ent_stage / idx_stage)
   // and from there into the paged cache (paged path).
