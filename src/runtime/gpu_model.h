@@ -34,7 +34,9 @@
 // top-k (one block per row), compressor emission (per emitting row), routing (one warp per
 // row), SwiGLU / gather / combine (elementwise; combine sums a row's k experts in selection
 // order), act_quant (per row). So a sequence's logits are bitwise the same alone or in any
-// batch. Off (default): cuBLASLt wherever it has an algorithm (faster).
+// batch. Off (default): cuBLASLt wherever it has an algorithm (faster), and paged attention
+// splits the key lists of small batches over more blocks (split-K with a fixed-order combine;
+// the split count depends on the row count, kv_cache_cuda.h), so rows are not batch invariant.
 //
 // Memory: everything is allocated in the constructor: weights, activation buffers for
 // max_batch_tokens rows, and state pools for max_sequences sequences of up to max_context
@@ -64,7 +66,8 @@
 //  * row count n_rows: every launch of the step uses the bucket size b (GEMMs and their
 //    activation quantisation, norms, RoPE, mHC, ring stores, compressor ape, indexer scores
 //    (grid max_entries x b, per-row key counts from the positions) and top-k (b blocks),
-//    paged slot lists / stores (rows with slot -1 store nothing), attention (heads x b),
+//    paged slot lists / stores (rows with slot -1 store nothing), attention (heads x b;
+//    paged: head groups x b x splits, splits a function of b and the shapes),
 //    output-projection copies, head): padding rows are computed and ignored;
 //  * compressor emission (gpu_attention.cc): grid = b, the kernel reads the emitting-row
 //    count of its ratio from the device (CompressorEmitParams::n_emit_device);
