@@ -129,7 +129,9 @@ void compare_rows(const std::vector<float>& ours, const std::vector<float>& ref,
                     << ", max|diff| " << diff << ")";
     }
   }
-  if (mode == Mode::kAssert) EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions fail";
+  if (mode == Mode::kAssert) {
+    EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions fail";
+  }
   std::printf("  %-40s positions %4lld  min cosine %.9f (1 - cos %.2e)  max|diff|/max|ref| %.2e"
               "  argmax checked %d",
               what.c_str(), static_cast<long long>(rows), min_cos, 1.0 - min_cos, max_rel,
