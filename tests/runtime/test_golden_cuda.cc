@@ -21,6 +21,12 @@
 //     real routing that sometimes flips a discrete choice (mixed_quant, 6 positions).
 //     Official numerics compare exactly only in batch-invariant mode (test_gpu_model_cuda,
 //     InterleavedSequencesMatchAlone below); here they compare within the same bounds.
+//     Headroom of B and C, estimated on the CPU with the no-selection checkpoints (a throwaway
+//     program, not a test): rounding the CPU state's window ring and compressed entries to
+//     bf16 after every decode step gives min cos 0.9999923 (mixed_quant; others >= 0.999997)
+//     and no argmax change where the margin > 1e-2 (16 of mixed_quant's 424 margins lie in
+//     (0.01, 0.03)); official numerics with fixed-order vs BLAS GEMMs (fp32-level differences
+//     through the FP8 / bf16 storage roundings) min cos 0.9999936, no argmax change.
 //  D. Report only (printed, not asserted): the real-routing runs (bf16 KV vs HF, official
 //     FP8 KV vs CPU official) with the number of positions failing the A-C checks and the
 //     min cosine, labelled as discrete-choice flips, so gpu-check's table shows them.
