@@ -13,6 +13,11 @@
 //     and one swapped expert changes that position's logits by far more than any numeric
 //     bound (seen on the H200: hca 1 of 424 positions, mixed_quant 36; isolated positions).
 //     Those flips are a property of the model, not a defect of the kernels; D reports them.
+//     The CPU reproduces them: its reference forward with the state's window ring and
+//     compressed entries rounded to bf16 after every decode step (a throwaway program) gives
+//     hca min cos 0.931060 with the argmax flipped at position 366, mixed_quant min cos
+//     0.663132 at 189 (31 positions below 0.999), csa 0.999849 -- the H200's bf16 paged
+//     numbers (0.931072, 0.663173, 0.999849) at the same positions.
 //  C. Official numerics with the FP8 paged cache (584-byte entries, FP8 indexer keys; and the
 //     bf16 cache) against the CPU backend's official numerics, both with the discrete choices
 //     removed, same checks. The CPU rounds the K=V entries as the FP8 cache stores them (FP8
