@@ -64,13 +64,27 @@ inline uint64_t candidate_key(float logit, int32_t id) {
   return (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(id);
 }
 
+// The logit of a key (a -0 logit comes back as +0, which gives the same probability).
+inline float key_logit(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key >> 32);
+  const uint32_t b = (ascending & 0x80000000u) ? (ascending & 0x7fffffffu) : ~ascending;
+  float f;
+  std::memcpy(&f, &b, sizeof(f));
+  return f;
+}
+
 // The ids of the first k (0: all) candidates (logit > -inf) in (logit desc, id asc) order. The
 // order is a strict total order, so any correct sort gives the same sequence; a full order uses
 // a stable LSD radix sort on the logit half of the key (ids go in ascending, which settles
-// ties), a short top-k a partial sort of the keys. Returns a per-thread buffer.
-const std::vector<int32_t>& ordered_candidates(std::span<const float> logits, int64_t top_k) {
+// ties), a short top-k a partial sort of the keys. Fills per-thread buffers: the ids and their
+// logits in that order (read from the keys, so the caller never gathers from the vocabulary).
+struct Candidates {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+};
+const Candidates& ordered_candidates(std::span<const float> logits, int64_t top_k) {
   thread_local std::vector<uint64_t> keys, tmp;
-  thread_local std::vector<int32_t> ids;
+  thread_local Candidates out;
   keys.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (logits[i] > -INFINITY) keys.push_back(candidate_key(logits[i], static_cast<int32_t>(i)));
@@ -93,9 +107,13 @@ const std::vector<int32_t>& ordered_candidates(std::span<const float> logits, in
       keys.swap(tmp);
     }
   }
-  ids.resize(k);
-  for (size_t i = 0; i < k; ++i) ids[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
-  return ids;
+  out.ids.resize(k);
+  out.logits.resize(k);
+  for (size_t i = 0; i < k; ++i) {
+    out.ids[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
+    out.logits[i] = key_logit(keys[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -110,15 +128,16 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   // (masked by a grammar, EOS before min_tokens) have probability 0 and can never be drawn,
   // so they are left out: a grammar mask that allows a few hundred tokens then costs a few
   // hundred keys instead of the vocabulary.
-  const std::vector<int32_t>& ids = ordered_candidates(logits, p.top_k);
+  const Candidates& c = ordered_candidates(logits, p.top_k);
+  const std::vector<int32_t>& ids = c.ids;
   if (ids.empty()) return 0;  // nothing can be drawn; callers never mask every token
   const int64_t k = static_cast<int64_t>(ids.size());
-  const float mx = logits[ids[0]];
+  const float mx = c.logits[0];
   thread_local std::vector<double> probs;
   probs.resize(static_cast<size_t>(k));
   double total = 0.0;
   for (int64_t i = 0; i < k; ++i) {
-    probs[i] = std::exp((static_cast<double>(logits[ids[i]]) - mx) / p.temperature);
+    probs[i] = std::exp((static_cast<double>(c.logits[i]) - mx) / p.temperature);
     total += probs[i];
   }
   int64_t keep = k;
