@@ -246,15 +246,14 @@ void run_case(std::mt19937_64& rng, const Case& c) {
   // NaN-poisoned, so a partial the combine reads but nobody wrote shows.
   const int64_t ws_bytes = paged_attention_workspace_bytes(N, H, d, W + (c.ratio > 0 ? max_cmp : 0));
   Tensor ws = cuda::device_filled(DType::U8, {std::max<int64_t>(ws_bytes, 16)}, 0xff);
+  Tensor os = test::poisoned_f32(N * H * d), os2 = test::poisoned_f32(N * H * d);
   PagedAttentionParams ps = pd;
   ps.workspace = ws.raw();
   ps.workspace_bytes = ws_bytes;
   if (ws_bytes > 0) {
-    Tensor os = test::poisoned_f32(N * H * d);
     ps.out = os.data<float>();
     paged_attention_cuda(nullptr, ps);
     const auto split = test::download_f32(os);
-    Tensor os2 = test::poisoned_f32(N * H * d);
     ps.out = os2.data<float>();
     paged_attention_cuda(nullptr, ps);
     const auto split2 = test::download_f32(os2);
