@@ -24,6 +24,8 @@ constexpr int kTile = 16;
 constexpr int kMaxDim = 512;
 constexpr int kMaxPerLane = kMaxDim / 32;
 constexpr int kMaxWarps = 16;
+constexpr int kMinThreads = 128;  // blocks have max(heads_per_block, 4) warps
+constexpr int kUnitsPerThread = kTile * kMaxDim / 4 / kMinThreads;  // dequant units per tile
 // Split-K plan (host, shapes only): split when the unsplit grid has fewer than kSplitBelow
 // blocks (2 per SM of a 132-SM H200: below it most SMs idle or hold one latency-bound
 // block); then n_splits = ceil(kSplitTarget / blocks), at most kMaxSplits and at most
@@ -124,22 +126,48 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
       s_scales[threadIdx.x] = scales;
     }
     __syncthreads();
-    // Dequantise: 4 consecutive dims per unit.
-    const int64_t units_per_key = a.head_dim / 4;
-    for (int64_t u = threadIdx.x; u < kTile * units_per_key; u += blockDim.x) {
-      const int t = static_cast<int>(u / units_per_key);
-      const int64_t c = (u - t * units_per_key) * 4;
+    // Dequantise: 4 consecutive dims per unit, at most kUnitsPerThread units per thread
+    // (blockDim >= 128). Every load of the tile is issued before any value is used, so a
+    // thread has all its loads in flight at once (one memory latency per tile, not one per
+    // unit); the values stored are the same.
+    const int units_per_key = static_cast<int>(a.head_dim / 4);
+    const int n_units = kTile * units_per_key;
+    const int nope = static_cast<int>(a.nope);
+    uint2 raw[kUnitsPerThread];
+    uint32_t scale_code[kUnitsPerThread];
+#pragma unroll
+    for (int k = 0; k < kUnitsPerThread; ++k) {
+      raw[k] = make_uint2(0u, 0u);
+      scale_code[k] = 0u;
+      const int u = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
+      if (u >= n_units) continue;
+      const int t = u / units_per_key;
+      const int c = (u - t * units_per_key) * 4;
       const uint8_t* data = s_data[t];
       if (data == nullptr) continue;
+      if (kFp8 && c < nope) {
+        raw[k].x = *reinterpret_cast<const uint32_t*>(data + c);
+        scale_code[k] = s_scales[t][c / KvCacheLayout::kScaleGroup];
+      } else {
+        const int off = kFp8 ? nope + 2 * (c - nope) : 2 * c;
+        raw[k] = *reinterpret_cast<const uint2*>(data + off);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnitsPerThread; ++k) {
+      const int u = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
+      if (u >= n_units) continue;
+      const int t = u / units_per_key;
+      const int c = (u - t * units_per_key) * 4;
+      if (s_data[t] == nullptr) continue;
       float4 v;
-      if (kFp8 && c < a.nope) {
-        const uint32_t codes = *reinterpret_cast<const uint32_t*>(data + c);
-        const float sc = kv_device::e8m0_value(s_scales[t][c / KvCacheLayout::kScaleGroup]);
+      if (kFp8 && c < nope) {
+        const uint32_t codes = raw[k].x;
+        const float sc = kv_device::e8m0_value(scale_code[k]);
         const float2 lo = kv_device::e4m3x2_values(codes), hi = kv_device::e4m3x2_values(codes >> 16);
         v = make_float4(lo.x * sc, lo.y * sc, hi.x * sc, hi.y * sc);
       } else {
-        const int64_t off = kFp8 ? a.nope + 2 * (c - a.nope) : 2 * c;
-        const uint2 w = *reinterpret_cast<const uint2*>(data + off);
+        const uint2 w = raw[k];
         v = make_float4(kv_device::bf16_value(w.x & 0xffffu), kv_device::bf16_value(w.x >> 16),
                         kv_device::bf16_value(w.y & 0xffffu), kv_device::bf16_value(w.y >> 16));
       }
@@ -329,7 +357,8 @@ void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
   const int64_t blocks = p.n_rows * a.n_groups;
   CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31) && p.n_rows * p.n_heads < (int64_t{1} << 31))
       << "paged attention: " << p.n_rows << " rows x " << a.n_groups << " head groups";
-  const unsigned threads = static_cast<unsigned>(std::max<int64_t>(pl.heads_per_block, 4) * 32);
+  const unsigned threads =
+      static_cast<unsigned>(std::max<int64_t>(pl.heads_per_block * 32, kMinThreads));
   const bool fp8 = layout.dtype == KvCacheDtype::kFp8;
   if (pl.n_splits <= 1) {
     if (fp8) {
