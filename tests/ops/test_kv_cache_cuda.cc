@@ -5,6 +5,10 @@
 // compressed pool (all visible entries or a random top-k with -1 holes) at awkward sizes
 // and at V4-Flash shapes (64 heads x 512, window 128, top-512), decode and prefill rows.
 // Also: a row alone gives bitwise the same output as inside the batch. NaN-poisoned outputs.
+// Split-K (a workspace): every case again with the workspace (NaN-poisoned) against the
+// reference and the unsplit kernel, deterministic, a short workspace refused; decode batches
+// of 1, 2, 4 at V4-Flash shapes (CSA top-512, HCA-all up to 2048); us per call for B = 1,
+// 16, 64 (report only). Indexer scores: 1 and 4 rows bitwise equal to the 12-row call.
 // FP8 indexer keys (index_cache.h): store/load vs the CPU, and the paged indexer scores vs
 // index_load_ref + indexer_scores_ref over shuffled block tables at V4-Flash shapes.
 #include <gtest/gtest.h>
