@@ -108,22 +108,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   }
   float m = -INFINITY, l = 0.0f;
 
+  // Thread t < kTile holds the slot of key j0 + t of the next tile (loaded one tile ahead,
+  // so the load is in flight while the current tile is dequantised and scored).
+  auto slot_of = [&](int64_t j) -> int64_t {
+    if (j >= j_end) return -1;
+    const Source& s = j < n0 ? a.src[0] : a.src[1];
+    const int64_t k = j < n0 ? j : j - n0;
+    return s.indices[row * s.max_indices + k];
+  };
+  int64_t next_slot = threadIdx.x < kTile ? slot_of(j_begin + threadIdx.x) : -1;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kTile) {
     if (threadIdx.x < kTile) {
       const int64_t j = j0 + threadIdx.x;
       const uint8_t* data = nullptr;
       const uint8_t* scales = nullptr;
-      if (j < j_end) {
+      const int64_t slot = next_slot;
+      if (j < j_end && slot >= 0) {
         const Source& s = j < n0 ? a.src[0] : a.src[1];
-        const int64_t k = j < n0 ? j : j - n0;
-        const int64_t slot = s.indices[row * s.max_indices + k];
-        if (slot >= 0) {
-          data = s.cache + kv_device::data_offset(s.g, slot);
-          if (kFp8) scales = s.cache + kv_device::scale_offset(s.g, slot);
-        }
+        data = s.cache + kv_device::data_offset(s.g, slot);
+        if (kFp8) scales = s.cache + kv_device::scale_offset(s.g, slot);
       }
       s_data[threadIdx.x] = data;
       s_scales[threadIdx.x] = scales;
+      next_slot = slot_of(j + kTile);
     }
     __syncthreads();
     // Dequantise: 4 consecutive dims per unit, at most kUnitsPerThread units per thread
