@@ -102,7 +102,8 @@ struct Engine::Impl {
     SchedulerOutput sched;
     std::vector<std::vector<int32_t>> tokens;  // per chunk
     std::vector<RunnerChunk> chunks;
-    Tensor logits;                             // [n_chunks, V], last row of each chunk
+    std::vector<RowRequest> rows;              // per chunk (its last row): none, host or sample
+    StepResult result;                         // once collected
     // Overlap: grammar bitmasks of the sampling rows, computed while the forward runs
     // ([n_chunks, n_mask_words]; row i valid where has_mask[i]).
     std::vector<uint32_t> masks;
@@ -132,8 +133,12 @@ struct Engine::Impl {
   void note_preempted(const SchedulerOutput& so);
   void release(Live& l);
   void free_deferred();
-  void run(InFlight& f) { f.logits = runner->forward(f.chunks); }
-  void note_done() {  // a forward returned and no other is running
+  void launch(InFlight& f) { runner->launch(f.chunks, f.rows); }
+  RowRequest row_request(const Live& l, const Request& r, const ScheduledChunk& c) const;
+  // Whether `next` can be launched before `f`'s tokens reach the host: every request of
+  // `next` that needs a token `f` samples has it sampled on the backend.
+  bool can_chain(const InFlight& f, const SchedulerOutput& next) const;
+  void note_done() {  // a step was collected
     ++stats.n_steps_done;
     stats.busy_seconds = runner->busy_seconds();
   }
@@ -192,6 +197,17 @@ void Engine::Impl::init() {
   LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
             << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
   if (args.overlap) worker = std::make_unique<StepWorker>();
+  if (auto* cpu = dynamic_cast<CpuRunner*>(runner.get())) {
+    cpu->set_sampler([](std::span<const float> logits, const RowRequest& row) {
+      SamplingParams p;
+      p.temperature = row.temperature;
+      p.top_k = row.top_k;
+      p.top_p = row.top_p;
+      p.min_p = row.min_p;
+      p.seed = row.seed;
+      return sample_token(logits, p, row.position);
+    });
+  }
 }
 
 void Engine::Impl::note_preempted(const SchedulerOutput& so) {
@@ -212,10 +228,48 @@ void Engine::Impl::free_deferred() {
   deferred_frees.clear();
 }
 
+// A sampling row goes to the backend's sampler unless it needs what only the host path does:
+// the raw logits (on_logits hook, logprobs), penalties or logit_bias, or a grammar mask. EOS
+// masking (min_tokens, ignore_eos) the backend does too.
+RowRequest Engine::Impl::row_request(const Live& l, const Request& r, const ScheduledChunk& c) const {
+  RowRequest row;
+  if (!c.samples) return row;
+  const SamplingParams& p = l.params;
+  row.position = c.start_position + c.n_tokens - r.num_prompt_tokens;
+  const bool host = args.on_logits || l.n_logprobs >= 0 || l.matcher || !p.logit_bias.empty() ||
+                    p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                    p.frequency_penalty != 0.0f;
+  row.mask_eos = row.position < p.min_tokens || p.ignore_eos;
+  row.mode = host ? RowMode::kHost : RowMode::kSample;
+  row.temperature = p.temperature;
+  row.top_k = p.top_k;
+  row.top_p = p.top_p;
+  row.min_p = p.min_p;
+  row.seed = p.seed;
+  return row;
+}
+
+bool Engine::Impl::can_chain(const InFlight& f, const SchedulerOutput& next) const {
+  std::unordered_map<int64_t, RowMode> mode;
+  for (size_t i = 0; i < f.sched.scheduled.size(); ++i) {
+    if (f.sched.scheduled[i].samples) mode[f.sched.scheduled[i].request_id] = f.rows[i].mode;
+  }
+  for (const ScheduledChunk& c : next.scheduled) {
+    const Request* r = scheduler->find(c.request_id);
+    if (r == nullptr || c.start_position + c.n_tokens <= r->num_tokens()) continue;
+    auto it = mode.find(c.request_id);
+    if (it == mode.end() || it->second != RowMode::kSample) return false;
+  }
+  return true;
+}
+
+// `in_flight_samples`: per request, the input token of the step not yet updated (a token, or
+// a sample_ref to the previous launch's row when it is still on the device).
 std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     SchedulerOutput so, const std::unordered_map<int64_t, int32_t>& in_flight_samples) {
-  // No step is in flight here: sequences freed so far (preempted ones included) go back to
-  // the runner before this step takes new ones.
+  // No forward runs on the host here, and every earlier step is ordered before this one on
+  // the device: sequences freed so far (preempted ones included) go back to the runner
+  // before this step takes new ones.
   note_preempted(so);
   free_deferred();
   auto f = std::make_unique<InFlight>();
@@ -249,6 +303,7 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
       }
     }
     f->chunks.push_back({l.sequence, t, false});
+    f->rows.push_back(row_request(l, *r, c));
   }
   ++stats.n_steps;
   stats.n_scheduled_tokens += f->sched.n_scheduled_tokens;
@@ -344,7 +399,15 @@ std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
                                  ? f.masks.data() + w.i * size_t(structured->n_mask_words())
                                  : nullptr;
       try {
-        tokens[size_t(k)] = sample_one(*w.live, *w.request, f.logits.f32() + int64_t(w.i) * V, mask);
+        if (f.rows[w.i].mode == RowMode::kSample) {
+          const int32_t token = f.result.tokens[w.i];
+          ICHECK(token >= 0 && token < V) << "engine: backend sampled token " << token;
+          tokens[size_t(k)] = token;
+        } else {
+          const int64_t row = f.result.logits_row[w.i];
+          ICHECK(f.rows[w.i].mode == RowMode::kHost && row >= 0);
+          tokens[size_t(k)] = sample_one(*w.live, *w.request, f.result.logits.f32() + row * V, mask);
+        }
       } catch (...) {
         errors[size_t(k)] = std::current_exception();
       }
@@ -546,14 +609,19 @@ std::vector<RequestOutput> Engine::step() {
       return out;
     }
     auto f = m.prepare(std::move(so), {});
-    m.run(*f);
+    m.launch(*f);
+    f->result = m.runner->collect();
     m.note_done();
     const auto sampled = m.sample(*f);
     m.update(*f, sampled, out);
     m.free_deferred();  // nothing in flight: finished requests' states go back now, not at the next step
     return out;
   }
-  // Overlap: step t (m.inflight) runs on the worker while step t+1 is scheduled here.
+  // Overlap: step t (m.inflight) was launched on the worker; step t+1 is scheduled here. When
+  // every token t+1 needs from t is sampled on the backend, t+1 is launched at once, its
+  // inputs read from t's samples where they lie (sample_ref), before t's tokens reach the
+  // host; otherwise it is launched after t's host sampling. Either way t's tokens are then
+  // sampled/collected, the scheduler updated and t detokenized while t+1 runs.
   if (m.inflight == nullptr) {
     m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
@@ -562,28 +630,52 @@ std::vector<RequestOutput> Engine::step() {
       return out;
     }
     m.inflight = m.prepare(std::move(so), {});
-    m.worker->submit([&m, f = m.inflight.get()] { m.run(*f); });
+    m.worker->submit([&m, f = m.inflight.get()] { m.launch(*f); });
   }
   SchedulerOutput next = m.scheduler->schedule();
   m.precompute_masks(*m.inflight);
   try {
     m.worker->wait();
   } catch (...) {
-    m.inflight.reset();  // the failed step's logits do not exist
+    m.inflight.reset();  // the failed step was not launched
+    throw;
+  }
+  std::unique_ptr<Impl::InFlight> launched;
+  if (!next.scheduled.empty() && m.can_chain(*m.inflight, next)) {
+    std::unordered_map<int64_t, int32_t> refs;
+    for (size_t i = 0; i < m.inflight->rows.size(); ++i) {
+      if (m.inflight->rows[i].mode == RowMode::kSample) {
+        refs[m.inflight->sched.scheduled[i].request_id] = sample_ref(int64_t(i));
+      }
+    }
+    launched = m.prepare(std::move(next), refs);
+    m.worker->submit([&m, f = launched.get()] { m.launch(*f); });
+  }
+  // While a launch runs on the worker, the runner is only collected from here (no sequence
+  // is taken or freed until the next wait()).
+  try {
+    m.inflight->result = m.runner->collect();
+  } catch (...) {
+    if (launched) {
+      try {
+        m.worker->wait();
+      } catch (...) {
+      }
+    }
+    m.inflight.reset();
     throw;
   }
   m.note_done();
-  m.free_deferred();
+  if (!launched) m.free_deferred();
   const auto sampled = m.sample(*m.inflight);
-  std::unique_ptr<Impl::InFlight> launched;
-  if (!next.scheduled.empty()) {
+  if (launched == nullptr && !next.scheduled.empty()) {
     std::unordered_map<int64_t, int32_t> samples;
     for (size_t i = 0; i < sampled.size(); ++i) {
       if (!sampled[i].empty()) samples[m.inflight->sched.scheduled[i].request_id] = sampled[i][0];
     }
     launched = m.prepare(std::move(next), samples);
-    m.worker->submit([&m, f = launched.get()] { m.run(*f); });
-  } else {
+    m.worker->submit([&m, f = launched.get()] { m.launch(*f); });
+  } else if (launched == nullptr) {
     m.note_preempted(next);
   }
   m.update(*m.inflight, sampled, out);

@@ -7,11 +7,19 @@
 //   detokenizer finds stop strings.
 // With overlap on, the CPU schedules step t+1 while step t executes.
 //
-// Overlap: a worker thread runs the runner's forward of step t (on the CPU, or launching
-// and waiting for the device) while the calling thread schedules step t+1, then (after
-// sampling step t) updates the scheduler and detokenizes step t while step t+1 runs.
-// step() then returns the outputs of the step that just completed. Results are identical
-// with overlap on or off.
+// Sampling rows: a request whose next token needs only temperature / top-k / top-p / min-p /
+// seed (and EOS masking) is sampled by the runner (RowMode::kSample: on the device for CUDA,
+// sample_token on the CPU); rows that need the raw logits (logprobs, the on_logits hook),
+// penalties, logit_bias or a grammar mask get host logits (only those rows are copied) and
+// are sampled here. The tokens are the same either way.
+//
+// Overlap: a worker thread launches step t (on the CPU it computes it; on CUDA it enqueues
+// it) while the calling thread schedules step t+1. When every token step t+1 needs from
+// step t is sampled by the runner, step t+1 is launched right away with references to
+// those samples (read on the device), before step t's tokens reach the host; otherwise
+// after step t's host sampling. Then step t's tokens are collected, the scheduler updated
+// and step t detokenized while step t+1 runs. step() returns the outputs of the step that
+// just completed. Results are identical with overlap on or off.
 //
 // Backends: the model runs through a ModelRunner (runtime/model_runner.h): CpuRunner (the
 // CPU Model, states in host memory) or CudaRunner (GpuModel, states in device pools), chosen

@@ -1,8 +1,10 @@
 #include "runtime/cpu_runner.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "base/error.h"
+#include "base/parallel.h"
 
 namespace deepinfer {
 
@@ -54,7 +56,7 @@ void CpuRunner::free_sequence(int64_t sequence) {
 
 int64_t CpuRunner::n_tokens(int64_t sequence) const { return live(sequence).n_tokens; }
 
-Tensor CpuRunner::forward(std::span<const RunnerChunk> chunks) {
+Tensor CpuRunner::run_model(std::span<const RunnerChunk> chunks) {
   chunks_.clear();
   int64_t rows = 0;
   for (const RunnerChunk& c : chunks) {
@@ -67,10 +69,84 @@ Tensor CpuRunner::forward(std::span<const RunnerChunk> chunks) {
   }
   CHECK_KIND(kResourceExhausted, rows <= options_.max_batch_tokens)
       << "CpuRunner: " << rows << " rows exceed max_batch_tokens " << options_.max_batch_tokens;
+  return model_->forward(chunks_);
+}
+
+Tensor CpuRunner::forward(std::span<const RunnerChunk> chunks) {
   const auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model_->forward(chunks_);
+  Tensor logits = run_model(chunks);
   busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return logits;
+}
+
+void CpuRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) {
+  const int64_t n = n_launched_.load();
+  ICHECK(n - n_collected_.load() < 2) << "CpuRunner: two launched steps are not collected yet";
+  // Sample references read the previous launch's tokens (collected or not: collect copies them).
+  const std::vector<int32_t>* prev = n > 0 ? &slots_[(n - 1) % 2].result.tokens : nullptr;
+  resolved_.resize(chunks.size());
+  std::vector<RunnerChunk> plain(chunks.begin(), chunks.end());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    std::vector<int32_t>& t = resolved_[c];
+    t.assign(chunks[c].tokens.begin(), chunks[c].tokens.end());
+    for (int32_t& token : t) {
+      if (!is_sample_ref(token)) continue;
+      const int64_t j = sample_ref_row(token);
+      CHECK(prev != nullptr && j < int64_t(prev->size()) && (*prev)[size_t(j)] >= 0)
+          << "CpuRunner: input refers to row " << j << " of the previous launch, which sampled no token there";
+      token = (*prev)[size_t(j)];
+    }
+    plain[c].tokens = t;
+  }
+  int64_t n_out = 0;
+  for (const RunnerChunk& c : chunks) n_out += c.all_logits ? int64_t(c.tokens.size()) : 1;
+  CHECK(int64_t(rows.size()) == n_out) << "CpuRunner: " << rows.size() << " row requests for "
+                                       << n_out << " output rows";
+  bool any_sample = false;
+  for (const RowRequest& r : rows) any_sample |= r.mode == RowMode::kSample;
+  CHECK(!any_sample || sampler_) << "CpuRunner: kSample rows without a sampler (set_sampler)";
+  Launched& out = slots_[n % 2];
+  const auto t0 = std::chrono::steady_clock::now();
+  out.result.logits = run_model(plain);  // busy time counted at collect()
+  const int64_t V = model_->config().vocab_size;
+  out.result.tokens.assign(rows.size(), -1);
+  out.result.logits_row.assign(rows.size(), -1);
+  const float* logits = out.result.logits.f32();
+  parallel_for(
+      int64_t(rows.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const RowRequest& r = rows[size_t(i)];
+          if (r.mode == RowMode::kSample) {
+            std::span<const float> row(logits + i * V, size_t(V));
+            thread_local std::vector<float> masked;
+            if (r.mask_eos) {
+              masked.assign(row.begin(), row.end());
+              for (int64_t eos : model_->config().eos_token_ids) masked[size_t(eos)] = -INFINITY;
+              row = masked;
+            }
+            out.result.tokens[size_t(i)] = sampler_(row, r);
+          } else if (r.mode == RowMode::kHost) {
+            out.result.logits_row[size_t(i)] = i;
+          }
+        }
+      },
+      4);
+  out.busy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  n_launched_.store(n + 1);
+}
+
+StepResult CpuRunner::collect() {
+  const int64_t k = n_collected_.load();
+  ICHECK(k < n_launched_.load()) << "CpuRunner: collect() without a launched step";
+  Launched& s = slots_[k % 2];
+  StepResult r;
+  r.tokens = s.result.tokens;  // copied: the next launch may be reading them
+  r.logits_row = std::move(s.result.logits_row);
+  r.logits = std::move(s.result.logits);
+  busy_seconds_ += s.busy_seconds;
+  n_collected_.store(k + 1);
+  return r;
 }
 
 }  // namespace deepinfer

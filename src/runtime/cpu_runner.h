@@ -1,9 +1,17 @@
 // CpuRunner: ModelRunner on the CPU backend: a Model (src/model) and one host
 // SequenceState per live sequence. Sequence ids are slot indices, reused after a free.
 //
-// Thread-safety: as ModelRunner (one thread at a time).
+// launch() computes the forward in the call and samples its kSample rows with the host
+// sampler set by set_sampler (the engine's sample_token: the sampler lives in the engine
+// layer, above this one); collect() hands the result over. kHost rows' logits are the
+// forward's logits tensor itself (logits_row[i] = i), nothing copied.
+//
+// Thread-safety: as ModelRunner (one thread at a time; collect() of step t may overlap
+// launch() of step t+1).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,6 +24,9 @@ struct CpuRunnerOptions {
   int64_t max_sequences = 1 << 20;  // the states live in host memory: no real bound
   int64_t max_batch_tokens = 1 << 20;
 };
+
+// Samples one kSample row from its raw logits row (called from several threads at once).
+using HostRowSampler = std::function<int32_t(std::span<const float> logits, const RowRequest& row)>;
 
 class CpuRunner final : public ModelRunner {
  public:
@@ -30,10 +41,19 @@ class CpuRunner final : public ModelRunner {
   void free_sequence(int64_t sequence) override;
   int64_t n_tokens(int64_t sequence) const override;
   Tensor forward(std::span<const RunnerChunk> chunks) override;
+  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) override;
+  StepResult collect() override;
   double busy_seconds() const override { return busy_seconds_; }
+  // The sampler of kSample rows; launch() refuses kSample rows without one.
+  void set_sampler(HostRowSampler sampler) { sampler_ = std::move(sampler); }
 
  private:
+  struct Launched {
+    StepResult result;
+    double busy_seconds = 0;
+  };
   SequenceState& live(int64_t sequence) const;
+  Tensor run_model(std::span<const RunnerChunk> chunks);  // forward() without the timing
 
   std::unique_ptr<Model> model_;
   CpuRunnerOptions options_;
@@ -42,6 +62,10 @@ class CpuRunner final : public ModelRunner {
   int64_t n_live_ = 0;
   std::vector<SequenceChunk> chunks_;
   double busy_seconds_ = 0;
+  HostRowSampler sampler_;
+  Launched slots_[2];                    // launch n writes slots_[n % 2]
+  std::atomic<int64_t> n_launched_{0}, n_collected_{0};
+  std::vector<std::vector<int32_t>> resolved_;  // launch(): chunk tokens with refs resolved
 };
 
 }  // namespace deepinfer

@@ -2,20 +2,67 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "base/error.h"
 #include "base/logging.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
 #include "cuda/event.h"
+#include "ops/sampling/sampling_cuda.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_runner_sizing.h"
 #include "runtime/gpu_state_plan.h"
+#include "runtime/runner_kernels.h"
 
 namespace deepinfer {
 
 struct CudaRunner::Timing {
   cuda::Event start, end;
+};
+
+namespace {
+
+struct PinnedFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+using Pinned = std::unique_ptr<void, PinnedFree>;
+
+Pinned pinned(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  return Pinned(p);
+}
+
+}  // namespace
+
+// The device sampler's workspace (rows at a time) and the per-row buffers' capacity.
+struct CudaRunner::Sampling {
+  Sampling(int64_t ws_rows, int64_t vocab) : ws(ws_rows, vocab) {}
+  SamplingWorkspace ws;
+};
+
+// One launched step's buffers. Rows: up to max_out_rows of the model.
+struct CudaRunner::Slot {
+  Slot(int64_t max_rows, int64_t n_eos)
+      : tokens(size_t(max_rows) * sizeof(int32_t)),
+        params(size_t(max_rows) * sizeof(SampleRowParams)),
+        eos_offsets(size_t(std::max<int64_t>(max_rows * n_eos, 1)) * sizeof(int64_t)),
+        tokens_host(pinned(size_t(max_rows) * sizeof(int32_t))),
+        params_host(pinned(size_t(max_rows) * sizeof(SampleRowParams))),
+        eos_offsets_host(pinned(size_t(max_rows * n_eos) * sizeof(int64_t))) {}
+  cuda::Event start, end;
+  cuda::DeviceBuffer tokens;  // int32 [rows]: sampled ids (read by the next launch's references)
+  cuda::DeviceBuffer params;  // SampleRowParams [rows]
+  cuda::DeviceBuffer eos_offsets;  // int64 [rows * n_eos]: logits elements masked before sampling
+  Pinned tokens_host, params_host, eos_offsets_host, logits_host;
+  int64_t logits_host_rows = 0;  // capacity of logits_host
+  std::vector<RowMode> modes;    // per output row
+  std::vector<int64_t> logits_row;
+  int64_t n_host = 0;
+  int64_t vocab = 0;
 };
 
 namespace {
@@ -39,6 +86,9 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   const GpuStatePlan plan = plan_gpu_state(config, g);
   sizing.state_bytes_per_sequence = plan.state_bytes_per_sequence();
   sizing.activation_bytes += plan.fixed_state_bytes();
+  // The device sampler's workspace (CudaRunner::Sampling: sort keys and ids in and out,
+  // fp64 probabilities, about the same again for CUB's scratch) for one row per sequence.
+  sizing.activation_bytes += std::min(o.max_sequences, o.max_batch_tokens) * config.vocab_size * 40;
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t n = gpu_sequences_that_fit(sizing, int64_t(free_bytes), int64_t(total_bytes),
@@ -76,6 +126,12 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
   const GpuModelOptions& g = model_->options();
   capacity_ = {g.max_sequences, g.max_context, g.max_batch_tokens};
   timing_ = std::make_unique<Timing>();
+  const int64_t max_rows = g.max_out_rows > 0 ? g.max_out_rows : g.max_batch_tokens;
+  const auto n_eos = int64_t(model_->config().eos_token_ids.size());
+  for (auto& slot : slots_) slot = std::make_unique<Slot>(max_rows, n_eos);
+  // The engine samples one row per sequence: the workspace holds that many rows (larger
+  // launches are sampled in pieces).
+  sampling_ = std::make_unique<Sampling>(std::min(max_rows, g.max_sequences), model_->config().vocab_size);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   name_ = "cuda:" + std::to_string(device) + " (" + (options.fp8_weights ? "fp8" : "fp32") + " " +
@@ -94,6 +150,7 @@ void CudaRunner::free_sequence(int64_t sequence) { model_->free_sequence(sequenc
 int64_t CudaRunner::n_tokens(int64_t sequence) const { return model_->n_tokens(sequence); }
 
 Tensor CudaRunner::forward(std::span<const RunnerChunk> chunks) {
+  ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: forward() with a launched step uncollected";
   std::vector<GpuChunk> g;
   g.reserve(chunks.size());
   for (const RunnerChunk& c : chunks) g.push_back({c.sequence, c.tokens, c.all_logits});
@@ -104,6 +161,142 @@ Tensor CudaRunner::forward(std::span<const RunnerChunk> chunks) {
   timing_->end.synchronize();
   busy_seconds_ += double(cuda::Event::elapsed_ms(timing_->start, timing_->end)) * 1e-3;
   return logits;
+}
+
+void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) {
+  const int64_t n = n_launched_.load();
+  ICHECK(n - n_collected_.load() < 2) << "CudaRunner: two launched steps are not collected yet";
+  CHECK(!chunks.empty()) << "CudaRunner: launch without chunks";
+  Slot& s = *slots_[n % 2];
+  const Slot* prev = n > 0 ? slots_[(n - 1) % 2].get() : nullptr;
+  int64_t n_out = 0;
+  std::vector<GpuChunk> g;
+  g.reserve(chunks.size());
+  for (const RunnerChunk& c : chunks) {
+    for (int32_t t : c.tokens) {
+      if (!is_sample_ref(t)) continue;
+      const int64_t j = sample_ref_row(t);
+      CHECK(prev != nullptr && j < int64_t(prev->modes.size()) && prev->modes[size_t(j)] == RowMode::kSample)
+          << "CudaRunner: input refers to row " << j << " of the previous launch, which sampled no token there";
+    }
+    g.push_back({c.sequence, c.tokens, c.all_logits});
+    n_out += c.all_logits ? int64_t(c.tokens.size()) : 1;
+  }
+  CHECK(int64_t(rows.size()) == n_out) << "CudaRunner: " << rows.size() << " row requests for " << n_out
+                                       << " output rows";
+  for (const RowRequest& r : rows) {
+    CHECK(r.top_k >= 0 && r.top_k <= int64_t(INT32_MAX)) << "CudaRunner: top_k " << r.top_k;
+  }
+  const int64_t V = model_->config().vocab_size;
+  auto stream = static_cast<cudaStream_t>(model_->stream());
+  model_->forward_device(g, prev != nullptr ? static_cast<const int32_t*>(prev->tokens.data()) : nullptr,
+                         s.start.get());
+  ICHECK(model_->n_logits_rows() == n_out);
+  float* logits = model_->device_logits();  // kSample rows' EOS entries are masked in place
+  s.vocab = V;
+  s.modes.resize(rows.size());
+  s.logits_row.assign(rows.size(), -1);
+  int64_t lo = n_out, hi = 0, n_host = 0;
+  bool all_greedy = true;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const RowRequest& r = rows[size_t(i)];
+    s.modes[size_t(i)] = r.mode;
+    if (r.mode == RowMode::kSample) {
+      lo = std::min(lo, i);
+      hi = i + 1;
+      all_greedy &= r.temperature == 0.0f || r.top_k == 1;
+    } else if (r.mode == RowMode::kHost) {
+      s.logits_row[size_t(i)] = n_host++;
+    }
+  }
+  auto* tokens = static_cast<int32_t*>(s.tokens.data());
+  if (lo < hi) {
+    auto* oh = static_cast<int64_t*>(s.eos_offsets_host.get());
+    int64_t n_masked = 0;
+    for (int64_t i = lo; i < hi; ++i) {
+      if (rows[size_t(i)].mode != RowMode::kSample || !rows[size_t(i)].mask_eos) continue;
+      for (int64_t eos : model_->config().eos_token_ids) oh[n_masked++] = i * V + eos;
+    }
+    if (n_masked > 0) {
+      auto* od = static_cast<int64_t*>(s.eos_offsets.data());
+      CUDA_CHECK(cudaMemcpyAsync(od, oh, size_t(n_masked) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+      fill_at_cuda(stream, logits, od, n_masked, -INFINITY);
+    }
+    if (all_greedy) {
+      argmax_rows_cuda(stream, logits + lo * V, hi - lo, V, tokens + lo);
+    } else {
+      // Rows in [lo, hi) that are not kSample are sampled greedily (cheap) and ignored.
+      auto* ph = static_cast<SampleRowParams*>(s.params_host.get());
+      for (int64_t i = lo; i < hi; ++i) {
+        const RowRequest& r = rows[size_t(i)];
+        SampleRowParams p;
+        if (r.mode == RowMode::kSample) {
+          p.temperature = r.temperature;
+          p.top_k = static_cast<int32_t>(r.top_k);
+          p.top_p = r.top_p;
+          p.min_p = r.min_p;
+          p.seed = r.seed;
+          p.position = r.position;
+        } else {
+          p.temperature = 0.0f;
+        }
+        ph[i] = p;
+      }
+      auto* pd = static_cast<SampleRowParams*>(s.params.data());
+      CUDA_CHECK(cudaMemcpyAsync(pd + lo, ph + lo, size_t(hi - lo) * sizeof(SampleRowParams),
+                                 cudaMemcpyHostToDevice, stream));
+      const int64_t step = sampling_->ws.max_rows();
+      for (int64_t r0 = lo; r0 < hi; r0 += step) {
+        const int64_t m = std::min(step, hi - r0);
+        sample_cuda(stream, logits + r0 * V, m, V, pd + r0, sampling_->ws, tokens + r0);
+      }
+    }
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<int32_t*>(s.tokens_host.get()) + lo, tokens + lo,
+                               size_t(hi - lo) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  }
+  if (n_host > 0) {
+    if (s.logits_host_rows < n_host) {
+      // Grown once to what the engine asks at most (one row per sequence), more only if asked.
+      const int64_t want = std::max<int64_t>(n_host, capacity_.max_sequences);
+      s.logits_host.reset();
+      s.logits_host = pinned(size_t(want) * size_t(V) * sizeof(float));
+      s.logits_host_rows = want;
+    }
+    auto* dst = static_cast<float*>(s.logits_host.get());
+    for (int64_t i = 0; i < n_out;) {  // runs of consecutive host rows, one copy each
+      if (s.logits_row[size_t(i)] < 0) {
+        ++i;
+        continue;
+      }
+      int64_t j = i;
+      while (j < n_out && s.logits_row[size_t(j)] >= 0) ++j;
+      CUDA_CHECK(cudaMemcpyAsync(dst + s.logits_row[size_t(i)] * V, logits + i * V,
+                                 size_t(j - i) * size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+      i = j;
+    }
+  }
+  s.n_host = n_host;
+  s.end.record(stream);
+  n_launched_.store(n + 1);
+}
+
+StepResult CudaRunner::collect() {
+  const int64_t k = n_collected_.load();
+  ICHECK(k < n_launched_.load()) << "CudaRunner: collect() without a launched step";
+  Slot& s = *slots_[k % 2];
+  s.end.synchronize();
+  busy_seconds_ += double(cuda::Event::elapsed_ms(s.start, s.end)) * 1e-3;
+  StepResult r;
+  const auto* th = static_cast<const int32_t*>(s.tokens_host.get());
+  r.tokens.assign(s.modes.size(), -1);
+  for (size_t i = 0; i < s.modes.size(); ++i) {
+    if (s.modes[i] == RowMode::kSample) r.tokens[i] = th[i];
+  }
+  r.logits_row = s.logits_row;
+  r.logits = s.n_host > 0 ? Tensor::wrap(s.logits_host.get(), DType::F32, {s.n_host, s.vocab}, nullptr)
+                          : Tensor::empty(DType::F32, {0, s.vocab});
+  n_collected_.store(k + 1);
+  return r;
 }
 
 }  // namespace deepinfer

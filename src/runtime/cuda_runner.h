@@ -1,7 +1,18 @@
 // CudaRunner: ModelRunner on one CUDA device, over GpuModel (runtime/gpu_model.h). Built only
 // with DEEPINFER_CUDA. Sequence ids are GpuModel's state-pool slots.
 //
-// Busy time: a pair of CUDA events on the model's stream around each forward.
+// Busy time: a pair of CUDA events on the model's stream around each forward (launch: from
+// the forward's first upload to the end of its sampling and copies).
+//
+// Steps (launch / collect): the forward is enqueued with GpuModel::forward_device, its input
+// sample references read from the previous launch's device token buffer; kSample rows are
+// sampled on the device (all greedy: one arg-max kernel; otherwise sample_cuda, the same rule
+// and random stream as the host sampler); the tokens and only the kHost rows' logits are
+// copied into pinned host buffers (allocated once per slot, grown if ever short); an event
+// marks the end. collect() waits for that event. Two slots alternate, so step t+1 can be
+// enqueued while step t runs. collect()'s logits are a view of the slot's pinned buffer,
+// valid until the second launch after that step. forward() must not be called while a
+// launched step is uncollected.
 //
 // Sizing: at construction the runner reads the device's free memory and sizes GpuModel's
 // per-sequence pools so that weights + activations + max_sequences * state stay within
@@ -10,6 +21,7 @@
 // Thread-safety: as ModelRunner (one thread at a time; GpuModel binds no host thread).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -49,14 +61,21 @@ class CudaRunner final : public ModelRunner {
   void free_sequence(int64_t sequence) override;
   int64_t n_tokens(int64_t sequence) const override;
   Tensor forward(std::span<const RunnerChunk> chunks) override;
+  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) override;
+  StepResult collect() override;
   double busy_seconds() const override { return busy_seconds_; }
 
  private:
   struct Timing;
+  struct Slot;
+  struct Sampling;
   void init(const CudaRunnerOptions& options, const std::string& weights_from);
 
   std::unique_ptr<GpuModel> model_;
   std::unique_ptr<Timing> timing_;
+  std::unique_ptr<Sampling> sampling_;
+  std::unique_ptr<Slot> slots_[2];  // launch n uses slots_[n % 2]
+  std::atomic<int64_t> n_launched_{0}, n_collected_{0};
   RunnerCapacity capacity_;
   std::string name_;
   double busy_seconds_ = 0;

@@ -13,6 +13,7 @@
 #include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_model_impl.h"
+#include "runtime/runner_kernels.h"
 
 namespace deepinfer {
 
@@ -107,9 +108,11 @@ void GpuModel::set_sequence_length(int64_t sequence, int64_t n) {
   }
 }
 
-void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
+void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int32_t* samples,
+                                     void* start_event) {
   const int64_t T = opt.max_batch_tokens;
   int64_t N = 0, n_o = 0;
+  bool has_refs = false;  // some tokens are sample references
   std::vector<bool> seen(seq_tokens.size(), false);
   for (const GpuChunk& c : chunks) {
     CHECK(c.sequence >= 0 && c.sequence < static_cast<int64_t>(seq_tokens.size()) &&
@@ -119,6 +122,10 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
     seen[c.sequence] = true;
     CHECK(!c.tokens.empty()) << "forward: empty chunk";
     for (int32_t t : c.tokens) {
+      if (t < 0 && samples != nullptr) {
+        has_refs = true;
+        continue;
+      }
       CHECK(t >= 0 && t < cfg.vocab_size) << "token id " << t << " is outside the vocabulary [0, "
                                           << cfg.vocab_size << ")";
     }
@@ -209,8 +216,10 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks) {
     cnt[kEmitCounts + s - kNumFixedSections] = static_cast<int32_t>(n_emit[ratio]);
   }
   cudaStream_t stream = ctx.stream();
+  if (start_event != nullptr) CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(start_event), stream));
   CUDA_CHECK(cudaMemcpyAsync(meta, meta_host, meta_ints() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream));
+  if (has_refs) resolve_sample_refs_cuda(stream, meta + static_cast<int64_t>(kTokens) * T, N, samples);
   emit_counts = n_emit;
   if (plan.paged) upload_tables();  // block tables: async copies outside any graph
   uploads_done.record(stream);
@@ -306,14 +315,18 @@ void GpuModel::Impl::enqueue_forward() {
   lin(head, h, n_out, logits, a_gen);
 }
 
-void GpuModel::forward_device(std::span<const GpuChunk> chunks) { impl_->forward_device(chunks); }
+void GpuModel::forward_device(std::span<const GpuChunk> chunks, const int32_t* samples,
+                              void* start_event) {
+  impl_->forward_device(chunks, samples, start_event);
+}
 
 Tensor GpuModel::forward(std::span<const GpuChunk> chunks) {
-  impl_->forward_device(chunks);
+  impl_->forward_device(chunks, nullptr, nullptr);
   return copy_logits();
 }
 
 const float* GpuModel::device_logits() const { return impl_->logits; }
+float* GpuModel::device_logits() { return impl_->logits; }
 int64_t GpuModel::n_logits_rows() const { return impl_->n_out; }
 
 Tensor GpuModel::copy_logits() {

@@ -206,9 +206,17 @@ class GpuModel {
   // Validates ids, sequences, the context limit and the batch size before any device work.
   Tensor forward(std::span<const GpuChunk> chunks);
   // Same, but leaves the logits on the device (device_logits(), n_logits_rows()) and does not
-  // wait for the device at the end (it still syncs once per MoE layer).
-  void forward_device(std::span<const GpuChunk> chunks);
+  // wait for the device at the end (kPerExpert still syncs once per MoE layer).
+  // `samples`: a device int32 array; a chunk token t < 0 (runtime/model_runner.h sample_ref)
+  // then stands for samples[-1 - t], read on the device, in stream order, before the first
+  // kernel (so the array may be written by work enqueued earlier on stream()). Null: every
+  // token must be a vocabulary id.
+  // `start_event` (a cudaEvent_t, or null) is recorded on stream() just before the forward's
+  // first device operation (after the host built its metadata), for timing device work only.
+  void forward_device(std::span<const GpuChunk> chunks, const int32_t* samples = nullptr,
+                      void* start_event = nullptr);
   const float* device_logits() const;  // [n_logits_rows(), V] of the last forward
+  float* device_logits();  // the same, writable (rewritten by the next forward)
   int64_t n_logits_rows() const;
   Tensor copy_logits();  // host copy of the last forward's logits (synchronises)
 

@@ -254,7 +254,7 @@ struct GpuModel::Impl {
   // synchronises once after a forward).
   void finish_expert_work();
   void count_attention_work();
-  void forward_device(std::span<const GpuChunk> chunks);
+  void forward_device(std::span<const GpuChunk> chunks, const int32_t* samples, void* start_event);
   // The graph bucket a forward runs as (0: eager): every chunk one token, graphs on, not
   // profiling, and a bucket >= n rows.
   int64_t graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const;

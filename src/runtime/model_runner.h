@@ -1,6 +1,8 @@
 // ModelRunner: the model as the engine runs it, on one backend (DESIGN.md §1 `runtime`).
 // The engine sees sequences (ids handed out by the runner, each holding one request's
-// attention state), runs batches of chunks and gets host fp32 logits back. No CUDA types
+// attention state), runs batches of chunks and gets host fp32 logits back (forward), or
+// launches a step and collects per output row a token sampled on the backend or the host
+// logits the engine asked for (launch / collect: the engine's step path). No CUDA types
 // here: the engine builds without CUDA.
 //
 // Implementations: CpuRunner (runtime/cpu_runner.h: Model + one host SequenceState per
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "io/model_config.h"
 #include "tensor/tensor.h"
@@ -23,8 +26,48 @@ namespace deepinfer {
 
 struct RunnerChunk {
   int64_t sequence = -1;  // from new_sequence()
+  // Token ids. In launch() a token may also be a reference to the previous launch's sample:
+  // sample_ref(j) stands for the token sampled for that launch's output row j (which must
+  // have been a kSample row); the runner reads it where it lies (on the device for CUDA), so
+  // the step can be launched before the host has the previous step's tokens.
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token of the chunk, else only the last
+};
+
+// Token value standing for "the token sampled at output row j of the previous launch".
+constexpr int32_t sample_ref(int64_t j) { return static_cast<int32_t>(-1 - j); }
+constexpr bool is_sample_ref(int32_t token) { return token < 0; }
+constexpr int64_t sample_ref_row(int32_t token) { return -1 - int64_t(token); }
+
+// What launch() does with one output row of the forward.
+enum class RowMode : uint8_t {
+  kNone,    // nothing (the engine needs neither logits nor a token: a prefill chunk's middle)
+  kHost,    // host fp32 logits (the engine samples on the host: penalties, masks, logprobs)
+  kSample,  // a token sampled on the backend with the fields below (sample_token's rule)
+};
+
+// Per output row of a launch. kSample rows are sampled exactly as sample_token (engine/
+// sampler.h) samples the raw logits row with these fields, after setting the logits of the
+// config's eos_token_ids to -inf when mask_eos (penalties, logit_bias and grammar masks are
+// not applied: rows that need them are kHost), on either backend: the CUDA
+// sampler (ops/sampling/sampling_cuda.h) follows the same rule and the same (seed, position)
+// random stream, so the tokens are those of the host path.
+struct RowRequest {
+  RowMode mode = RowMode::kNone;
+  float temperature = 1.0f;  // 0 = greedy
+  int64_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  int64_t position = 0;  // the output index the random number is drawn for
+  bool mask_eos = false;  // EOS may not be sampled (min_tokens not reached, ignore_eos)
+};
+
+// What collect() returns for one launch.
+struct StepResult {
+  std::vector<int32_t> tokens;      // [n_rows]: sampled token of kSample rows, else -1
+  std::vector<int64_t> logits_row;  // [n_rows]: row of `logits` for kHost rows, else -1
+  Tensor logits;                    // host fp32 [n_host_rows or more, V]
 };
 
 // What the runner can hold. The engine's scheduler limits never exceed these.
@@ -56,9 +99,22 @@ class ModelRunner {
   // Validates ids, sequences, the context limit and the batch size before any work.
   virtual Tensor forward(std::span<const RunnerChunk> chunks) = 0;
 
+  // Asynchronous step: launch() validates like forward() and starts the chunks (CUDA:
+  // enqueued on the device, returns before it finishes; CPU: computed in the call), with one
+  // RowRequest per output row (rows in forward()'s order); collect() waits for the oldest
+  // launched step not yet collected and returns its tokens and host logits. At most two
+  // launched steps may be uncollected: step t+1 may be launched (its chunks referring to
+  // step t's samples with sample_ref) before step t is collected. Sequences advance at
+  // launch. Thread-safety: collect() of step t may run on another thread while launch() of
+  // step t+1 runs; nothing else concurrently.
+  virtual void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) = 0;
+  virtual StepResult collect() = 0;
+
   // Time the backend spent computing forwards since construction, in seconds: on CUDA the
-  // device time between events recorded before and after each forward on its stream (host
-  // syncs inside a forward count as busy), on the CPU the forwards' wall time. Benchmarks
+  // device time between events recorded before and after each forward on its stream (for a
+  // launch: the forward, its sampling and the copies of tokens and logits; host syncs inside
+  // a forward count as busy), on the CPU the forwards' wall time. Launched steps count once
+  // collected. Benchmarks
   // compare it with the wall time of the step loop: the rest is idle time between steps.
   virtual double busy_seconds() const = 0;
 };

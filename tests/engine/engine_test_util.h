@@ -2,6 +2,7 @@
 // the single-sequence reference loop.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -110,5 +111,38 @@ inline std::vector<int32_t> all_tokens(const std::vector<RequestOutput>& outs) {
   for (const RequestOutput& o : outs) t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
   return t;
 }
+
+// A runner wrapper that counts the launches whose inputs refer to the previous launch's
+// samples (step t+1 launched before step t's tokens reached the host), the rows sampled on
+// the backend (the counters outlive the engine).
+class CountingRunner final : public ModelRunner {
+ public:
+  explicit CountingRunner(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  RunnerCapacity capacity() const override { return inner_->capacity(); }
+  std::string name() const override { return "counting " + inner_->name(); }
+  int64_t new_sequence() override { return inner_->new_sequence(); }
+  void free_sequence(int64_t s) override { inner_->free_sequence(s); }
+  int64_t n_tokens(int64_t s) const override { return inner_->n_tokens(s); }
+  Tensor forward(std::span<const RunnerChunk> chunks) override { return inner_->forward(chunks); }
+  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) override {
+    for (const RunnerChunk& c : chunks) {
+      if (std::any_of(c.tokens.begin(), c.tokens.end(), is_sample_ref)) {
+        ++*n_chained_;
+        break;
+      }
+    }
+    for (const RowRequest& r : rows) *n_device_rows_ += r.mode == RowMode::kSample;
+    inner_->launch(chunks, rows);
+  }
+  StepResult collect() override { return inner_->collect(); }
+  double busy_seconds() const override { return inner_->busy_seconds(); }
+
+  std::shared_ptr<int64_t> n_chained_ = std::make_shared<int64_t>(0);
+  std::shared_ptr<int64_t> n_device_rows_ = std::make_shared<int64_t>(0);
+
+ private:
+  std::unique_ptr<ModelRunner> inner_;
+};
 
 }  // namespace deepinfer::testing
