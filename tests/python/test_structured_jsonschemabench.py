@@ -3,17 +3,23 @@
 Every k-th file of ../shared/fixtures/jsonschemabench/data (sorted; the same sample as
 test_grammar_jsonschemabench.py) becomes one json_schema request to the built-in tiny model
 (random weights: its choices among the allowed tokens are adversarial), all batched through one
-engine. Schemas the engine refuses at compile time are counted (the error must name the
-problem). Every output that ends because the grammar completed ("stop") must parse as JSON and
+engine. Schemas the engine refuses at compile time (unsupported feature or malformed) are
+counted; at least 90% must compile. Every output that ends because the grammar completed ("stop") must parse as JSON and
 validate with PyPI `jsonschema` (the draft the schema declares, 2020-12 by default, formats
 checked).
 
+Sampling: temperature 1, seeded, top_k 256 (the model's 256 favourite allowed tokens are just as
+arbitrary, and the sampler then orders 256 candidates instead of up to 129,280).
+
 Ending: a random model almost never picks the one closing quote among ~100k allowed tokens, so
 unaided most outputs would run into max_tokens. Each request therefore carries a logit_bias of
-+8 on the tokens spelled only with '"', ']', '}', ',' or ':' and on EOS: a preference for ending
-values (like a trained model's), while the mask still decides what is allowed. Outputs cut by
-max_tokens ("length") are prefixes, not documents: they are counted, printed, and must stay a
-small minority (at most 8% of the compiled schemas; about 5% seen), never silently dropped.
++5 on the tokens spelled only with '"', ']', '}', ',' or ':' and on EOS: a preference for ending
+values (like a trained model's), while the mask still decides what is allowed; inside strings
+about half the picks are still the model's own (any script, escapes). Outputs cut by max_tokens
+("length") are prefixes, not documents: they are counted, printed, and must stay a small
+minority (at most 8% of the compiled schemas; 24 of 478 = 5% seen), never silently dropped.
+Most cuts are patterns a random model does not hit ("^[0-9]+[xX][0-9]+$", an unanchored
+"rocket_document") or long arrays of objects.
 """
 import json
 import re
@@ -30,8 +36,9 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO.parent / "shared" / "fixtures" / "jsonschemabench" / "data"
 N_SAMPLE = 500
 MAX_TOKENS = 256
-CLOSER_BIAS = 8.0
+CLOSER_BIAS = 5.0
 MAX_CUT_SHARE = 0.08
+TOP_K = 256
 PROMPT = "Answer in JSON:"
 
 
@@ -75,6 +82,7 @@ def test_jsonschemabench_sample_through_the_engine():
         r.prompt = prompt
         p = core.SamplingParams()
         p.temperature = 1.0
+        p.top_k = TOP_K
         p.seed = k
         p.max_tokens = MAX_TOKENS
         p.logit_bias = bias
@@ -90,14 +98,17 @@ def test_jsonschemabench_sample_through_the_engine():
         schemas[r.id] = path
 
     text, reason = {rid: "" for rid in schemas}, {}
+    n_tokens = 0
     while engine.has_unfinished():
         for o in engine.step():
             text[o.id] += o.new_text
+            n_tokens += len(o.new_tokens)
             if o.finished:
                 reason[o.id] = o.finish_reason
     assert set(reason) == set(schemas)
 
-    stats = Counter(schemas=len(files), compiled=len(schemas), rejected=len(rejected))
+    stats = Counter(schemas=len(files), compiled=len(schemas), rejected=len(rejected),
+                    output_tokens=n_tokens)
     bad, cut = [], []
     for rid, path in schemas.items():
         stats[reason[rid]] += 1
