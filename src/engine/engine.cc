@@ -652,9 +652,24 @@ std::vector<RequestOutput> Engine::step() {
     m.worker->submit([&m, f = launched.get()] { m.launch(*f); });
   }
   // While a launch runs on the worker, the runner is only collected from here (no sequence
-  // is taken or freed until the next wait()).
+  // is taken or freed until the next wait()). Should anything below throw, the launched step
+  // is waited for before its InFlight goes away.
   try {
     m.inflight->result = m.runner->collect();
+    m.note_done();
+    if (!launched) m.free_deferred();
+    const auto sampled = m.sample(*m.inflight);
+    if (launched == nullptr && !next.scheduled.empty()) {
+      std::unordered_map<int64_t, int32_t> samples;
+      for (size_t i = 0; i < sampled.size(); ++i) {
+        if (!sampled[i].empty()) samples[m.inflight->sched.scheduled[i].request_id] = sampled[i][0];
+      }
+      launched = m.prepare(std::move(next), samples);
+      m.worker->submit([&m, f = launched.get()] { m.launch(*f); });
+    } else if (launched == nullptr) {
+      m.note_preempted(next);
+    }
+    m.update(*m.inflight, sampled, out);
   } catch (...) {
     if (launched) {
       try {
@@ -665,20 +680,6 @@ std::vector<RequestOutput> Engine::step() {
     m.inflight.reset();
     throw;
   }
-  m.note_done();
-  if (!launched) m.free_deferred();
-  const auto sampled = m.sample(*m.inflight);
-  if (launched == nullptr && !next.scheduled.empty()) {
-    std::unordered_map<int64_t, int32_t> samples;
-    for (size_t i = 0; i < sampled.size(); ++i) {
-      if (!sampled[i].empty()) samples[m.inflight->sched.scheduled[i].request_id] = sampled[i][0];
-    }
-    launched = m.prepare(std::move(next), samples);
-    m.worker->submit([&m, f = launched.get()] { m.launch(*f); });
-  } else if (launched == nullptr) {
-    m.note_preempted(next);
-  }
-  m.update(*m.inflight, sampled, out);
   m.inflight = std::move(launched);
   // Idle now: hand the finished requests' states back instead of holding them until the next
   // request arrives (they are the engine's largest per-request host allocations).

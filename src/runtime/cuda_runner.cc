@@ -142,7 +142,15 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
             << g.max_context << " tokens, " << g.max_batch_tokens << " tokens per step";
 }
 
-CudaRunner::~CudaRunner() = default;
+CudaRunner::~CudaRunner() {
+  // A launched step may still copy into the slots' pinned buffers.
+  if (model_) {
+    try {
+      model_->synchronize();
+    } catch (...) {
+    }
+  }
+}
 
 const ModelConfig& CudaRunner::config() const { return model_->config(); }
 int64_t CudaRunner::new_sequence() { return model_->new_sequence(); }

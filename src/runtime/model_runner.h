@@ -113,7 +113,8 @@ class ModelRunner {
   // Time the backend spent computing forwards since construction, in seconds: on CUDA the
   // device time between events recorded before and after each forward on its stream (for a
   // launch: the forward, its sampling and the copies of tokens and logits; host syncs inside
-  // a forward count as busy), on the CPU the forwards' wall time. Launched steps count once
+  // a forward count as busy), on the CPU the wall time of forwards (launches: with their
+  // sampling). Launched steps count once
   // collected. Benchmarks
   // compare it with the wall time of the step loop: the rest is idle time between steps.
   virtual double busy_seconds() const = 0;

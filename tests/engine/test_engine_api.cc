@@ -96,7 +96,9 @@ TEST(EngineApi, LogprobsAreLogSoftmaxOfTheLogits) {
     EXPECT_EQ(lp.top[0].first, argmax);
     for (size_t k = 0; k < 4; ++k) {
       EXPECT_NEAR(lp.top[k].second, lsm(lp.top[k].first), 1e-5);
-      if (k) EXPECT_GE(lp.top[k - 1].second, lp.top[k].second);
+      if (k) {
+        EXPECT_GE(lp.top[k - 1].second, lp.top[k].second);
+      }
     }
   }
 }
