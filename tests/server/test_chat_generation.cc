@@ -161,7 +161,7 @@ TEST(ChatGeneration, StreamedToolCallsMatchNonStreaming) {
     }
     ASSERT_EQ(acc[0].tools.size(), msg["tool_calls"].size());
     for (size_t k = 0; k < acc[0].tools.size(); ++k) {
-      EXPECT_EQ(acc[0].tools[k].first, msg["tool_calls"][k]["function"]["name"]);
+      EXPECT_EQ(acc[0].tools[k].first, msg["tool_calls"][k]["function"]["name"].get<std::string>());
       EXPECT_EQ(Json::parse(acc[0].tools[k].second),
                 Json::parse(msg["tool_calls"][k]["function"]["arguments"].get<std::string>()));
       EXPECT_EQ(acc[0].tool_ids[k].rfind("call_", 0), 0u);
