@@ -1,12 +1,15 @@
 #include "engine/structured_output.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "recipe/tokenizer.h"
 
 namespace deepinfer {
 
 StructuredOutput::StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t vocab_size,
-                                   std::vector<int32_t> stop_token_ids) {
+                                   std::vector<int32_t> stop_token_ids, size_t capacity)
+    : capacity_(std::max<size_t>(capacity, 1)) {
   // Every model id gets its decoded bytes; special (control) tokens are not text and can
   // never be produced inside a constrained output, so they get no bytes.
   std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
@@ -23,10 +26,18 @@ std::unique_ptr<grammar::GrammarMatcher> StructuredOutput::make_matcher(const st
   auto key = std::make_pair(kind, text);
   auto it = cache_.find(key);
   if (it == cache_.end()) {
-    auto compiled = grammar::compile_grammar({kind, text}, vocab_);
-    it = cache_.emplace(std::move(key), std::move(compiled)).first;
+    auto compiled = grammar::compile_grammar({kind, text}, vocab_);  // throws before any change
+    if (cache_.size() >= capacity_) {
+      cache_.erase(cache_.find(*uses_.back()));
+      uses_.pop_back();
+    }
+    it = cache_.emplace(std::move(key), Entry{std::move(compiled), {}}).first;
+    uses_.push_front(&it->first);
+  } else {
+    uses_.splice(uses_.begin(), uses_, it->second.use);
   }
-  return std::make_unique<grammar::GrammarMatcher>(it->second);
+  it->second.use = uses_.begin();
+  return std::make_unique<grammar::GrammarMatcher>(it->second.grammar);
 }
 
 }  // namespace deepinfer

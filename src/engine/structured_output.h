@@ -1,10 +1,13 @@
 // Structured output for the engine: builds the grammar vocabulary from the tokenizer once,
 // compiles constraints (json_schema, json_object, regex, ebnf) with a cache keyed by
-// (kind, text), and hands out one GrammarMatcher per request. The sampler masks the logits
+// (kind, text) that keeps the `capacity` most recently used grammars (each holds its mask
+// cache; a long-running server sees unboundedly many schemas), and hands out one
+// GrammarMatcher per request. Matchers share their grammar, so eviction never affects them. The sampler masks the logits
 // with the matcher's bitmask and accepts the sampled token.
 // Thread-safety: not thread-safe; the engine's thread owns it.
 #pragma once
 
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,7 +26,7 @@ class StructuredOutput {
  public:
   // `stop_token_ids`: the tokens that end a constrained output (the model's EOS ids).
   StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t vocab_size,
-                   std::vector<int32_t> stop_token_ids);
+                   std::vector<int32_t> stop_token_ids, size_t capacity = 256);
 
   // Compiles (or reuses) the constraint; throws Error naming an unsupported feature or a
   // malformed schema / pattern / grammar.
@@ -31,10 +34,18 @@ class StructuredOutput {
                                                         const std::string& text);
 
   int32_t n_mask_words() const { return vocab_->n_mask_words(); }
+  size_t n_cached() const { return cache_.size(); }
 
  private:
+  using Key = std::pair<std::string, std::string>;
+  struct Entry {
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    std::list<const Key*>::iterator use;  // position in uses_ (front: most recent)
+  };
   std::shared_ptr<const grammar::Vocabulary> vocab_;
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<const grammar::CompiledGrammar>> cache_;
+  size_t capacity_;
+  std::map<Key, Entry> cache_;
+  std::list<const Key*> uses_;
 };
 
 }  // namespace deepinfer

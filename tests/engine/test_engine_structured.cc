@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "engine_test_util.h"
+#include "engine/structured_output.h"
 #include "recipe/tokenizer.h"
 
 namespace deepinfer::testing {
@@ -123,6 +124,25 @@ TEST(EngineStructured, OverlapOnOffAndAloneAreBitwiseEqual) {
   std::printf("constrained outputs finished: %d; preemptions: overlap off %lld, on %lld\n", n_stop,
               (long long)off->stats().n_preemptions, (long long)on->stats().n_preemptions);
   EXPECT_GT(n_stop, 0) << "no constrained output finished";
+}
+
+// The compile cache keeps the most recently used grammars; an evicted grammar lives on in the
+// matchers that use it.
+TEST(EngineStructured, CompileCacheEvictsTheLeastRecentlyUsed) {
+  StructuredOutput so(*tiny_tokenizer(), small_config().vocab_size, {1}, 2);
+  auto a1 = so.make_matcher("regex", "a+");
+  auto b1 = so.make_matcher("regex", "b+");
+  EXPECT_EQ(&so.make_matcher("regex", "a+")->compiled(), &a1->compiled());  // hit: a is newest
+  auto c1 = so.make_matcher("regex", "c+");                                  // evicts b
+  EXPECT_EQ(so.n_cached(), 2u);
+  EXPECT_EQ(&so.make_matcher("regex", "a+")->compiled(), &a1->compiled());
+  EXPECT_EQ(&so.make_matcher("regex", "c+")->compiled(), &c1->compiled());
+  auto b2 = so.make_matcher("regex", "b+");  // recompiled, evicts a
+  EXPECT_NE(&b2->compiled(), &b1->compiled());
+  EXPECT_NE(&so.make_matcher("regex", "a+")->compiled(), &a1->compiled());
+  EXPECT_TRUE(b1->accept_bytes("bb") && b1->can_terminate());  // the evicted grammar still works
+  EXPECT_THROW(so.make_matcher("regex", "("), Error);
+  EXPECT_EQ(so.n_cached(), 2u);
 }
 
 // ignore_eos would let the output run past the constraint's end, where nothing is allowed.
