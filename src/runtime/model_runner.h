@@ -9,9 +9,12 @@
 // sequence) and CudaRunner (runtime/cuda_runner.h: GpuModel with its device state pools;
 // built only with DEEPINFER_CUDA). make_model_runner (runtime/runner_factory.h) picks one.
 //
-// Thread-safety: one thread at a time. The engine calls forward() on its worker thread and
-// new_sequence/free_sequence on its own thread, never at the same time (it frees the
-// sequences of finished requests only once no forward that may read them is running).
+// Thread-safety: one thread at a time, except that collect() of step t may run while
+// launch() of step t+1 runs on another thread. The engine calls launch() on its worker
+// thread and collect / new_sequence / free_sequence on its own thread; it takes or frees
+// sequences only while no launch() call is running (a launched step may still be running
+// on the device: its work is ordered before any later launch's, so a freed sequence's
+// storage is reused only by work that runs after it).
 #pragma once
 
 #include <cstdint>
@@ -67,7 +70,9 @@ struct RowRequest {
 struct StepResult {
   std::vector<int32_t> tokens;      // [n_rows]: sampled token of kSample rows, else -1
   std::vector<int64_t> logits_row;  // [n_rows]: row of `logits` for kHost rows, else -1
-  Tensor logits;                    // host fp32 [n_host_rows or more, V]
+  // Host fp32 [at least the kHost rows, V]. May be a view of the runner's own (pinned)
+  // buffer: valid until the second launch after this step's.
+  Tensor logits;
 };
 
 // What the runner can hold. The engine's scheduler limits never exceed these.
@@ -114,9 +119,8 @@ class ModelRunner {
   // device time between events recorded before and after each forward on its stream (for a
   // launch: the forward, its sampling and the copies of tokens and logits; host syncs inside
   // a forward count as busy), on the CPU the wall time of forwards (launches: with their
-  // sampling). Launched steps count once
-  // collected. Benchmarks
-  // compare it with the wall time of the step loop: the rest is idle time between steps.
+  // sampling). Launched steps count once collected. Benchmarks compare it with the wall
+  // time of the step loop: the rest is idle time between steps.
   virtual double busy_seconds() const = 0;
 };
 
