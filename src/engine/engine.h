@@ -132,8 +132,8 @@ struct EngineStats {
   int64_t n_scheduled_tokens = 0;      // tokens computed, recomputation included
   int64_t n_preemptions = 0;
   int64_t max_running = 0;             // most chunks in one step
-  // Forwards finished and the runner's busy time over them (ModelRunner::busy_seconds),
-  // updated on the engine's thread once each step's forward has returned.
+  // Steps finished (collected from the runner) and the runner's busy time over them
+  // (ModelRunner::busy_seconds), updated on the engine's thread as each step is collected.
   int64_t n_steps_done = 0;
   double busy_seconds = 0;
 };
