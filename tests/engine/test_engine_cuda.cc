@@ -177,6 +177,7 @@ TEST(EngineCuda, DeviceSamplingEqualsHostSamplingWithCudaGraphs) {
     o.max_sequences = 32;
     o.max_context = 256;
     o.max_batch_tokens = 64;
+    o.numerics = Numerics::kReference;
     o.fp8_weights = true;
     o.cuda_graphs = true;
     o.batch_invariant = true;
