@@ -2,8 +2,8 @@
 // compiles constraints (json_schema, json_object, regex, ebnf) with a cache keyed by
 // (kind, text) that keeps the `capacity` most recently used grammars (each holds its mask
 // cache; a long-running server sees unboundedly many schemas), and hands out one
-// GrammarMatcher per request. Matchers share their grammar, so eviction never affects them. The sampler masks the logits
-// with the matcher's bitmask and accepts the sampled token.
+// GrammarMatcher per request. Matchers share their grammar, so eviction never affects them.
+// The sampler masks the logits with the matcher's bitmask and accepts the sampled token.
 // Thread-safety: not thread-safe; the engine's thread owns it.
 #pragma once
 

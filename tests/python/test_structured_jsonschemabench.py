@@ -4,9 +4,9 @@ Every k-th file of ../shared/fixtures/jsonschemabench/data (sorted; the same sam
 test_grammar_jsonschemabench.py) becomes one json_schema request to the built-in tiny model
 (random weights: its choices among the allowed tokens are adversarial), all batched through one
 engine. Schemas the engine refuses at compile time (unsupported feature or malformed) are
-counted; at least 90% must compile. Every output that ends because the grammar completed ("stop") must parse as JSON and
-validate with PyPI `jsonschema` (the draft the schema declares, 2020-12 by default, formats
-checked).
+counted; at least 90% must compile. Every output that ends because the grammar completed
+("stop") must parse as JSON and validate with PyPI `jsonschema` (the draft the schema declares,
+2020-12 by default, formats checked).
 
 Sampling: temperature 1, seeded, top_k 256 (the model's 256 favourite allowed tokens are just as
 arbitrary, and the sampler then orders 256 candidates instead of up to 129,280).
