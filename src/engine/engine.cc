@@ -653,7 +653,7 @@ std::vector<RequestOutput> Engine::step() {
   }
   // While a launch runs on the worker, the runner is only collected from here (no sequence
   // is taken or freed until the next wait()). Should anything below throw, the launched step
-  // is waited for before its InFlight goes away.
+  // is waited for (and collected) before its InFlight goes away.
   try {
     m.inflight->result = m.runner->collect();
     m.note_done();
@@ -671,9 +671,10 @@ std::vector<RequestOutput> Engine::step() {
     }
     m.update(*m.inflight, sampled, out);
   } catch (...) {
-    if (launched) {
+    if (launched) {  // wait for it and drop its results, leaving the runner with none uncollected
       try {
         m.worker->wait();
+        m.runner->collect();
       } catch (...) {
       }
     }
