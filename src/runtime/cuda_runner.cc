@@ -80,6 +80,7 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.weight_format = o.fp8_weights ? WeightFormat::kFp8 : WeightFormat::kF32;
   g.batch_invariant = o.batch_invariant;
   g.cuda_graphs = o.cuda_graphs;
+  g.expert_checkpoint = o.expert_checkpoint;
   if (o.kv_cache_dtype != "auto") g.kv_cache_dtype = kv_cache_dtype_from_string(o.kv_cache_dtype);
   // Weights and activations estimated; the state pools exactly as GpuModel plans them.
   GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);

@@ -43,6 +43,7 @@ struct CudaRunnerOptions {
   bool batch_invariant = false;  // GpuModelOptions::batch_invariant
   std::string kv_cache_dtype = "auto";  // "auto" (GpuModel's default) | "fp8" | "bf16"
   bool cuda_graphs = false;             // GpuModelOptions::cuda_graphs
+  std::string expert_checkpoint;        // GpuModelOptions::expert_checkpoint (fp8 weights)
 };
 
 class CudaRunner final : public ModelRunner {

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "cuda/cuda_check.h"
 #include "io/config_parser.h"
 #include "model/rope_config.h"
@@ -102,7 +105,9 @@ void GpuModel::Impl::fill_fp8(uint8_t* q, float* s, int64_t count, int64_t n, in
 
 std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const Tensor*>& host,
                                                        int64_t n_experts, int64_t n, int64_t k,
-                                                       float std, MoeStack* stack) {
+                                                       float std, MoeStack* stack,
+                                                       CheckpointExperts* ckpt, int64_t layer,
+                                                       const char* w) {
   ICHECK(host.empty() || static_cast<int64_t>(host.size()) == n_experts);
   for (const Tensor* t : host) {
     ICHECK(t->defined() && t->dtype() == DType::F32 && t->numel() == n * k)
@@ -131,7 +136,20 @@ std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const T
   float* s = alloc(n_experts * sn);
   if (host.empty()) fill_fp8(q, s, n_experts, n, k, std);
   for (int64_t e = 0; e < n_experts; ++e) {
-    if (!host.empty()) upload_fp8(host[e]->f32(), n, k, q + e * n * k, s + e * sn);
+    // Quantised in the checkpoint: its codes (FP4 converted exactly) and power-of-two scales;
+    // otherwise the host fp32 values, re-quantised. Kept per expert so that a W4A8 kernel can
+    // later take CheckpointExperts::fp4 here instead.
+    std::optional<Fp8BlockWeight> stored;
+    if (!host.empty() && ckpt != nullptr) stored = ckpt->fp8(layer, e, w, n, k);
+    if (stored) {
+      const std::vector<float> sw =
+          expand_weight_scales_ue8m0(static_cast<const uint8_t*>(stored->scale.raw()), n, k);
+      ICHECK(static_cast<int64_t>(sw.size()) == sn);
+      CUDA_CHECK(cudaMemcpy(q + e * n * k, stored->weight.raw(), n * k, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(s + e * sn, sw.data(), sn * sizeof(float), cudaMemcpyHostToDevice));
+    } else if (!host.empty()) {
+      upload_fp8(host[e]->f32(), n, k, q + e * n * k, s + e * sn);
+    }
     views[e] = DeviceLinear{nullptr, q + e * n * k, s + e * sn, n, k};
     weight_bytes_total += views[e].bytes();
   }
@@ -209,6 +227,10 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   layers.resize(L);
   states.resize(L);
   bool any_indexer = false;
+  std::unique_ptr<CheckpointExperts> ckpt;
+  if (fp8() && host && !opt.expert_checkpoint.empty()) {
+    ckpt = std::make_unique<CheckpointExperts>(opt.expert_checkpoint, cfg);
+  }
   for (int64_t l = 0; l < L; ++l) {
     const LayerWeights* lw = host ? &hw->layers[l] : nullptr;
     GpuLayerW& g = layers[l];
@@ -273,9 +295,9 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
       h2.push_back(&m->experts[e].w2);
     }
     MoeStack s1, s3, s2;
-    g.w1 = expert_stack(h1, E, I, D, proj_std(D), &s1);
-    g.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3);
-    g.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2);
+    g.w1 = expert_stack(h1, E, I, D, proj_std(D), &s1, ckpt.get(), l, "w1");
+    g.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3, ckpt.get(), l, "w3");
+    g.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2, ckpt.get(), l, "w2");
     g.experts = MoeExpertsFp8Weights{s1.q, s1.s, s3.q, s3.s, s2.q, s2.s};
     g.sw1 = linear(m ? &m->shared.w1 : nullptr, Is, D, proj_std(D));
     g.sw3 = linear(m ? &m->shared.w3 : nullptr, Is, D, proj_std(D));
@@ -300,6 +322,13 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
       st.idx_max_entries = opt.max_context / 4;
       if (!plan.idx_paged) st.idx_entries = state_alloc(S * st.idx_max_entries * dI);
     }
+  }
+  if (ckpt) {
+    LOG(INFO) << "GpuModel: routed experts from " << ckpt->path() << ": "
+              << ckpt->n_fp4_converted() << " FP4 tensors converted exactly to block FP8, "
+              << ckpt->n_fp8_as_stored() << " block-FP8 tensors as stored, "
+              << 3 * L * E - ckpt->n_fp4_converted() - ckpt->n_fp8_as_stored()
+              << " re-quantised from fp32";
   }
   const RopeTable rope_main(rope_params(cfg, false)), rope_compress(rope_params(cfg, true));
   inv_freq_main = f32(rope_main.inv_freq().data(), cfg.rope_dim / 2, 0.0f, 0.0f);
@@ -426,10 +455,29 @@ std::unique_ptr<GpuModel> GpuModel::load(const std::string& dir, const GpuModelO
   const ModelConfig config = load_model_config(dir);
   auto source = open_checkpoint_weights(dir, config);
   const ModelWeights weights = load_model_weights(config, *source);
-  return std::make_unique<GpuModel>(config, weights, options);
+  GpuModelOptions opt = options;
+  if (opt.expert_checkpoint.empty()) opt.expert_checkpoint = dir;
+  return std::make_unique<GpuModel>(config, weights, opt);
 }
 
-void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w) {
+GpuModel::ExpertFp8Copy GpuModel::download_expert_fp8(int64_t layer, int64_t expert,
+                                                       const std::string& w) const {
+  const Impl& m = *impl_;
+  CHECK(m.fp8() && layer >= 0 && layer < m.cfg.num_layers && expert >= 0 &&
+        expert < m.cfg.n_routed_experts && (w == "w1" || w == "w2" || w == "w3"))
+      << "download_expert_fp8: layer " << layer << " expert " << expert << " " << w
+      << " (needs kFp8, a layer and expert in range, w1 / w2 / w3)";
+  const GpuLayerW& g = m.layers[layer];
+  const DeviceLinear& d = (w == "w1" ? g.w1 : w == "w3" ? g.w3 : g.w2)[expert];
+  const int64_t n_nb = ceil_div64(d.n, kFp8GemmBlock), ld = fp8_weight_scale_ld(d.k);
+  ExpertFp8Copy out{Tensor::empty(DType::F8_E4M3, {d.n, d.k}), Tensor::empty(DType::F32, {n_nb, ld})};
+  CUDA_CHECK(cudaStreamSynchronize(m.ctx.stream()));
+  CUDA_CHECK(cudaMemcpy(out.codes.raw(), d.q, d.n * d.k, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(out.scales.raw(), d.s, n_nb * ld * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool routed_experts) {
   auto rt = [](Tensor& t, int64_t n, int64_t k) {
     ICHECK(t.defined() && t.dtype() == DType::F32 && t.numel() == n * k)
         << "fp8_round_trip: " << t.str() << " is not [" << n << ", " << k << "] fp32";
@@ -467,6 +515,7 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w) {
     }
     MoeWeights& m = w.layers[l].moe;
     for (auto& e : m.experts) {
+      if (!routed_experts) break;  // kept exact (GpuModelOptions::expert_checkpoint)
       rt(e.w1, I, D);
       rt(e.w3, I, D);
       rt(e.w2, D, I);

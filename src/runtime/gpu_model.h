@@ -134,6 +134,13 @@ struct GpuModelOptions {
   // the oracle path; kv_cache_dtype is then unused.
   bool paged_kv = true;
   int64_t kv_block_size = 64;  // entries per page block: a positive multiple of 8
+  // kFp8 with host weights: a checkpoint (directory or file) whose quantised routed experts
+  // are uploaded from their stored codes (runtime/expert_loader.h: FP4 converted exactly to
+  // 128x128 block FP8, an inexact one fails the construction naming the tensor; block FP8 as
+  // stored) instead of being re-quantised from the host fp32 experts (which are then not
+  // read). Experts stored otherwise still come from the host. GpuModel::load sets it to its
+  // directory; empty: none. The count of converted experts is logged.
+  std::string expert_checkpoint;
 };
 
 struct GpuChunk {
@@ -182,8 +189,20 @@ class GpuModel {
 
   // Replaces every tensor that kFp8 stores as FP8 by its FP8 block round trip (the values
   // kFp8 computes with, up to one fp32 ulp of the scale), so a CPU Model built from the
-  // result uses the same weights as a kFp8 GpuModel.
-  static void fp8_round_trip(const ModelConfig& config, ModelWeights& weights);
+  // result uses the same weights as a kFp8 GpuModel. routed_experts = false leaves the routed
+  // experts as they are: what a kFp8 model holds when it took them from a checkpoint that
+  // stores them quantised (GpuModelOptions::expert_checkpoint: exactly the host values).
+  static void fp8_round_trip(const ModelConfig& config, ModelWeights& weights,
+                             bool routed_experts = true);
+
+  // Host copy of one routed expert matrix as stored on the device (kFp8; synchronises):
+  // codes e4m3 [n, k] and the fp32 scales [ceil(n/128), fp8_weight_scale_ld(k)] the FP8
+  // GEMMs read (ops/gemm/gemm.h). `w` is "w1", "w3" ([I, D]) or "w2" ([D, I]). For tests.
+  struct ExpertFp8Copy {
+    Tensor codes;   // F8_E4M3 [n, k]
+    Tensor scales;  // F32 [ceil(n/128), ld]
+  };
+  ExpertFp8Copy download_expert_fp8(int64_t layer, int64_t expert, const std::string& w) const;
 
   const ModelConfig& config() const;
   const GpuModelOptions& options() const;

@@ -20,6 +20,7 @@
 #include "ops/mhc/mhc.h"
 #include "ops/moe/moe_grouped_cuda.h"
 #include "runtime/device_linear.h"
+#include "runtime/expert_loader.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_state_plan.h"
 #include "runtime/kv_block_pool.h"
@@ -214,8 +215,12 @@ struct GpuModel::Impl {
   // The routed experts' matrix [n, k] of every expert in one allocation (host: one tensor per
   // expert, or empty for random values with std); returns per-expert views, and (kFp8) the
   // stack in *stack.
+  // ckpt (kFp8, may be null): experts it holds quantised are uploaded from there
+  // (layer, matrix name w) instead of from host.
   std::vector<DeviceLinear> expert_stack(const std::vector<const Tensor*>& host, int64_t n_experts,
-                                         int64_t n, int64_t k, float std, MoeStack* stack);
+                                         int64_t n, int64_t k, float std, MoeStack* stack,
+                                         CheckpointExperts* ckpt = nullptr, int64_t layer = 0,
+                                         const char* w = "");
 
   // y = x · W^T with the work accounting; lin_q reuses an already quantised input (kFp8) or
   // reads x_f32 (kF32).

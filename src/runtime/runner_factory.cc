@@ -103,6 +103,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   }
   Source s = open_source(args);
   o.max_context = context(s.config);
+  // Quantised routed experts go to the device from their checkpoint codes (FP4: exact FP8).
+  if (!args.model_dir.empty() && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
   const ModelWeights weights = load_model_weights(s.config, *s.weights);
   return std::make_unique<CudaRunner>(s.config, weights, o);
 #else
