@@ -12,7 +12,10 @@
 //    projection quantised per 1x128 block before its GEMM. The small tensors (embedding,
 //    norms, mHC mixes, router gate and bias, indexer weights_proj, ape, sinks) stay fp32 and
 //    go through fp32 GEMMs. Host weights are quantised at construction (fp8_round_trip()
-//    gives a CPU Model the same weights).
+//    gives a CPU Model the same weights), except routed experts that the checkpoint named by
+//    expert_checkpoint stores quantised: their FP4 codes are converted exactly to block FP8
+//    (power-of-two scales), block-FP8 ones taken as stored (runtime/expert_loader.h), so the
+//    device holds exactly the checkpoint's values (fp8_round_trip(..., false) for the CPU).
 // Activations and softmaxes are fp32 in both formats. State: the window and compressed K=V
 // entries live in paged caches in kv_cache_dtype (FP8 584-byte MODEL1 entries or bf16),
 // indexer keys in the FP8 index cache (kFp8) or fp32 (kBf16); compressor rings fp32. With
