@@ -85,7 +85,7 @@ TEST(ExpertLoader, UnquantisedExpertsAreOther) {
   EXPECT_FALSE(ckpt.fp8(1, 3, "w2", cfg.hidden_size, cfg.moe_intermediate_size).has_value());
 }
 
-class TempCheckpoint : public ::testing::Test {
+class ExpertLoaderFile : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
@@ -110,7 +110,7 @@ class TempCheckpoint : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(TempCheckpoint, BlockFp8ExpertsAreTakenAsStored) {
+TEST_F(ExpertLoaderFile, BlockFp8ExpertsAreTakenAsStored) {
   // The golden's first FP4 expert, converted, stored as a block-FP8 expert of another model.
   const std::string golden = fs::path(kMixed) / "native";
   const ModelConfig cfg = load_model_config(golden);
@@ -139,7 +139,7 @@ TEST_F(TempCheckpoint, BlockFp8ExpertsAreTakenAsStored) {
   EXPECT_NE(msg.find("NaN"), std::string::npos) << msg;
 }
 
-TEST_F(TempCheckpoint, InexactFp4ExpertFailsNamingTheTensor) {
+TEST_F(ExpertLoaderFile, InexactFp4ExpertFailsNamingTheTensor) {
   const ModelConfig cfg = load_model_config((fs::path(kMixed) / "native").string());
   const int64_t n = 32, k = 128;
   Tensor codes = Tensor::empty(DType::I8, {n, k / 2});
