@@ -40,6 +40,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
 #include "cuda/event.h"
+#include "model/compare_util.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "ops/gemm/gemm.h"
@@ -117,23 +118,6 @@ ModelConfig check_config() {  // tiny, same structure; window 16 so the ring wra
   c.n_experts_per_tok = 2;
   c.moe_intermediate_size = 128;
   return c;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int32_t> t(n);
-  for (auto& v : t) v = static_cast<int32_t>(2 + gen() % static_cast<uint32_t>(vocab - 2));
-  return t;
-}
-
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb + 1e-300);
 }
 
 double median(std::vector<double> v) {

@@ -1,11 +1,14 @@
 // Small device kernels of CudaRunner's step path (src/runtime/runner_kernels.cu): input tokens
-// read from an earlier step's samples on the device, and the greedy arg-max. Device
-// pointers; each runs on `s`, never allocates or synchronises; graph capturable.
+// read from an earlier step's samples on the device, and EOS masking; the greedy arg-max is
+// ops/sampling's argmax_rows_cuda (included here). Device pointers; each runs on `s`, never
+// allocates or synchronises; graph capturable.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "ops/sampling/sampling_cuda.h"
 
 namespace deepinfer {
 
@@ -15,10 +18,5 @@ void resolve_sample_refs_cuda(cudaStream_t s, int32_t* tokens, int64_t n, const 
 
 // base[offsets[i]] = value for i < n (EOS masking of sampled rows).
 void fill_at_cuda(cudaStream_t s, float* base, const int64_t* offsets, int64_t n, float value);
-
-// tokens[r] = the lowest id among the maxima of logits row r ([n_rows, vocab] fp32): the
-// greedy rule of sample_token (engine/sampler.h) and sample_cuda for rows without NaN.
-void argmax_rows_cuda(cudaStream_t s, const float* logits, int64_t n_rows, int64_t vocab,
-                      int32_t* tokens);
 
 }  // namespace deepinfer

@@ -11,24 +11,11 @@ format checking); no generation may get stuck (no allowed token before terminati
 import json
 import warnings
 
-import jsonschema
+import jsonschema  # noqa: F401  (required here: reference_validator uses it)
 import pytest
 
-from test_grammar_util import FIXTURES, Driver
-
-BENCH = FIXTURES / "jsonschemabench" / "data"
-N_SAMPLE = 500
-
-
-def sample_files():
-    files = sorted(p for d in sorted(BENCH.iterdir()) for p in sorted(d.glob("*.json")))
-    step = max(1, len(files) // N_SAMPLE)
-    return files[::step][:N_SAMPLE]
-
-
-def reference_validator(schema):
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+from jsonschemabench_util import reference_validator, sample_files
+from test_grammar_util import Driver
 
 
 def test_jsonschemabench_sample():

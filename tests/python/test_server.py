@@ -482,9 +482,7 @@ def test_500_concurrent_streams():
     # connection) while the other tests use the default one.
     s = Server("--io-threads", "2")
 
-    async def one(i):
-        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"Request {i}"}],
-                           "max_tokens": 2, "temperature": 0, "stream": True}).encode()
+    async def post(body):  # one chat completion on its own connection; the raw response
         r, w = await asyncio.open_connection("127.0.0.1", s.port)
         w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -492,6 +490,11 @@ def test_500_concurrent_streams():
         data = await r.read()
         w.close()
         return data
+
+    async def one(i):
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"Request {i}"}],
+                           "max_tokens": 2, "temperature": 0, "stream": True}).encode()
+        return await post(body)
 
     async def burst():
         return await asyncio.gather(*[one(i) for i in range(n)])
@@ -499,13 +502,7 @@ def test_500_concurrent_streams():
     async def refused(i):  # a 100 kB body for a model the server does not serve: 404
         body = json.dumps({"model": "elsewhere", "messages": [{"role": "user", "content": "word " * 20000}],
                            "max_tokens": 2}).encode()
-        r, w = await asyncio.open_connection("127.0.0.1", s.port)
-        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        await w.drain()
-        data = await r.read()
-        w.close()
-        return data
+        return await post(body)
 
     async def refused_burst():
         return await asyncio.gather(*[refused(i) for i in range(300)])

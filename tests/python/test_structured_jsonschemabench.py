@@ -28,29 +28,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from jsonschemabench_util import BENCH, reference_validator, sample_files
 
 deepinfer = pytest.importorskip("deepinfer")
 jsonschema = pytest.importorskip("jsonschema")
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO.parent / "shared" / "fixtures" / "jsonschemabench" / "data"
-N_SAMPLE = 500
 MAX_TOKENS = 256
 CLOSER_BIAS = 5.0
 MAX_CUT_SHARE = 0.08
 TOP_K = 256
 PROMPT = "Answer in JSON:"
-
-
-def sample_files():
-    files = sorted(p for d in sorted(BENCH.iterdir()) for p in sorted(d.glob("*.json")))
-    step = max(1, len(files) // N_SAMPLE)
-    return files[::step][:N_SAMPLE]
-
-
-def reference_validator(schema):
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def closer_bias(engine):

@@ -21,6 +21,7 @@
 #include "io/config_parser.h"
 #include "io/weight_loader.h"
 #include "io/weight_names.h"
+#include "model/compare_util.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "ops/gemm/gemm.h"
@@ -37,16 +38,6 @@ const std::string kNative = "tests/data/golden/mixed_quant/native";
 constexpr double kE4m3Nmse = 7.2e-4;
 double fp8_noise_power_bound(const ModelConfig& cfg) {
   return (7.0 * static_cast<double>(cfg.num_layers) + 1.0) * kE4m3Nmse;
-}
-
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb + 1e-300);
 }
 
 GpuModelOptions small_options() {

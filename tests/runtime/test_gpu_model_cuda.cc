@@ -28,6 +28,7 @@
 
 #include "base/error.h"
 #include "io/config_parser.h"
+#include "model/compare_util.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "runtime/gpu_model.h"
@@ -46,23 +47,6 @@ std::vector<std::string> golden_models() {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int32_t> t(n);
-  for (auto& v : t) v = static_cast<int32_t>(2 + gen() % static_cast<uint32_t>(vocab - 2));
-  return t;
-}
-
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb + 1e-300);
 }
 
 // FP8 activation noise: the bound of the kFp8-vs-CPU checks (CPU: the same FP8-rounded

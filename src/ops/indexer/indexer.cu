@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "cuda/cuda_check.h"
 #include "ops/indexer/indexer_cuda.h"
+#include "ops/indexer/indexer_device.cuh"
 
 namespace deepinfer {
 namespace {
@@ -12,12 +13,6 @@ namespace {
 constexpr int kScoreWarps = 8;
 constexpr int kKeysPerBlock = 64;
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(IndexerScoresParams p) {
   extern __shared__ float s_q[];  // [n_heads * head_dim] then g [n_heads]
@@ -27,10 +22,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(Indexe
   if (first >= n_keys) return;
   const int64_t qn = p.n_heads * p.head_dim;
   float* s_g = s_q + qn;
-  for (int64_t i = threadIdx.x; i < qn; i += blockDim.x) s_q[i] = p.q[row * qn + i];
-  for (int64_t i = threadIdx.x; i < p.n_heads; i += blockDim.x) {
-    s_g[i] = p.g[row * p.n_heads + i] * p.head_scale;
-  }
+  indexer_device::stage_row(p, row, qn, s_q, s_g);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per_lane = static_cast<int>(p.head_dim / 32);
@@ -40,17 +32,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(Indexe
     float k[kMaxPerLane];
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) k[i] = i < per_lane ? key[i * 32 + lane] : 0.0f;
-    float total = 0.0f;
-    for (int64_t h = 0; h < p.n_heads; ++h) {
-      const float* qh = s_q + h * p.head_dim;
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxPerLane; ++i) {
-        if (i < per_lane) dot += qh[i * 32 + lane] * k[i];
-      }
-      dot = warp_sum(dot);
-      total += s_g[h] * (fmaxf(dot, 0.0f) * p.scale);
-    }
+    const float total =
+        indexer_device::key_score(s_q, s_g, k, per_lane, lane, p.n_heads, p.head_dim, p.scale);
     if (lane == 0) p.scores[row * p.score_stride + s] = total;
   }
 }

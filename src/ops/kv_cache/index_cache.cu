@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
+#include "ops/indexer/indexer_device.cuh"
 #include "ops/kv_cache/index_cache_cuda.h"
 #include "ops/kv_cache/kv_cache_device.cuh"
 #include "ops/quant/qat_device.cuh"
@@ -38,30 +39,16 @@ __device__ __forceinline__ float e4m3_value(uint32_t code) {
   return kv_device::e4m3x2_values(code).x;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __global__ void __launch_bounds__(kWarps * 32)
     index_store_kernel(Geometry g, const float* keys, int64_t n, int64_t row_stride,
                        const int32_t* slots, uint8_t* cache) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  int64_t i, slot;
+  if (!kv_device::store_entry(kWarps, slots, n, i, slot)) return;
   const int lane = threadIdx.x % 32;
-  if (i >= n) return;
-  const int64_t slot = slots[i];
-  if (slot < 0) return;
   const float* k = keys + i * row_stride;
   float amax = 0.0f;
   for (int64_t c = lane; c < g.head_dim; c += 32) amax = fmaxf(amax, fabsf(k[c]));
-  amax = fmaxf(1e-4f, warp_max(amax));
+  amax = fmaxf(1e-4f, kv_device::warp_max(amax));
   const float s = qat_device::pow2_scale(amax, qat_device::kE4M3MaxF);
   uint8_t* data = cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.head_dim;
   for (int64_t c = lane; c < g.head_dim; c += 32) {
@@ -73,15 +60,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 __global__ void __launch_bounds__(kWarps * 32)
     index_load_kernel(Geometry g, const uint8_t* cache, const int32_t* slots, int64_t n, float* out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  int64_t slot;
+  float* y;
+  if (!kv_device::load_entry(kWarps, slots, n, g.head_dim, out, slot, y)) return;
   const int lane = threadIdx.x % 32;
-  if (i >= n) return;
-  const int64_t slot = slots[i];
-  float* y = out + i * g.head_dim;
-  if (slot < 0) {
-    for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = 0.0f;
-    return;
-  }
   const uint8_t* data = key_data(g, cache, slot);
   const float s = *reinterpret_cast<const float*>(cache + scale_offset(g, slot));
   for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = e4m3_value(data[c]) * s;
@@ -97,10 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_paged_scores_kernel(Index
   if (first >= n_keys) return;
   const int64_t d = geo.head_dim, qn = p.n_heads * d;
   float* s_g = s_q + qn;
-  for (int64_t i = threadIdx.x; i < qn; i += blockDim.x) s_q[i] = p.q[row * qn + i];
-  for (int64_t i = threadIdx.x; i < p.n_heads; i += blockDim.x) {
-    s_g[i] = p.g[row * p.n_heads + i] * p.head_scale;
-  }
+  indexer_device::stage_row(p, row, qn, s_q, s_g);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per_lane = static_cast<int>(d / 32);
@@ -113,26 +92,12 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_paged_scores_kernel(Index
     float k[kMaxPerLane];
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) k[i] = i < per_lane ? e4m3_value(data[i * 32 + lane]) * sc : 0.0f;
-    float total = 0.0f;
-    for (int64_t h = 0; h < p.n_heads; ++h) {
-      const float* qh = s_q + h * d;
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxPerLane; ++i) {
-        if (i < per_lane) dot += qh[i * 32 + lane] * k[i];
-      }
-      dot = warp_sum(dot);
-      total += s_g[h] * (fmaxf(dot, 0.0f) * p.scale);
-    }
+    const float total = indexer_device::key_score(s_q, s_g, k, per_lane, lane, p.n_heads, d, p.scale);
     if (lane == 0) p.scores[row * p.score_stride + s] = total;
   }
 }
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kWarps - 1) / kWarps;
-  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31)) << "index cache: " << n << " keys in one call";
-  return static_cast<unsigned>(blocks);
-}
+unsigned grid_for(int64_t n) { return kv_device::warp_grid(n, kWarps, "index cache", "keys"); }
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "ops/kv_cache/cache_ref_loops.h"
 #include "ops/kv_cache/index_cache.h"
 #include "ops/quant/qat.h"
 
@@ -15,48 +16,31 @@ void IndexCacheLayout::validate() const {
   CHECK(block_size > 0) << "index cache: block_size " << block_size << " must be positive";
 }
 
-namespace {
-
-void check_slot(const IndexCacheLayout& layout, int32_t slot, int64_t n_blocks) {
-  CHECK(slot >= -1 && slot < n_blocks * layout.block_size)
-      << "index cache: slot " << slot << " outside [-1, " << n_blocks * layout.block_size << ")";
-}
-
-}  // namespace
-
 void index_store_ref(const IndexCacheLayout& layout, const float* keys, int64_t n,
                      int64_t row_stride, const int32_t* slots, uint8_t* cache, int64_t n_blocks) {
   layout.validate();
   const int64_t d = layout.head_dim;
-  for (int64_t i = 0; i < n; ++i) {
-    check_slot(layout, slots[i], n_blocks);
-    if (slots[i] < 0) continue;
+  cache_ref::for_each_store("index cache", layout, slots, n, cache, n_blocks,
+                            [&](int64_t i, uint8_t* data) {
     const float* k = keys + i * row_stride;
     float amax = 1e-4f;
     for (int64_t c = 0; c < d; ++c) amax = std::max(amax, std::fabs(k[c]));
     const float s = pow2_scale(amax, kE4M3Max);
-    uint8_t* data = cache + layout.data_offset(slots[i]);
     for (int64_t c = 0; c < d; ++c) data[c] = f32_to_e4m3(std::min(kE4M3Max, std::max(-kE4M3Max, k[c] / s)));
     std::memcpy(cache + layout.scale_offset(slots[i]), &s, 4);
-  }
+  });
 }
 
 void index_load_ref(const IndexCacheLayout& layout, const uint8_t* cache, int64_t n_blocks,
                     const int32_t* slots, int64_t n, float* out) {
   layout.validate();
   const int64_t d = layout.head_dim;
-  for (int64_t i = 0; i < n; ++i) {
-    check_slot(layout, slots[i], n_blocks);
-    float* y = out + i * d;
-    if (slots[i] < 0) {
-      std::fill(y, y + d, 0.0f);
-      continue;
-    }
-    const uint8_t* data = cache + layout.data_offset(slots[i]);
-    float s;
-    std::memcpy(&s, cache + layout.scale_offset(slots[i]), 4);
-    for (int64_t c = 0; c < d; ++c) y[c] = e4m3_to_f32(data[c]) * s;
-  }
+  cache_ref::for_each_load("index cache", layout, cache, n_blocks, slots, n, out,
+                           [&](float* y, int32_t slot, const uint8_t* data) {
+                             float s;
+                             std::memcpy(&s, cache + layout.scale_offset(slot), 4);
+                             for (int64_t c = 0; c < d; ++c) y[c] = e4m3_to_f32(data[c]) * s;
+                           });
 }
 
 }  // namespace deepinfer

@@ -14,20 +14,12 @@ using kv_device::Geometry;
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 __global__ void __launch_bounds__(kWarps * 32)
     kv_store_kernel(Geometry g, const float* entries, int64_t n, int64_t row_stride,
                     const int32_t* slots, uint8_t* cache) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  int64_t i, slot;
+  if (!kv_device::store_entry(kWarps, slots, n, i, slot)) return;
   const int lane = threadIdx.x % 32;
-  if (i >= n) return;
-  const int64_t slot = slots[i];
-  if (slot < 0) return;
   const float* x = entries + i * row_stride;
   uint8_t* data = cache + kv_device::data_offset(g, slot);
   // bf16 dims: [nope, head_dim) for fp8 (at byte nope + 2 (c - nope)), all dims for bf16.
@@ -42,7 +34,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t grp = 0; grp < g.n_scales; ++grp) {
     const int64_t c = grp * KvCacheLayout::kScaleGroup + 2 * lane;
     const float v0 = x[c], v1 = x[c + 1];
-    const float amax = fmaxf(1e-4f, warp_max(fmaxf(fabsf(v0), fabsf(v1))));
+    const float amax = fmaxf(1e-4f, kv_device::warp_max(fmaxf(fabsf(v0), fabsf(v1))));
     const float s = qat_device::pow2_scale(amax, qat_device::kE4M3MaxF);
     const float q0 = fminf(qat_device::kE4M3MaxF, fmaxf(-qat_device::kE4M3MaxF, v0 / s));
     const float q1 = fminf(qat_device::kE4M3MaxF, fmaxf(-qat_device::kE4M3MaxF, v1 / s));
@@ -56,15 +48,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 __global__ void __launch_bounds__(kWarps * 32)
     kv_load_kernel(Geometry g, const uint8_t* cache, const int32_t* slots, int64_t n, float* out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  int64_t slot;
+  float* y;
+  if (!kv_device::load_entry(kWarps, slots, n, g.head_dim, out, slot, y)) return;
   const int lane = threadIdx.x % 32;
-  if (i >= n) return;
-  const int64_t slot = slots[i];
-  float* y = out + i * g.head_dim;
-  if (slot < 0) {
-    for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = 0.0f;
-    return;
-  }
   const uint8_t* data = cache + kv_device::data_offset(g, slot);
   const int64_t bf16_begin = g.fp8 ? g.nope : 0;
   const uint8_t* bf16_base = data + (g.fp8 ? g.nope : 0);
@@ -83,11 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kWarps - 1) / kWarps;
-  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31)) << "kv cache: " << n << " entries in one call";
-  return static_cast<unsigned>(blocks);
-}
+unsigned grid_for(int64_t n) { return kv_device::warp_grid(n, kWarps, "kv cache", "entries"); }
 
 }  // namespace
 

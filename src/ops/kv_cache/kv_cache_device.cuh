@@ -1,6 +1,7 @@
 // Device helpers of the paged K=V cache (formats in kv_cache.h): byte offsets of a slot,
 // bf16 encoding bit-identical to base/dtype.h's f32_to_bf16, exact e4m3 / UE8M0 / bf16
-// decoding. Included by .cu files only.
+// decoding, the warp max, and the grid of the one-warp-per-entry kernels. Included by .cu
+// files only.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 
+#include "base/error.h"
 #include "ops/kv_cache/kv_cache.h"
 
 namespace deepinfer::kv_device {
@@ -73,6 +75,48 @@ __device__ __forceinline__ uint32_t e4m3_code(float v) {
   const int e = static_cast<int>(mag >> 23) - 127;
   if (e < -6) return sign | static_cast<uint32_t>(__uint_as_float(mag) * 512.0f);
   return sign | (static_cast<uint32_t>(e + 7) << 3) | ((mag >> 20) & 7u);
+}
+
+// Maximum over the 32 lanes of a warp (xor-shuffle tree; every lane gets the result).
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One warp per entry, blocks of `warps` warps: the entry of the calling warp for a store. False
+// (nothing to do) when the warp has none (i >= n) or its slot is -1; else sets i and slot.
+__device__ __forceinline__ bool store_entry(int warps, const int32_t* slots, int64_t n, int64_t& i,
+                                            int64_t& slot) {
+  i = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
+  if (i >= n) return false;
+  slot = slots[i];
+  return slot >= 0;
+}
+
+// The same for a load into out [n, head_dim]: sets slot and the entry's row y; a slot of -1
+// zero-fills y (the warp's lanes) and returns false, as does a warp without an entry.
+__device__ __forceinline__ bool load_entry(int warps, const int32_t* slots, int64_t n,
+                                           int64_t head_dim, float* out, int64_t& slot, float*& y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n) return false;
+  slot = slots[i];
+  y = out + i * head_dim;
+  if (slot < 0) {
+    for (int64_t c = lane; c < head_dim; c += 32) y[c] = 0.0f;
+    return false;
+  }
+  return true;
+}
+
+// Blocks of `warps` warps for `n` entries, one warp each; `what` ("kv cache: ... entries")
+// names the caller in the error of a grid beyond 2^31 blocks.
+inline unsigned warp_grid(int64_t n, int warps, const char* cache, const char* entries) {
+  const int64_t blocks = (n + warps - 1) / warps;
+  CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31)) << cache << ": " << n << " " << entries
+                                                         << " in one call";
+  return static_cast<unsigned>(blocks);
 }
 
 }  // namespace deepinfer::kv_device

@@ -6,6 +6,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "ops/attention/sparse_attention.h"
+#include "ops/kv_cache/cache_ref_loops.h"
 #include "ops/kv_cache/kv_cache.h"
 #include "ops/quant/qat.h"
 
@@ -44,11 +45,6 @@ KvCacheLayout KvCacheLayout::v4(KvCacheDtype dtype, int64_t block_size) {
 
 namespace {
 
-void check_slot(const KvCacheLayout& layout, int32_t slot, int64_t n_blocks) {
-  CHECK(slot >= -1 && slot < n_blocks * layout.block_size)
-      << "kv cache: slot " << slot << " outside [-1, " << n_blocks * layout.block_size << ")";
-}
-
 void put_bf16(uint8_t* dst, float v) {
   const uint16_t bits = f32_to_bf16(v);
   std::memcpy(dst, &bits, 2);  // little-endian, as the device stores it
@@ -66,14 +62,12 @@ void kv_store_ref(const KvCacheLayout& layout, const float* entries, int64_t n,
                   int64_t row_stride, const int32_t* slots, uint8_t* cache, int64_t n_blocks) {
   layout.validate();
   const int64_t d = layout.head_dim;
-  for (int64_t i = 0; i < n; ++i) {
-    check_slot(layout, slots[i], n_blocks);
-    if (slots[i] < 0) continue;
+  cache_ref::for_each_store("kv cache", layout, slots, n, cache, n_blocks,
+                            [&](int64_t i, uint8_t* data) {
     const float* x = entries + i * row_stride;
-    uint8_t* data = cache + layout.data_offset(slots[i]);
     if (layout.dtype == KvCacheDtype::kBf16) {
       for (int64_t c = 0; c < d; ++c) put_bf16(data + 2 * c, x[c]);
-      continue;
+      return;
     }
     const int64_t nope = layout.nope_dim();
     uint8_t* scales = cache + layout.scale_offset(slots[i]);
@@ -92,32 +86,26 @@ void kv_store_ref(const KvCacheLayout& layout, const float* entries, int64_t n,
       }
     }
     for (int64_t c = nope; c < d; ++c) put_bf16(data + nope + 2 * (c - nope), x[c]);
-  }
+  });
 }
 
 void kv_load_ref(const KvCacheLayout& layout, const uint8_t* cache, int64_t n_blocks,
                  const int32_t* slots, int64_t n, float* out) {
   layout.validate();
   const int64_t d = layout.head_dim;
-  for (int64_t i = 0; i < n; ++i) {
-    check_slot(layout, slots[i], n_blocks);
-    float* y = out + i * d;
-    if (slots[i] < 0) {
-      std::fill(y, y + d, 0.0f);
-      continue;
-    }
-    const uint8_t* data = cache + layout.data_offset(slots[i]);
+  cache_ref::for_each_load("kv cache", layout, cache, n_blocks, slots, n, out,
+                           [&](float* y, int32_t slot, const uint8_t* data) {
     if (layout.dtype == KvCacheDtype::kBf16) {
       for (int64_t c = 0; c < d; ++c) y[c] = get_bf16(data + 2 * c);
-      continue;
+      return;
     }
     const int64_t nope = layout.nope_dim();
-    const uint8_t* scales = cache + layout.scale_offset(slots[i]);
+    const uint8_t* scales = cache + layout.scale_offset(slot);
     for (int64_t c = 0; c < nope; ++c) {
       y[c] = e4m3_to_f32(data[c]) * e8m0_to_f32(scales[c / KvCacheLayout::kScaleGroup]);
     }
     for (int64_t c = nope; c < d; ++c) y[c] = get_bf16(data + nope + 2 * (c - nope));
-  }
+  });
 }
 
 void paged_attention_ref(const PagedAttentionParams& p) {

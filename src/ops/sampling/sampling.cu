@@ -38,39 +38,52 @@ __device__ __forceinline__ bool is_greedy(const SampleRowParams& p) {
   return p.temperature == 0.0f || p.top_k == 1;
 }
 
+// The block's arg-max of row[0, vocab) into *token (written by thread 0): each thread keeps
+// its strided maximum (its first element always taken, then strictly larger ones: the first
+// index on ties), then a tree keeps the larger value, the lower id on ties. Needs
+// blockDim.x == kThreads; every thread of the block must call it.
+__device__ __forceinline__ void block_argmax(const float* row, int64_t vocab, int32_t* token) {
+  __shared__ float s_v[kThreads];
+  __shared__ int s_i[kThreads];
+  float best = -INFINITY;
+  int best_i = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best || best_i == 0x7fffffff) {
+      best = v;
+      best_i = static_cast<int>(i);
+    }
+  }
+  s_v[threadIdx.x] = best;
+  s_i[threadIdx.x] = best_i;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) {
+      const float ov = s_v[threadIdx.x + stride];
+      const int oi = s_i[threadIdx.x + stride];
+      if (oi != 0x7fffffff && (s_i[threadIdx.x] == 0x7fffffff || ov > s_v[threadIdx.x] ||
+                               (ov == s_v[threadIdx.x] && oi < s_i[threadIdx.x]))) {
+        s_v[threadIdx.x] = ov;
+        s_i[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *token = s_i[0];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* logits, int64_t vocab, int32_t* tokens) {
+  block_argmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab, tokens + blockIdx.x);
+}
+
 __global__ void __launch_bounds__(kThreads)
     finish_kernel(const float* logits, const float* sorted, const int32_t* ids, double* probs,
                   int64_t vocab, const SampleRowParams* params, int32_t* tokens) {
   const int64_t row = blockIdx.x;
   const SampleRowParams p = params[row];
   if (is_greedy(p)) {
-    __shared__ float s_v[kThreads];
-    __shared__ int s_i[kThreads];
-    float best = -INFINITY;
-    int best_i = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = logits[row * vocab + i];
-      if (v > best || best_i == 0x7fffffff) {  // first element of the thread always taken
-        best = v;
-        best_i = static_cast<int>(i);
-      }
-    }
-    s_v[threadIdx.x] = best;
-    s_i[threadIdx.x] = best_i;
-    __syncthreads();
-    for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-      if (threadIdx.x < stride) {
-        const float ov = s_v[threadIdx.x + stride];
-        const int oi = s_i[threadIdx.x + stride];
-        if (oi != 0x7fffffff && (s_i[threadIdx.x] == 0x7fffffff || ov > s_v[threadIdx.x] ||
-                                 (ov == s_v[threadIdx.x] && oi < s_i[threadIdx.x]))) {
-          s_v[threadIdx.x] = ov;
-          s_i[threadIdx.x] = oi;
-        }
-      }
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) tokens[row] = s_i[0];
+    block_argmax(logits + row * vocab, vocab, tokens + row);
     return;
   }
   const float* key = sorted + row * vocab;
@@ -165,6 +178,13 @@ void sample_cuda(cudaStream_t stream, const float* logits, int64_t n_rows, int64
       static_cast<int>(n_rows), offsets, offsets + 1, 0, 32, stream));
   finish_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(
       logits, keys, ids_out, static_cast<double*>(ws.probs_.data()), vocab, params, tokens);
+  CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows_cuda(cudaStream_t s, const float* logits, int64_t n_rows, int64_t vocab,
+                      int32_t* tokens) {
+  if (n_rows <= 0) return;
+  argmax_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, s>>>(logits, vocab, tokens);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -51,4 +51,11 @@ class SamplingWorkspace {
 void sample_cuda(cudaStream_t stream, const float* logits, int64_t n_rows, int64_t vocab,
                  const SampleRowParams* params, SamplingWorkspace& ws, int32_t* tokens);
 
+// tokens[r] = the lowest id among the maxima of logits row r ([n_rows, vocab] fp32, device):
+// the greedy rule of sample_token (engine/sampler.h) and of sample_cuda's greedy rows (the
+// same block reduction), without the workspace. Runs on `s`; never allocates or synchronises;
+// graph capturable.
+void argmax_rows_cuda(cudaStream_t s, const float* logits, int64_t n_rows, int64_t vocab,
+                      int32_t* tokens);
+
 }  // namespace deepinfer
