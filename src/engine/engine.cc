@@ -108,6 +108,13 @@ struct Engine::Impl {
     // ([n_chunks, n_mask_words]; row i valid where has_mask[i]).
     std::vector<uint32_t> masks;
     std::vector<uint8_t> has_mask;
+    // Constrained kSample rows: the row's matcher (null for other rows) and the bitmasks the
+    // RowRequests point to ([n_constrained, launch_mask_words], in row order), filled by
+    // launch() just before the runner call (on the worker with overlap), applied by the
+    // runner; sample() accepts the runner's token into the matcher.
+    std::vector<grammar::GrammarMatcher*> launch_matchers;
+    std::vector<uint32_t> launch_masks;
+    size_t launch_mask_words = 0;
   };
 
   EngineArgs args;
@@ -126,6 +133,9 @@ struct Engine::Impl {
   EngineStats stats;
   int64_t max_model_len = 0;
   std::unique_ptr<StructuredOutput> structured;  // built on the first constrained request
+  // Matchers of retired requests, kept until no launch runs: a launch on the worker may be
+  // filling the bitmask of a request that finished (max_tokens, stop string) or was aborted.
+  std::vector<std::unique_ptr<grammar::GrammarMatcher>> retired_matchers;
 
   void init();
   std::unique_ptr<InFlight> prepare(SchedulerOutput so,
@@ -133,7 +143,14 @@ struct Engine::Impl {
   void note_preempted(const SchedulerOutput& so);
   void release(Live& l);
   void free_deferred();
-  void launch(InFlight& f) { runner->launch(f.chunks, f.rows); }
+  // Fills the bitmasks of the constrained kSample rows, then launches the step.
+  void launch(InFlight& f) {
+    size_t k = 0;
+    for (grammar::GrammarMatcher* m : f.launch_matchers) {
+      if (m != nullptr) m->fill_next_token_bitmask(f.launch_masks.data() + f.launch_mask_words * k++);
+    }
+    runner->launch(f.chunks, f.rows);
+  }
   RowRequest row_request(const Live& l, const Request& r, const ScheduledChunk& c) const;
   // Whether `next` can be launched before `f`'s tokens reach the host: every request of
   // `next` that needs a token `f` samples has it sampled on the backend.
@@ -229,17 +246,19 @@ void Engine::Impl::free_deferred() {
 }
 
 // A sampling row goes to the backend's sampler unless it needs what only the host path does:
-// the raw logits (on_logits hook, logprobs), penalties or logit_bias, or a grammar mask. EOS
-// masking (min_tokens, ignore_eos) the backend does too.
+// the raw logits (on_logits hook, logprobs), penalties or logit_bias. EOS masking (min_tokens,
+// ignore_eos) the backend does too, and grammar masks (prepare() points the row at its
+// bitmask): for a constrained row the grammar alone decides whether EOS may come, as in
+// sample_one. A terminated matcher (nothing allowed) stays on the host path, as before.
 RowRequest Engine::Impl::row_request(const Live& l, const Request& r, const ScheduledChunk& c) const {
   RowRequest row;
   if (!c.samples) return row;
   const SamplingParams& p = l.params;
   row.position = c.start_position + c.n_tokens - r.num_prompt_tokens;
-  const bool host = args.on_logits || l.n_logprobs >= 0 || l.matcher || !p.logit_bias.empty() ||
-                    p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                    p.frequency_penalty != 0.0f;
-  row.mask_eos = row.position < p.min_tokens || p.ignore_eos;
+  const bool host = args.on_logits || l.n_logprobs >= 0 || (l.matcher && l.matcher->is_terminated()) ||
+                    !p.logit_bias.empty() || p.repetition_penalty != 1.0f ||
+                    p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  row.mask_eos = !l.matcher && (row.position < p.min_tokens || p.ignore_eos);
   row.mode = host ? RowMode::kHost : RowMode::kSample;
   row.temperature = p.temperature;
   row.top_k = p.top_k;
@@ -249,7 +268,19 @@ RowRequest Engine::Impl::row_request(const Live& l, const Request& r, const Sche
   return row;
 }
 
+// A step with a constrained request is never chained, nor launched chained: a constrained
+// row's next mask needs this step's token accepted by its matcher first.
 bool Engine::Impl::can_chain(const InFlight& f, const SchedulerOutput& next) const {
+  auto constrained = [&](int64_t request_id) {
+    auto it = live.find(request_id);
+    return it != live.end() && it->second.matcher != nullptr;
+  };
+  for (const ScheduledChunk& c : f.sched.scheduled) {
+    if (constrained(c.request_id)) return false;
+  }
+  for (const ScheduledChunk& c : next.scheduled) {
+    if (constrained(c.request_id)) return false;
+  }
   std::unordered_map<int64_t, RowMode> mode;
   for (size_t i = 0; i < f.sched.scheduled.size(); ++i) {
     if (f.sched.scheduled[i].samples) mode[f.sched.scheduled[i].request_id] = f.rows[i].mode;
@@ -304,6 +335,21 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     }
     f->chunks.push_back({l.sequence, t, false});
     f->rows.push_back(row_request(l, *r, c));
+    if (l.matcher && f->rows.back().mode == RowMode::kSample) {
+      f->launch_matchers.resize(n, nullptr);
+      f->launch_matchers[i] = l.matcher.get();
+    }
+  }
+  if (!f->launch_matchers.empty()) {  // the bitmasks, in row order, filled by launch()
+    const size_t n_words = size_t(structured->n_mask_words());
+    f->launch_mask_words = n_words;
+    const auto n_constrained = std::count_if(f->launch_matchers.begin(), f->launch_matchers.end(),
+                                             [](const grammar::GrammarMatcher* m) { return m != nullptr; });
+    f->launch_masks.resize(n_words * size_t(n_constrained));
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (f->launch_matchers[i] != nullptr) f->rows[i].bitmask = f->launch_masks.data() + n_words * k++;
+    }
   }
   ++stats.n_steps;
   stats.n_scheduled_tokens += f->sched.n_scheduled_tokens;
@@ -323,7 +369,10 @@ void Engine::Impl::precompute_masks(InFlight& f) {
     for (size_t i = 0; i < n; ++i) {
       const ScheduledChunk& c = f.sched.scheduled[i];
       auto it = live.find(c.request_id);
-      if (!c.samples || it == live.end() || !it->second.matcher) continue;
+      // kSample rows' masks are launch()'s (and that may be running on the worker now).
+      if (!c.samples || f.rows[i].mode != RowMode::kHost || it == live.end() || !it->second.matcher) {
+        continue;
+      }
       if (f.masks.size() < n * n_words) f.masks.resize(n * n_words);
       it->second.matcher->fill_next_token_bitmask(f.masks.data() + i * n_words);
       f.has_mask[i] = 1;
@@ -402,6 +451,11 @@ std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
         if (f.rows[w.i].mode == RowMode::kSample) {
           const int32_t token = f.result.tokens[w.i];
           ICHECK(token >= 0 && token < V) << "engine: backend sampled token " << token;
+          if (f.rows[w.i].bitmask != nullptr) {  // masked by the runner: the matcher takes it
+            ICHECK(w.live->matcher && w.live->matcher->accept_token(token))
+                << "engine: backend sampled token " << token << ", not allowed by the constraint of "
+                << w.live->id;
+          }
           tokens[size_t(k)] = token;
         } else {
           const int64_t row = f.result.logits_row[w.i];
@@ -483,6 +537,7 @@ void Engine::Impl::retire(int64_t num) {
   auto it = live.find(num);
   if (it == live.end()) return;
   release(it->second);
+  if (it->second.matcher) retired_matchers.push_back(std::move(it->second.matcher));
   ids.erase(it->second.id);
   live.erase(it);
 }
@@ -602,6 +657,7 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> out = std::move(m.pending);
   m.pending.clear();
   if (!m.args.overlap) {
+    m.retired_matchers.clear();  // no launch runs
     m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
     if (so.scheduled.empty()) {
@@ -623,6 +679,7 @@ std::vector<RequestOutput> Engine::step() {
   // host; otherwise it is launched after t's host sampling. Either way t's tokens are then
   // sampled/collected, the scheduler updated and t detokenized while t+1 runs.
   if (m.inflight == nullptr) {
+    m.retired_matchers.clear();  // no launch runs
     m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
     if (so.scheduled.empty()) {
@@ -637,9 +694,11 @@ std::vector<RequestOutput> Engine::step() {
   try {
     m.worker->wait();
   } catch (...) {
+    m.retired_matchers.clear();
     m.inflight.reset();  // the failed step was not launched
     throw;
   }
+  m.retired_matchers.clear();  // no launch runs until the next submit
   std::unique_ptr<Impl::InFlight> launched;
   if (!next.scheduled.empty() && m.can_chain(*m.inflight, next)) {
     std::unordered_map<int64_t, int32_t> refs;

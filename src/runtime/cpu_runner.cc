@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/parallel.h"
+#include "ops/sampling/token_bitmask.h"
 
 namespace deepinfer {
 
@@ -120,9 +121,12 @@ void CpuRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowR
           if (r.mode == RowMode::kSample) {
             std::span<const float> row(logits + i * V, size_t(V));
             thread_local std::vector<float> masked;
-            if (r.mask_eos) {
+            if (r.mask_eos || r.bitmask != nullptr) {
               masked.assign(row.begin(), row.end());
-              for (int64_t eos : model_->config().eos_token_ids) masked[size_t(eos)] = -INFINITY;
+              if (r.bitmask != nullptr) apply_token_bitmask_ref(masked.data(), r.bitmask, nullptr, 1, V);
+              if (r.mask_eos) {
+                for (int64_t eos : model_->config().eos_token_ids) masked[size_t(eos)] = -INFINITY;
+              }
               row = masked;
             }
             out.result.tokens[size_t(i)] = sampler_(row, r);

@@ -1,7 +1,8 @@
 // CpuRunner: ModelRunner on the CPU backend: a Model (src/model) and one host
 // SequenceState per live sequence. Sequence ids are slot indices, reused after a free.
 //
-// launch() computes the forward in the call and samples its kSample rows with the host
+// launch() computes the forward in the call and samples its kSample rows (grammar bitmask
+// applied with apply_token_bitmask_ref, then EOS masked, on a copy of the row) with the host
 // sampler set by set_sampler (the engine's sample_token: the sampler lives in the engine
 // layer, above this one); collect() hands the result over. kHost rows' logits are the
 // forward's logits tensor itself (logits_row[i] = i), nothing copied.

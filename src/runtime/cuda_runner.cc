@@ -12,6 +12,8 @@
 #include "cuda/device_buffer.h"
 #include "cuda/event.h"
 #include "ops/sampling/sampling_cuda.h"
+#include "ops/sampling/token_bitmask.h"
+#include "ops/sampling/token_bitmask_cuda.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_runner_sizing.h"
 #include "runtime/gpu_state_plan.h"
@@ -53,7 +55,21 @@ struct CudaRunner::Slot {
         tokens_host(pinned(size_t(max_rows) * sizeof(int32_t))),
         params_host(pinned(size_t(max_rows) * sizeof(SampleRowParams))),
         eos_offsets_host(pinned(size_t(max_rows * n_eos) * sizeof(int64_t))) {}
+  // Grammar bitmasks of the masked kSample rows: [n_masked, n_words] uint32 then the rows'
+  // indices (int32 [n_masked]), staged in pinned memory and uploaded with one copy. Room for
+  // mask_rows rows (one per sequence; grown if a launch ever masks more).
+  void reserve_masks(int64_t rows, int64_t n_words) {
+    if (rows <= mask_rows) return;
+    const size_t bytes = size_t(rows) * size_t(n_words + 1) * sizeof(uint32_t);
+    masks_host.reset();
+    masks_host = pinned(bytes);
+    masks = cuda::DeviceBuffer(bytes);
+    mask_rows = rows;
+  }
   cuda::Event start, end;
+  Pinned masks_host;
+  cuda::DeviceBuffer masks;
+  int64_t mask_rows = 0;
   cuda::DeviceBuffer tokens;  // int32 [rows]: sampled ids (read by the next launch's references)
   cuda::DeviceBuffer params;  // SampleRowParams [rows]
   cuda::DeviceBuffer eos_offsets;  // int64 [rows * n_eos]: logits elements masked before sampling
@@ -90,6 +106,9 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   // The device sampler's workspace (CudaRunner::Sampling: sort keys and ids in and out,
   // fp64 probabilities, about the same again for CUB's scratch) for one row per sequence.
   sizing.activation_bytes += std::min(o.max_sequences, o.max_batch_tokens) * config.vocab_size * 40;
+  // Both slots' device grammar bitmasks (CudaRunner::Slot::masks), one row per sequence.
+  sizing.activation_bytes += 2 * std::min(o.max_sequences, o.max_batch_tokens) *
+                             (token_bitmask_words(config.vocab_size) + 1) * int64_t(sizeof(uint32_t));
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t n = gpu_sequences_that_fit(sizing, int64_t(free_bytes), int64_t(total_bytes),
@@ -129,7 +148,11 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
   timing_ = std::make_unique<Timing>();
   const int64_t max_rows = g.max_out_rows > 0 ? g.max_out_rows : g.max_batch_tokens;
   const auto n_eos = int64_t(model_->config().eos_token_ids.size());
-  for (auto& slot : slots_) slot = std::make_unique<Slot>(max_rows, n_eos);
+  for (auto& slot : slots_) {
+    slot = std::make_unique<Slot>(max_rows, n_eos);
+    slot->reserve_masks(std::min(max_rows, g.max_sequences),
+                        token_bitmask_words(model_->config().vocab_size));
+  }
   // The engine samples one row per sequence: the workspace holds that many rows (larger
   // launches are sampled in pieces).
   sampling_ = std::make_unique<Sampling>(std::min(max_rows, g.max_sequences), model_->config().vocab_size);
@@ -220,6 +243,31 @@ void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const Row
   }
   auto* tokens = static_cast<int32_t*>(s.tokens.data());
   if (lo < hi) {
+    // Grammar bitmasks first (the EOS fill and the samplers see the masked rows): staged in
+    // the slot's pinned buffer (its last launch is collected, so its upload is done), one
+    // upload, one kernel over the masked rows.
+    int64_t n_bitmask = 0;
+    for (int64_t i = lo; i < hi; ++i) {
+      n_bitmask += rows[size_t(i)].mode == RowMode::kSample && rows[size_t(i)].bitmask != nullptr;
+    }
+    if (n_bitmask > 0) {
+      const int64_t n_words = token_bitmask_words(V);
+      s.reserve_masks(n_bitmask, n_words);
+      auto* mh = static_cast<uint32_t*>(s.masks_host.get());
+      auto* rh = reinterpret_cast<int32_t*>(mh + n_bitmask * n_words);
+      int64_t k = 0;
+      for (int64_t i = lo; i < hi; ++i) {
+        const RowRequest& r = rows[size_t(i)];
+        if (r.mode != RowMode::kSample || r.bitmask == nullptr) continue;
+        std::copy(r.bitmask, r.bitmask + n_words, mh + k * n_words);
+        rh[k++] = static_cast<int32_t>(i);
+      }
+      auto* md = static_cast<uint32_t*>(s.masks.data());
+      CUDA_CHECK(cudaMemcpyAsync(md, mh, size_t(n_bitmask * (n_words + 1)) * sizeof(uint32_t),
+                                 cudaMemcpyHostToDevice, stream));
+      apply_token_bitmask_cuda(stream, logits, md, reinterpret_cast<const int32_t*>(md + n_bitmask * n_words),
+                               n_bitmask, V);
+    }
     auto* oh = static_cast<int64_t*>(s.eos_offsets_host.get());
     int64_t n_masked = 0;
     for (int64_t i = lo; i < hi; ++i) {

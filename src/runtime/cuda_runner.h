@@ -9,8 +9,11 @@
 // sampled on the device (all greedy: one arg-max kernel; otherwise sample_cuda, the same rule
 // and random stream as the host sampler); the tokens and only the kHost rows' logits are
 // copied into pinned host buffers (allocated once per slot, grown if ever short); an event
-// marks the end. collect() waits for that event. Two slots alternate, so step t+1 can be
-// enqueued while step t runs. collect()'s logits are a view of the slot's pinned buffer,
+// marks the end. Rows with a grammar bitmask (RowRequest::bitmask) have it applied on the
+// device first (apply_token_bitmask_cuda): the step's masks are copied into the slot's pinned
+// staging buffer (allocated once, one row per sequence; grown if ever short), uploaded with
+// one async copy and applied before the EOS fill and the samplers. collect() waits for that
+// event. Two slots alternate, so step t+1 can be enqueued while step t runs. collect()'s logits are a view of the slot's pinned buffer,
 // valid until the second launch after that step. forward() must not be called while a
 // launched step is uncollected.
 //

@@ -51,10 +51,12 @@ enum class RowMode : uint8_t {
 
 // Per output row of a launch. kSample rows are sampled exactly as sample_token (engine/
 // sampler.h) samples the raw logits row with these fields, after setting the logits of the
-// config's eos_token_ids to -inf when mask_eos (penalties, logit_bias and grammar masks are
-// not applied: rows that need them are kHost), on either backend: the CUDA
-// sampler (ops/sampling/sampling_cuda.h) follows the same rule and the same (seed, position)
-// random stream, so the tokens are those of the host path.
+// tokens `bitmask` disallows to -inf (when given) and then those of the config's
+// eos_token_ids to -inf when mask_eos (penalties and logit_bias are not applied: rows that
+// need them are kHost), on either backend: the CUDA sampler (ops/sampling/sampling_cuda.h)
+// follows the same rule and the same (seed, position) random stream, so the tokens are those
+// of the host path. The grammar mask is applied by apply_token_bitmask (ops/sampling/
+// token_bitmask.h; on the device for CUDA) to the row in place.
 struct RowRequest {
   RowMode mode = RowMode::kNone;
   float temperature = 1.0f;  // 0 = greedy
@@ -64,6 +66,10 @@ struct RowRequest {
   uint64_t seed = 0;
   int64_t position = 0;  // the output index the random number is drawn for
   bool mask_eos = false;  // EOS may not be sampled (min_tokens not reached, ignore_eos)
+  // kSample only, optional: the row's grammar bitmask, token_bitmask_words(V) uint32 words
+  // (bit t % 32 of word t / 32 set <=> token t allowed; GrammarMatcher's layout). Host memory
+  // read during launch() only (copied there): it need not outlive the call.
+  const uint32_t* bitmask = nullptr;
 };
 
 // What collect() returns for one launch.

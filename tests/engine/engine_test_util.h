@@ -114,7 +114,8 @@ inline std::vector<int32_t> all_tokens(const std::vector<RequestOutput>& outs) {
 
 // A runner wrapper that counts the launches whose inputs refer to the previous launch's
 // samples (step t+1 launched before step t's tokens reached the host), the rows sampled on
-// the backend (the counters outlive the engine).
+// the backend and those of them masked by a grammar bitmask in the runner (the counters
+// outlive the engine).
 class CountingRunner final : public ModelRunner {
  public:
   explicit CountingRunner(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
@@ -132,7 +133,10 @@ class CountingRunner final : public ModelRunner {
         break;
       }
     }
-    for (const RowRequest& r : rows) *n_device_rows_ += r.mode == RowMode::kSample;
+    for (const RowRequest& r : rows) {
+      *n_device_rows_ += r.mode == RowMode::kSample;
+      *n_masked_rows_ += r.mode == RowMode::kSample && r.bitmask != nullptr;
+    }
     inner_->launch(chunks, rows);
   }
   StepResult collect() override { return inner_->collect(); }
@@ -140,6 +144,7 @@ class CountingRunner final : public ModelRunner {
 
   std::shared_ptr<int64_t> n_chained_ = std::make_shared<int64_t>(0);
   std::shared_ptr<int64_t> n_device_rows_ = std::make_shared<int64_t>(0);
+  std::shared_ptr<int64_t> n_masked_rows_ = std::make_shared<int64_t>(0);
 
  private:
   std::unique_ptr<ModelRunner> inner_;

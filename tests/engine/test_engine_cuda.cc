@@ -2,14 +2,15 @@
 // the same random weights: greedy tokens agree wherever the CPU's top-1 margin leaves room
 // for fp32 rounding differences, and in batch-invariant mode a request's logits on the GPU
 // are bitwise the same alone or inside a batch. Device sampling (kSample rows, steps chained
-// through sample references) gives the tokens of host sampling of the same logits. Label
-// cuda: needs a GPU.
+// through sample references) gives the tokens of host sampling of the same logits, and so
+// do grammar-constrained rows masked on the device. Label cuda: needs a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <map>
 
+#include "constrained_test_util.h"
 #include "engine_test_util.h"
 #include "model/weights.h"
 #include "runtime/cuda_runner.h"
@@ -183,6 +184,46 @@ TEST(EngineCuda, DeviceSamplingEqualsHostSamplingWithCudaGraphs) {
     o.batch_invariant = true;
     return std::unique_ptr<ModelRunner>(std::make_unique<CudaRunner>(cfg, uint64_t(11), o));
   });
+}
+
+// Grammar-constrained rows (regex and json_schema) masked on the device (RowRequest::bitmask:
+// staged, uploaded once per step, apply_token_bitmask_cuda before the EOS fill and the
+// sampler) against the same engine with every row on the host path (on_logits hook: mask and
+// sample on the CPU): the same tokens and finish reasons, greedy and seeded temperature > 0,
+// with and without host rows beside them, overlap on and off. Batch-invariant kernels, so
+// the logits of the two runs are bitwise equal. The runner counts the masked rows.
+TEST(EngineCuda, GrammarMasksOnTheDeviceEqualTheHostPath) {
+  for (const float temperature : {0.0f, 0.8f}) {
+    for (const bool with_host_rows : {false, true}) {
+      const auto requests = constrained_requests(12, temperature, with_host_rows, 5);
+      for (const bool overlap : {true, false}) {
+        SCOPED_TRACE(std::string("temperature ") + std::to_string(temperature) +
+                     (with_host_rows ? ", host rows" : "") + (overlap ? ", overlap" : ", sequential"));
+        EngineArgs args = tiny_pool_args(overlap);
+        args.state_budget_bytes = 64 << 20;
+        auto counting = std::make_unique<CountingRunner>(cuda_runner(true));
+        auto n_masked = counting->n_masked_rows_, n_chained = counting->n_chained_;
+        Engine device(args, std::move(counting), constrained_test_tokenizer());
+        const auto got = run_constrained(device, requests);
+        EXPECT_GT(*n_masked, 100) << "constrained rows were not masked on the device";
+        EXPECT_EQ(*n_chained, 0) << "a step with constrained rows was chained";
+        EXPECT_TRUE(device.state_cache().all_free());
+
+        EngineArgs host_args = args;
+        host_args.on_logits = [](const std::string&, int64_t, std::span<const float>) {};
+        Engine host(host_args, cuda_runner(true), constrained_test_tokenizer());
+        const auto want = run_constrained(host, requests);
+        int n_stop = 0;
+        for (const EngineRequest& r : requests) {
+          ASSERT_TRUE(got.count(r.id) && want.count(r.id)) << r.id;
+          EXPECT_EQ(got.at(r.id).tokens, want.at(r.id).tokens) << r.id << " " << r.constraint_kind;
+          EXPECT_EQ(got.at(r.id).finish_reason, want.at(r.id).finish_reason) << r.id;
+          n_stop += got.at(r.id).finish_reason == "stop";
+        }
+        EXPECT_GT(n_stop, 0) << "no constrained output finished";
+      }
+    }
+  }
 }
 
 }  // namespace
