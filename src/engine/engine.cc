@@ -143,13 +143,15 @@ struct Engine::Impl {
   void note_preempted(const SchedulerOutput& so);
   void release(Live& l);
   void free_deferred();
-  // Fills the bitmasks of the constrained kSample rows, then launches the step.
+  // Launches the step; the bitmasks of its constrained kSample rows are filled by the
+  // runner's before_sampling hook, i.e. while the forward runs on the device.
   void launch(InFlight& f) {
-    size_t k = 0;
-    for (grammar::GrammarMatcher* m : f.launch_matchers) {
-      if (m != nullptr) m->fill_next_token_bitmask(f.launch_masks.data() + f.launch_mask_words * k++);
-    }
-    runner->launch(f.chunks, f.rows);
+    runner->launch(f.chunks, f.rows, [&f] {
+      size_t k = 0;
+      for (grammar::GrammarMatcher* m : f.launch_matchers) {
+        if (m != nullptr) m->fill_next_token_bitmask(f.launch_masks.data() + f.launch_mask_words * k++);
+      }
+    });
   }
   RowRequest row_request(const Live& l, const Request& r, const ScheduledChunk& c) const;
   // Whether `next` can be launched before `f`'s tokens reach the host: every request of

@@ -8,10 +8,12 @@
 // With overlap on, the CPU schedules step t+1 while step t executes.
 //
 // Sampling rows: a request whose next token needs only temperature / top-k / top-p / min-p /
-// seed (and EOS masking) is sampled by the runner (RowMode::kSample: on the device for CUDA,
-// sample_token on the CPU); rows that need the raw logits (logprobs, the on_logits hook),
-// penalties, logit_bias or a grammar mask get host logits (only those rows are copied) and
-// are sampled here. The tokens are the same either way.
+// seed, EOS masking and a grammar mask is sampled by the runner (RowMode::kSample: on the
+// device for CUDA, sample_token on the CPU; the grammar bitmask is filled by the runner's
+// before_sampling hook while the forward runs and applied by the runner); rows that need the
+// raw logits (logprobs, the on_logits hook), penalties or logit_bias get host logits (only
+// those rows are copied) and are sampled here. The tokens are the same either way. A step
+// with a constrained request is never chained (its next mask needs this step's token).
 //
 // Overlap: a worker thread launches step t (on the CPU it computes it; on CUDA it enqueues
 // it) while the calling thread schedules step t+1. When every token step t+1 needs from

@@ -80,7 +80,8 @@ Tensor CpuRunner::forward(std::span<const RunnerChunk> chunks) {
   return logits;
 }
 
-void CpuRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) {
+void CpuRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
+                       const std::function<void()>& before_sampling) {
   const int64_t n = n_launched_.load();
   ICHECK(n - n_collected_.load() < 2) << "CpuRunner: two launched steps are not collected yet";
   // Sample references read the previous launch's tokens (collected or not: collect copies them).
@@ -109,6 +110,7 @@ void CpuRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowR
   Launched& out = slots_[n % 2];
   const auto t0 = std::chrono::steady_clock::now();
   out.result.logits = run_model(plain);  // busy time counted at collect()
+  if (before_sampling) before_sampling();
   const int64_t V = model_->config().vocab_size;
   out.result.tokens.assign(rows.size(), -1);
   out.result.logits_row.assign(rows.size(), -1);

@@ -195,7 +195,8 @@ Tensor CudaRunner::forward(std::span<const RunnerChunk> chunks) {
   return logits;
 }
 
-void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) {
+void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
+                        const std::function<void()>& before_sampling) {
   const int64_t n = n_launched_.load();
   ICHECK(n - n_collected_.load() < 2) << "CudaRunner: two launched steps are not collected yet";
   CHECK(!chunks.empty()) << "CudaRunner: launch without chunks";
@@ -224,6 +225,8 @@ void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const Row
   model_->forward_device(g, prev != nullptr ? static_cast<const int32_t*>(prev->tokens.data()) : nullptr,
                          s.start.get());
   ICHECK(model_->n_logits_rows() == n_out);
+  // The forward is enqueued: host work here (the engine's grammar masks) overlaps it.
+  if (before_sampling) before_sampling();
   float* logits = model_->device_logits();  // kSample rows' EOS entries are masked in place
   s.vocab = V;
   s.modes.resize(rows.size());

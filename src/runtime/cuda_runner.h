@@ -65,7 +65,8 @@ class CudaRunner final : public ModelRunner {
   void free_sequence(int64_t sequence) override;
   int64_t n_tokens(int64_t sequence) const override;
   Tensor forward(std::span<const RunnerChunk> chunks) override;
-  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) override;
+  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
+              const std::function<void()>& before_sampling = {}) override;
   StepResult collect() override;
   double busy_seconds() const override { return busy_seconds_; }
 

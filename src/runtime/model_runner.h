@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -118,7 +119,13 @@ class ModelRunner {
   // step t's samples with sample_ref) before step t is collected. Sequences advance at
   // launch. Thread-safety: collect() of step t may run on another thread while launch() of
   // step t+1 runs; nothing else concurrently.
-  virtual void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) = 0;
+  // `before_sampling` (optional) runs on the calling thread once the forward is started
+  // (CUDA: enqueued, so it overlaps the device work; CPU: computed) and before any row's
+  // `bitmask` is read: the engine fills the grammar bitmasks there, so mask computation
+  // overlaps the device forward. The bitmask pointers are given up front; their contents
+  // may be written by the hook.
+  virtual void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
+                      const std::function<void()>& before_sampling = {}) = 0;
   virtual StepResult collect() = 0;
 
   // Time the backend spent computing forwards since construction, in seconds: on CUDA the

@@ -126,7 +126,8 @@ class CountingRunner final : public ModelRunner {
   void free_sequence(int64_t s) override { inner_->free_sequence(s); }
   int64_t n_tokens(int64_t s) const override { return inner_->n_tokens(s); }
   Tensor forward(std::span<const RunnerChunk> chunks) override { return inner_->forward(chunks); }
-  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows) override {
+  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
+              const std::function<void()>& before_sampling = {}) override {
     for (const RunnerChunk& c : chunks) {
       if (std::any_of(c.tokens.begin(), c.tokens.end(), is_sample_ref)) {
         ++*n_chained_;
@@ -137,7 +138,7 @@ class CountingRunner final : public ModelRunner {
       *n_device_rows_ += r.mode == RowMode::kSample;
       *n_masked_rows_ += r.mode == RowMode::kSample && r.bitmask != nullptr;
     }
-    inner_->launch(chunks, rows);
+    inner_->launch(chunks, rows, before_sampling);
   }
   StepResult collect() override { return inner_->collect(); }
   double busy_seconds() const override { return inner_->busy_seconds(); }
