@@ -55,37 +55,16 @@
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "runtime/gpu_model.h"
+#include "../model/golden_data.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
-const char* kGoldenDir = "tests/data/golden";
-
-std::vector<int32_t> read_ids(const SafetensorsFile& f, const std::string& name) {
-  Tensor t = f.tensor(name);
-  std::vector<int32_t> ids(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    ids[i] = t.dtype() == DType::I64 ? static_cast<int32_t>(t.data<int64_t>()[i]) : t.data<int32_t>()[i];
-  }
-  return ids;
-}
-
-std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name) {
-  Tensor t = f.tensor(name);
-  EXPECT_EQ(t.dtype(), DType::F32) << name;
-  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
-}
-
-std::vector<std::string> golden_models() {
-  std::vector<std::string> names;
-  if (!fs::exists(kGoldenDir)) return names;
-  for (const auto& entry : fs::directory_iterator(kGoldenDir)) {
-    if (fs::exists(entry.path() / "reference.safetensors")) names.push_back(entry.path().filename());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing::golden_models;
+using testing::kGoldenDir;
+using testing::read_f32;
+using testing::read_ids;
 
 // Top-1 minus top-2 of each row of logits [rows, V].
 std::vector<float> margins_of(const std::vector<float>& logits, int64_t V) {

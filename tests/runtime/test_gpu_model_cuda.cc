@@ -32,22 +32,16 @@
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "runtime/gpu_model.h"
+#include "../model/golden_data.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
-const char* kGoldenDir = "tests/data/golden";
-
-std::vector<std::string> golden_models() {
-  std::vector<std::string> names;
-  if (!fs::exists(kGoldenDir)) return names;
-  for (const auto& entry : fs::directory_iterator(kGoldenDir)) {
-    if (fs::exists(entry.path() / "hf" / "config.json")) names.push_back(entry.path().filename());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing::golden_models;
+using testing::kGoldenDir;
+using testing::read_f32;
+using testing::read_ids;
 
 // FP8 activation noise: the bound of the kFp8-vs-CPU checks (CPU: the same FP8-rounded
 // weights, fp32 activations), derived rather than guessed.

@@ -1,0 +1,46 @@
+// The golden checkpoints under tests/data/golden (tools/make_goldens.py): which exist and
+// how to read their reference tensors. Shared by the CPU golden test and the GPU ones.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace deepinfer::testing {
+
+inline const char* kGoldenDir = "tests/data/golden";
+
+// Token ids (stored as i64 or i32) as int32.
+inline std::vector<int32_t> read_ids(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  std::vector<int32_t> ids(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    ids[i] = t.dtype() == DType::I64 ? static_cast<int32_t>(t.data<int64_t>()[i]) : t.data<int32_t>()[i];
+  }
+  return ids;
+}
+
+inline std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  EXPECT_EQ(t.dtype(), DType::F32) << name;
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+// Names of the golden variants that have a reference.safetensors, sorted.
+inline std::vector<std::string> golden_models() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  if (!fs::exists(kGoldenDir)) return names;
+  for (const auto& entry : fs::directory_iterator(kGoldenDir)) {
+    if (fs::exists(entry.path() / "reference.safetensors")) names.push_back(entry.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace deepinfer::testing
