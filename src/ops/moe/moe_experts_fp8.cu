@@ -131,6 +131,16 @@ void check_shape(const MoeExpertsShape& s) {
 
 }  // namespace
 
+void moe_combine_slots_cuda(cudaStream_t stream, const float* y, const int32_t* slot_row,
+                            const float* y_shared, int64_t n_tokens, int64_t top_k, int64_t dim,
+                            float* out) {
+  if (n_tokens * dim == 0) return;
+  constexpr int kBlock = 256;
+  combine_slots_kernel<<<grid_for(n_tokens * dim, kBlock), kBlock, 0, stream>>>(
+      y, slot_row, y_shared, n_tokens, top_k, dim, out);
+  CUDA_CHECK_LAUNCH();
+}
+
 void moe_swiglu_quant_cuda(cudaStream_t stream, const float* g, const float* u, int64_t ldg,
                            const float* weights, const int32_t* row_slot, const int32_t* offsets,
                            int64_t n_experts, int64_t rows_cap, int64_t inter, float limit,
@@ -229,10 +239,7 @@ void moe_experts_fp8_cuda(cudaStream_t stream, const MoeExpertsShape& s, const f
   down.n_tiles_cap = tiles;
   grouped_gemm_fp8_cuda(stream, down);
 
-  constexpr int kBlock = 256;
-  combine_slots_kernel<<<grid_for(T * D, kBlock), kBlock, 0, stream>>>(
-      ws.y, ws.align.slot_row, y_shared, T, k, D, out);
-  CUDA_CHECK_LAUNCH();
+  moe_combine_slots_cuda(stream, ws.y, ws.align.slot_row, y_shared, T, k, D, out);
 }
 
 }  // namespace deepinfer

@@ -104,6 +104,14 @@ void moe_swiglu_quant_cuda(cudaStream_t stream, const float* g, const float* u, 
                            int64_t n_experts, int64_t rows_cap, int64_t inter, float limit,
                            uint8_t* hq, float* sh);
 
+// out[t, d] = sum_{j < k} y[slot_row[t*k + j], d] (j ascending, fp32; a slot with
+// slot_row < 0 adds nothing) + y_shared[t, d] (if non-null), t < T, d < D. One thread per
+// element; y [rows, D] row-major. Shared by the FP8 and the fp32 (moe_grouped_f32_cuda.h)
+// layers.
+void moe_combine_slots_cuda(cudaStream_t stream, const float* y, const int32_t* slot_row,
+                            const float* y_shared, int64_t n_tokens, int64_t top_k, int64_t dim,
+                            float* out);
+
 // ---- 4. the layer ----
 //
 // out[t, :] = sum_{j < k} y[slot_row[t*k + j], :]  (j ascending) + y_shared[t, :], where y is
