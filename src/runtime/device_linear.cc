@@ -1,10 +1,6 @@
 // DeviceLinear: projections in fp32 or FP8 block-scaled form (contracts in device_linear.h).
 #include "runtime/device_linear.h"
 
-#include <algorithm>
-#include <cmath>
-
-#include "base/dtype.h"
 #include "base/error.h"
 #include "ops/gemm/gemm.h"
 #include "ops/quant/act_quant.h"
@@ -39,29 +35,6 @@ void linear_run(cuda::DeviceContext& ctx, const DeviceLinear& w, const float* x,
     gemm_f32_rowwise_cuda(ctx.stream(), x, w.w32, m, w.n, w.k, y);
   } else {
     gemm_f32_cuda(ctx, x, w.w32, m, w.n, w.k, y);
-  }
-}
-
-void quantize_fp8_blocks(float* w, int64_t n, int64_t k, uint8_t* codes, float* grid,
-                         bool round_trip) {
-  const int64_t n_nb = ceil_div64(n, kFp8GemmBlock), n_kb = ceil_div64(k, kFp8GemmBlock);
-  for (int64_t bn = 0; bn < n_nb; ++bn) {
-    for (int64_t bk = 0; bk < n_kb; ++bk) {
-      const int64_t r0 = bn * kFp8GemmBlock, r1 = std::min(n, r0 + kFp8GemmBlock);
-      const int64_t c0 = bk * kFp8GemmBlock, c1 = std::min(k, c0 + kFp8GemmBlock);
-      float amax = 0.0f;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * k + c]));
-      const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
-      grid[bn * n_kb + bk] = sc;
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const uint8_t code = f32_to_e4m3(w[r * k + c] / sc);
-          codes[r * k + c] = code;
-          if (round_trip) w[r * k + c] = e4m3_to_f32(code) * sc;
-        }
-      }
-    }
   }
 }
 

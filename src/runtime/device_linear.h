@@ -2,9 +2,13 @@
 // format, so the forward is written once:
 //  * fp32:  w32 [n, k] row-major; fp32 GEMM (cuBLASLt CUBLAS_COMPUTE_32F, never TF32).
 //  * FP8:   q [n, k] e4m3 codes with 128x128 block scales s [ceil(n/128), fp8_weight_scale_ld(k)]
-//           (the CUDA layout of ops/gemm/gemm.h); the fp32 input is quantised per 1x128 block
-//           (act_quant_cuda, block-major scales) into caller scratch, then the block-scaled
-//           FP8 GEMM with fp32 output.
+//           (the CUDA layout of ops/gemm/gemm.h), fp32 holding UE8M0 / power-of-two values:
+//           2^ceil(log2(amax / 448)) per block from quantize_fp8_blocks (fp8_weight_quant.h),
+//           which reproduces checkpoint block-FP8 weights bit-exactly, or the checkpoint's own
+//           e8m0 scales (routed experts, expert_loader.h); only GpuModel's device dummy
+//           weights (no host weights) use one constant scale per matrix that is not. The
+//           fp32 input is quantised per 1x128 block (act_quant_cuda, block-major scales) into
+//           caller scratch, then the block-scaled FP8 GEMM with fp32 output.
 // Batch invariance (`invariant`): fp32 goes through gemm_f32_rowwise_cuda and FP8 through the
 // SIMT block-scaled kernel (Fp8GemmImpl::kSimt) for every M. Both compute a row's outputs
 // from that row alone in an order fixed by k only (see gpu_kernels.h and gemm.cu: one warp
@@ -17,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/device_context.h"
+#include "runtime/fp8_weight_quant.h"
 
 namespace deepinfer {
 
@@ -48,10 +53,6 @@ void linear_run(cuda::DeviceContext& ctx, const DeviceLinear& w, const float* x,
 void linear_run_quantized(cuda::DeviceContext& ctx, const DeviceLinear& w, ActScratch x, int64_t m,
                           float* y, bool invariant);
 
-// Host FP8 quantisation of w [n, k] per 128x128 block: scale = amax / 448 (1 for an all-zero
-// block), code = e4m3(x / scale). Fills codes [n, k] and the scale grid
-// [ceil(n/128), ceil(k/128)]; when round_trip is true, w is overwritten with code * scale.
-void quantize_fp8_blocks(float* w, int64_t n, int64_t k, uint8_t* codes, float* grid,
-                         bool round_trip);
+// quantize_fp8_blocks (the host quantiser of the FP8 weights): runtime/fp8_weight_quant.h.
 
 }  // namespace deepinfer
