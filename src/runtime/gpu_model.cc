@@ -97,7 +97,8 @@ void GpuModel::Impl::upload_fp8(const float* host, int64_t n, int64_t k, uint8_t
 
 void GpuModel::Impl::fill_fp8(uint8_t* q, float* s, int64_t count, int64_t n, int64_t k,
                               float std) {
-  // Codes uniform in [-448, 448) times this scale: std of the values = std.
+  // Dummy weights (no host weights; the benchmark's), not a quantiser: codes uniform in
+  // [-448, 448) times one constant scale (not a power of two), so std of the values = std.
   const int64_t n_scales = count * ceil_div64(n, kFp8GemmBlock) * fp8_weight_scale_ld(k);
   fill_random_e4m3(ctx.stream(), q, count * n * k, seed * 1000003 + ++fill_counter);
   fill_const_f32(ctx.stream(), s, n_scales, std * 1.7320508f / 448.0f);

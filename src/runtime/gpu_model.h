@@ -8,11 +8,13 @@
 //    against fp64 logits, and bf16 activations would spend most of that budget.
 //  * kFp8: every projection (attention wq_a / wq_b / wkv / wo_a / wo_b, compressor wkv /
 //    wgate, indexer wq_b, routed and shared experts, the head) FP8 e4m3 with 128x128 block
-//    scales (scale = block amax / 448, fp32; see device_linear.h), the input of each
-//    projection quantised per 1x128 block before its GEMM. The small tensors (embedding,
-//    norms, mHC mixes, router gate and bias, indexer weights_proj, ape, sinks) stay fp32 and
-//    go through fp32 GEMMs. Host weights are quantised at construction (fp8_round_trip()
-//    gives a CPU Model the same weights), except routed experts that the checkpoint named by
+//    scales, UE8M0 / power-of-two (2^ceil(log2(block amax / 448)) held in fp32; see
+//    device_linear.h, fp8_weight_quant.h), the input of each projection quantised per 1x128
+//    block before its GEMM. The small tensors (embedding, norms, mHC mixes, router gate and
+//    bias, indexer weights_proj, ape, sinks) stay fp32 and go through fp32 GEMMs. Host
+//    weights are quantised at construction (fp8_round_trip() gives a CPU Model the same
+//    weights; values that a checkpoint stores as block FP8 with UE8M0 scales, which io
+//    dequantises, come back bit-exactly), except routed experts that the checkpoint named by
 //    expert_checkpoint stores quantised: their FP4 codes are converted exactly to block FP8
 //    (power-of-two scales), block-FP8 ones taken as stored (runtime/expert_loader.h), so the
 //    device holds exactly the checkpoint's values (fp8_round_trip(..., false) for the CPU).
@@ -190,8 +192,9 @@ class GpuModel {
   // Loads config.json + weights (any checkpoint form the CPU loader reads) and uploads them.
   static std::unique_ptr<GpuModel> load(const std::string& dir, const GpuModelOptions& options);
 
-  // Replaces every tensor that kFp8 stores as FP8 by its FP8 block round trip (the values
-  // kFp8 computes with, up to one fp32 ulp of the scale), so a CPU Model built from the
+  // Replaces every tensor that kFp8 stores as FP8 by its FP8 block round trip
+  // (quantize_fp8_blocks: exactly the values kFp8 computes with, code * power-of-two scale;
+  // values already block FP8 with UE8M0 scales are unchanged), so a CPU Model built from the
   // result uses the same weights as a kFp8 GpuModel. routed_experts = false leaves the routed
   // experts as they are: what a kFp8 model holds when it took them from a checkpoint that
   // stores them quantised (GpuModelOptions::expert_checkpoint: exactly the host values).
