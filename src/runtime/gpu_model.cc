@@ -128,6 +128,7 @@ std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const T
       views[e] = DeviceLinear{all + e * n * k, nullptr, nullptr, n, k};
       weight_bytes_total += views[e].bytes();
     }
+    *stack = MoeStack{nullptr, nullptr, all};
     return views;
   }
   CHECK_KIND(kUnsupported, k % 16 == 0)
@@ -195,14 +196,12 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   CHECK_KIND(kUnsupported, G > 0 && (H * d) % G == 0) << "GpuModel: o_groups " << G;
   const int64_t gw = H * d / G;
   const bool host = hw != nullptr;
-  if (opt.moe_impl == MoeImpl::kAuto) opt.moe_impl = fp8() ? MoeImpl::kGrouped : MoeImpl::kPerExpert;
-  CHECK_KIND(kUnsupported, opt.moe_impl != MoeImpl::kGrouped || fp8())
-      << "GpuModel: moe_impl kGrouped needs weight_format kFp8";
+  if (opt.moe_impl == MoeImpl::kAuto) opt.moe_impl = MoeImpl::kGrouped;
   grouped_moe = opt.moe_impl == MoeImpl::kGrouped;
   if (opt.cuda_graphs) {
     CHECK_KIND(kUnsupported, grouped_moe)
-        << "GpuModel: cuda_graphs needs weight_format kFp8 with moe_impl kGrouped (the other MoE "
-           "paths read the routing back to the host inside the forward)";
+        << "GpuModel: cuda_graphs needs moe_impl kGrouped (kPerExpert reads the routing back to "
+           "the host inside the forward)";
     const int64_t cap = std::min({T, opt.max_out_rows, opt.max_sequences});
     std::vector<int64_t>& b = opt.graph_buckets;
     if (b.empty()) {
@@ -287,8 +286,8 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     } else if (!host || m->bias.defined()) {
       g.bias = f32(m ? &m->bias : nullptr, E, 0.0f, 0.1f);
     }
-    // Routed experts stacked [E, n, k] per matrix (moe_experts_fp8_cuda's layout); the
-    // per-expert path uses views into the same storage.
+    // Routed experts stacked [E, n, k] per matrix (moe_experts_fp8_cuda's and
+    // moe_experts_f32_cuda's layout); the per-expert path uses views into the same storage.
     std::vector<const Tensor*> h1, h3, h2;
     for (int64_t e = 0; host && e < E; ++e) {
       h1.push_back(&m->experts[e].w1);
@@ -300,6 +299,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     g.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3, ckpt.get(), l, "w3");
     g.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2, ckpt.get(), l, "w2");
     g.experts = MoeExpertsFp8Weights{s1.q, s1.s, s3.q, s3.s, s2.q, s2.s};
+    g.experts_f32 = MoeExpertsF32Weights{s1.f, s3.f, s2.f};
     g.sw1 = linear(m ? &m->shared.w1 : nullptr, Is, D, proj_std(D));
     g.sw3 = linear(m ? &m->shared.w3 : nullptr, Is, D, proj_std(D));
     g.sw2 = linear(m ? &m->shared.w2 : nullptr, D, Is, proj_std(Is));
@@ -368,7 +368,9 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   route_w = alloc(T * k);
   route_ids = reinterpret_cast<int32_t*>(alloc(T * k));
   if (grouped_moe) {
-    moe_ws = raw_alloc(static_cast<int64_t>(moe_experts_fp8_workspace_bytes(moe_shape(T))));
+    const MoeExpertsShape ms = moe_shape(T);
+    moe_ws = raw_alloc(static_cast<int64_t>(fp8() ? moe_experts_fp8_workspace_bytes(ms)
+                                                  : moe_experts_f32_workspace_bytes(ms)));
     expert_counts = reinterpret_cast<int32_t*>(alloc(L * E));
     CUDA_CHECK(cudaMallocHost(&expert_counts_host, L * E * sizeof(int32_t)));
   } else {

@@ -50,14 +50,14 @@
 // window are returned after each forward, and free_sequence returns the rest. Block tables
 // are uploaded (async, from pinned memory, changed columns only) before each forward's first
 // kernel; the per-layer launches read them and per-row slot metadata from device memory only.
-// forward() allocates nothing on the device. With moe_impl kGrouped (kFp8's default) it does
-// not synchronise with the device except, in forward(), at the end (logits to the host);
-// forward_device() leaves the logits on the device. kPerExpert (kF32's only path) synchronises
+// forward() allocates nothing on the device. With moe_impl kGrouped (the default in both
+// formats) it does not synchronise with the device except, in forward(), at the end (logits
+// to the host); forward_device() leaves the logits on the device. kPerExpert synchronises
 // once per MoE layer (to read the routing and launch one GEMM per used expert). A forward
 // waits (host) only until the previous forward's uploads from pinned memory (row metadata,
 // block tables) have run on the device, before it rewrites those buffers.
 //
-// CUDA graphs (cuda_graphs; needs kFp8 with kGrouped): a forward whose chunks are all one
+// CUDA graphs (cuda_graphs; needs kGrouped, either format): a forward whose chunks are all one
 // token (a decode step; all_logits of one token is that row) of n rows, not profiled, with a
 // bucket b >= n in graph_buckets, runs as b rows: rows n.. b-1 are padding (token 0 at
 // position 0 of a state slot of its own, scratch_slot = max_sequences, so the state pools
@@ -105,12 +105,15 @@ namespace deepinfer {
 enum class WeightFormat { kF32, kFp8 };
 
 // Routed-expert implementation of the MoE block.
-//  * kGrouped: moe_experts_fp8_cuda (src/ops/moe/moe_grouped_cuda.h): alignment, grouped FP8
-//    GEMMs over all experts, SwiGLU + quantisation and the combine on the device, no host
-//    synchronisation (graph capturable). kFp8 only.
-//  * kPerExpert: the plain path: the routing is read back to the host (one sync per MoE
-//    layer) and one GEMM runs per used expert. Any format; the oracle of kGrouped.
-//  * kAuto: kGrouped for kFp8, kPerExpert for kF32.
+//  * kGrouped: kFp8: moe_experts_fp8_cuda (src/ops/moe/moe_grouped_cuda.h): alignment,
+//    grouped FP8 GEMMs over all experts, SwiGLU + quantisation and the combine on the device;
+//    kF32: moe_experts_f32_cuda (src/ops/moe/moe_grouped_f32_cuda.h): the same with grouped
+//    fp32 GEMMs (CUDA-core FMA chains in ascending K, never TF32). No host synchronisation
+//    (graph capturable); batch invariant (a token's output does not depend on the others).
+//  * kPerExpert: the plain path, kept as the oracle of kGrouped for tests: the routing is
+//    read back to the host (one stream synchronisation per MoE layer, so no CUDA graphs) and
+//    one GEMM runs per used expert. Any format.
+//  * kAuto: kGrouped (both formats).
 enum class MoeImpl { kAuto, kGrouped, kPerExpert };
 
 struct GpuModelOptions {
@@ -122,8 +125,8 @@ struct GpuModelOptions {
   WeightFormat weight_format = WeightFormat::kF32;
   bool batch_invariant = false;  // see the header comment
   MoeImpl moe_impl = MoeImpl::kAuto;
-  // CUDA graphs for decode steps (see "CUDA graphs" above); needs kFp8 with kGrouped (kF32
-  // and kPerExpert read the routing back to the host inside the forward).
+  // CUDA graphs for decode steps (see "CUDA graphs" above); needs kGrouped (kPerExpert
+  // reads the routing back to the host inside the forward).
   bool cuda_graphs = false;
   // Decode batch-size buckets; empty = 1, 2, 4, ..., 256. Sorted, deduplicated and capped at
   // min(max_batch_tokens, max_out_rows, max_sequences) at construction.

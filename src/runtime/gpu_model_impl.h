@@ -19,6 +19,7 @@
 #include "cuda/graph.h"
 #include "ops/mhc/mhc.h"
 #include "ops/moe/moe_grouped_cuda.h"
+#include "ops/moe/moe_grouped_f32_cuda.h"
 #include "runtime/device_linear.h"
 #include "runtime/expert_loader.h"
 #include "runtime/gpu_model.h"
@@ -50,6 +51,7 @@ struct GpuLayerW {
   const int32_t* tid2eid = nullptr;
   std::vector<DeviceLinear> w1, w3, w2;  // per routed expert (views into the stacks below)
   MoeExpertsFp8Weights experts;          // kFp8: the stacked [E, n, k] codes and scales
+  MoeExpertsF32Weights experts_f32;      // kF32: the stacked [E, n, k] fp32 matrices
   DeviceLinear sw1, sw3, sw2;
 };
 
@@ -83,10 +85,12 @@ enum MetaSection : int { kTokens, kPositions, kSlot, kChunkStart, kChunkRow0, kC
 // sections; kernels whose work depends on them read them on the device.
 enum MetaCount : int { kRealRows, kEmitCounts };
 
-// One stacked expert matrix (kFp8): codes [E, n, k], scales [E, ceil(n/128), ld(k)].
+// One stacked expert matrix [E, n, k]: kFp8 codes q and scales s [E, ceil(n/128), ld(k)];
+// kF32 values f (q and s null).
 struct MoeStack {
   const uint8_t* q = nullptr;
   const float* s = nullptr;
+  const float* f = nullptr;
 };
 
 struct GpuModel::Impl {
@@ -142,9 +146,10 @@ struct GpuModel::Impl {
   float *xs = nullptr, *eg = nullptr, *ev = nullptr, *ys = nullptr, *sg = nullptr, *sv = nullptr,
         *ysh = nullptr;
   int64_t moe_rows_cap = 0;  // rows of xs / eg / ev / ys (routed slots + per-expert padding)
-  // kGrouped: moe_experts_fp8_cuda's workspace (sized for max_batch_tokens) and the rows
-  // routed to each expert per layer [L, E] (copied from the workspace after each layer, read
-  // by work() on demand). xs / eg / ev / ys / moe_* are only allocated for kPerExpert.
+  // kGrouped: moe_experts_fp8_cuda's (kFp8) or moe_experts_f32_cuda's (kF32) workspace
+  // (sized for max_batch_tokens) and the rows routed to each expert per layer [L, E] (copied
+  // from the workspace after each layer, read by work() on demand). xs / eg / ev / ys / moe_*
+  // are only allocated for kPerExpert.
   bool grouped_moe = false;
   void* moe_ws = nullptr;
   int32_t* expert_counts = nullptr;
@@ -213,8 +218,8 @@ struct GpuModel::Impl {
   void upload_fp8(const float* host, int64_t n, int64_t k, uint8_t* q, float* s);
   void fill_fp8(uint8_t* q, float* s, int64_t count, int64_t n, int64_t k, float std);
   // The routed experts' matrix [n, k] of every expert in one allocation (host: one tensor per
-  // expert, or empty for random values with std); returns per-expert views, and (kFp8) the
-  // stack in *stack.
+  // expert, or empty for random values with std); returns per-expert views, and the stack
+  // in *stack (kFp8: q, s; kF32: f).
   // ckpt (kFp8, may be null): experts it holds quantised are uploaded from there
   // (layer, matrix name w) instead of from host.
   std::vector<DeviceLinear> expert_stack(const std::vector<const Tensor*>& host, int64_t n_experts,
@@ -252,7 +257,10 @@ struct GpuModel::Impl {
   void clear_caches();
   void randomize_caches(uint64_t seed);
   void moe_block(int64_t layer, const float* x_in, float* out);
+  // kPerExpert (the oracle of kGrouped, for tests): reads the routing back to the host, so
+  // it synchronises once per MoE layer and cannot run inside a CUDA graph.
   void moe_experts_per_expert(int64_t layer, const float* x_in);
+  // kGrouped, either format: moe_experts_fp8_cuda / moe_experts_f32_cuda, no host sync.
   void moe_experts_grouped(int64_t layer, const float* x_in, float* out);
   MoeExpertsShape moe_shape(int64_t n_tokens) const;
   // Adds the routed experts' weight bytes and experts_used from expert_counts (kGrouped;

@@ -3,12 +3,14 @@
 // that sums each row's k expert outputs (in its selection order) plus the shared expert's.
 //
 // Routed experts, two implementations (GpuModelOptions::moe_impl):
-//  * kGrouped (kFp8): moe_experts_fp8_cuda over the stacked expert weights, no host sync;
-//    the shared expert's output goes in as its y_shared. Rows at or past the forward's count
-//    of real rows (counts()[kRealRows], padding rows of a graph bucket) get expert id -1: no
-//    expert row, no GEMM work, output = the shared expert's only.
-//  * kPerExpert (plain path, the oracle): after reading the routing back to the host, rows
-//    grouped by expert and per used expert the w1 / w3 GEMMs + SwiGLU + the w2 GEMM.
+//  * kGrouped (the default, both formats): moe_experts_fp8_cuda (kFp8) or
+//    moe_experts_f32_cuda (kF32) over the stacked expert weights, no host sync; the shared
+//    expert's output goes in as its y_shared. Rows at or past the forward's count of real
+//    rows (counts()[kRealRows], padding rows of a graph bucket) get expert id -1: no expert
+//    row, no GEMM work, output = the shared expert's only.
+//  * kPerExpert (plain path, the oracle, for tests): after reading the routing back to the
+//    host (one stream synchronisation per MoE layer), rows grouped by expert and per used
+//    expert the w1 / w3 GEMMs + SwiGLU + the w2 GEMM.
 //    FP8: the grouped rows are quantised once (row-major scales, regrouped into per-expert
 //    block-major segments by segment_scales) and each expert runs over M_e rows: the count
 //    when it is below 4 or batch_invariant (SIMT kernel), else the count rounded up to 4
@@ -19,6 +21,7 @@
 #include "ops/gemm/gemm.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/moe/moe_grouped_cuda.h"
+#include "ops/moe/moe_grouped_f32_cuda.h"
 #include "ops/quant/act_quant.h"
 #include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model_impl.h"
@@ -67,10 +70,17 @@ void GpuModel::Impl::moe_experts_grouped(int64_t layer, const float* x_in, float
   const int64_t N = n_rows, E = cfg.n_routed_experts, k = cfg.n_experts_per_tok;
   mask_padding_slots_cuda(stream, route_ids, N, k, counts() + kRealRows);
   const MoeExpertsShape shape = moe_shape(N);
-  moe_experts_fp8_cuda(stream, shape, x_in, route_ids, route_w, layers[layer].experts, ysh,
-                       moe_ws, out);
-  const MoeExpertsWorkspace ws = moe_experts_fp8_workspace(shape, moe_ws);
-  CUDA_CHECK(cudaMemcpyAsync(expert_counts + layer * E, ws.align.counts, E * sizeof(int32_t),
+  const int32_t* counts_e = nullptr;  // rows per expert, in the workspace
+  if (fp8()) {
+    moe_experts_fp8_cuda(stream, shape, x_in, route_ids, route_w, layers[layer].experts, ysh,
+                         moe_ws, out);
+    counts_e = moe_experts_fp8_workspace(shape, moe_ws).align.counts;
+  } else {
+    moe_experts_f32_cuda(stream, shape, x_in, route_ids, route_w, layers[layer].experts_f32, ysh,
+                         moe_ws, out);
+    counts_e = moe_experts_f32_workspace(shape, moe_ws).align.counts;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(expert_counts + layer * E, counts_e, E * sizeof(int32_t),
                              cudaMemcpyDeviceToDevice, stream));
 }
 

@@ -5,19 +5,22 @@
 //    check): per position 1 - cosine of the logits within the FP8 activation noise bound
 //    derived below (fp8_noise_power_bound), and its mean within half of it, for a full
 //    prefill and for a prefill + decode batched with a second sequence;
-//  * batch_invariant (kF32 and kFp8, golden HF weights, hash + score routing, top-k
-//    selection): a sequence's logits are bitwise equal run alone and inside batches of 5
-//    mixed prefill / decode chunks;
+//  * batch_invariant (kF32 with the grouped and the per-expert MoE, kFp8, golden HF weights,
+//    hash + score routing, top-k selection): a sequence's logits are bitwise equal run alone
+//    and inside batches of 5 mixed prefill / decode chunks;
 //  * device dummy weights: finite logits, the same seed gives bitwise the same logits, another
 //    seed different ones; set_sequence_length / forward_device / copy_logits;
 //  * MoE: the grouped device path (moe_impl kGrouped, kFp8's default) and the plain
 //    per-expert path (kPerExpert), each against the CPU Model on the same FP8-rounded weights,
 //    every expert selected: each within the FP8 noise bound, and the grouped path's mean
 //    noise power at most 1.5x the per-expert path's (GroupedMoeMatchesPerExpert says why);
+//    kF32: the grouped fp32 path (moe_experts_f32_cuda) against the per-expert one: logits
+//    within 1e-5 of max|logit| per row (two fp32 summation orders), equal work() counts;
 //  * CUDA graphs: decode steps replayed from a bucket's graph give bitwise the logits of the
 //    eager forward (batch sizes 1, 3 and 16, 13 padded to 16; positions advancing across
 //    compress-ratio emissions, sequences joining and leaving), batch_invariant on and off
-//    (off: buckets the batch fills exactly), on the paged KV cache and on the plain state.
+//    (off: buckets the batch fills exactly), on the paged KV cache and on the plain state,
+//    kFp8 and (batch_invariant, paged) kF32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,14 +189,22 @@ std::vector<float> run_target(GpuModel& m, const std::vector<int32_t>& tokens, b
 }
 
 TEST_P(GpuModelCudaTest, BatchInvariantLogitsAreBitwiseEqual) {
-  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kFp8}) {
-    const char* name = format == WeightFormat::kF32 ? "kF32" : "kFp8";
+  struct Variant {
+    WeightFormat format;
+    MoeImpl moe;
+    const char* name;
+  };
+  for (const Variant& v : {Variant{WeightFormat::kF32, MoeImpl::kGrouped, "kF32 kGrouped"},
+                           Variant{WeightFormat::kF32, MoeImpl::kPerExpert, "kF32 kPerExpert"},
+                           Variant{WeightFormat::kFp8, MoeImpl::kGrouped, "kFp8 kGrouped"}}) {
+    const char* name = v.name;
     SCOPED_TRACE(GetParam() + " " + name);
     GpuModelOptions opt;
     opt.max_sequences = 6;
     opt.max_context = 512;
     opt.max_batch_tokens = 256;
-    opt.weight_format = format;
+    opt.weight_format = v.format;
+    opt.moe_impl = v.moe;
     opt.batch_invariant = true;
     auto model = GpuModel::load(hf_dir().string(), opt);
     const auto tokens = random_tokens(64, model->config().vocab_size, 3);
@@ -290,6 +301,72 @@ TEST_P(GpuModelCudaTest, GroupedMoeMatchesPerExpert) {
   EXPECT_DOUBLE_EQ(grouped.work().gemm_flops, plain.work().gemm_flops);
 }
 
+// kF32: the grouped fp32 MoE (moe_experts_f32_cuda, one FMA chain per element in ascending K)
+// against the per-expert path (cuBLASLt fp32 GEMMs per used expert), on random weights with
+// every expert and every compressed entry selected (no discrete choice for fp32 summation
+// order noise to flip). Both compute the same fp32 math in different summation orders, so
+// the logits differ by fp32 rounding noise only: bound max|diff| <= 1e-5 * max|logit| per row
+// (kF32 against fp64 HF logits measures 0.6-1.8e-6 at this bound's scale, test_golden_cuda,
+// and that includes both orders' errors). Prefill of two sequences (130 + 70 tokens) then 20
+// batched decode steps; the work accounting (experts used, weight bytes, FLOPs) is the same.
+TEST_P(GpuModelCudaTest, F32GroupedMoeMatchesPerExpert) {
+  ModelConfig cfg = load_model_config(hf_dir().string());
+  cfg.hash_layers.assign(cfg.num_layers, false);
+  cfg.n_experts_per_tok = cfg.n_routed_experts;  // every expert selected: nothing can flip
+  cfg.index_topk = 1024;
+  auto src = random_weights(cfg, 23);
+  const ModelWeights w = load_model_weights(cfg, *src);
+  GpuModelOptions opt;
+  opt.max_sequences = 3;
+  opt.max_context = 256;
+  opt.max_batch_tokens = 256;
+  opt.weight_format = WeightFormat::kF32;
+  GpuModel grouped(cfg, w, opt);  // kAuto
+  opt.moe_impl = MoeImpl::kPerExpert;
+  GpuModel plain(cfg, w, opt);
+  ASSERT_EQ(grouped.options().moe_impl, MoeImpl::kGrouped);
+  ASSERT_EQ(plain.options().moe_impl, MoeImpl::kPerExpert);
+  const int64_t V = cfg.vocab_size;
+  const auto a = random_tokens(160, V, 31), b = random_tokens(160, V, 32);
+  const int64_t s0 = grouped.new_sequence(), s1 = grouped.new_sequence();
+  ASSERT_EQ(plain.new_sequence(), s0);
+  ASSERT_EQ(plain.new_sequence(), s1);
+  double worst = 0.0;  // max over rows of max|diff| / max|plain|
+  int64_t n_rows = 0;
+  auto both = [&](std::span<const GpuChunk> chunks) {
+    const Tensor x = grouped.forward(chunks), y = plain.forward(chunks);
+    ASSERT_EQ(x.numel(), y.numel());
+    for (int64_t r = 0; r < x.numel() / V; ++r) {
+      double diff = 0.0, scale = 0.0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double g = x.f32()[r * V + v], p = y.f32()[r * V + v];
+        if (!(std::abs(g - p) <= diff)) diff = std::abs(g - p);  // NaN propagates
+        scale = std::max(scale, std::abs(p));
+      }
+      const double rel = diff / scale;
+      if (!(rel <= worst)) worst = rel;
+      ++n_rows;
+    }
+    const GpuWork wg = grouped.work(), wp = plain.work();
+    EXPECT_GT(wg.experts_used, 0);
+    EXPECT_EQ(wg.experts_used, wp.experts_used);
+    EXPECT_DOUBLE_EQ(wg.weight_bytes, wp.weight_bytes);
+    EXPECT_DOUBLE_EQ(wg.gemm_flops, wp.gemm_flops);
+  };
+  const GpuChunk pre[2] = {{s0, std::span<const int32_t>(a.data(), 130), true},
+                           {s1, std::span<const int32_t>(b.data(), 70), true}};
+  both(pre);
+  for (int64_t i = 0; i < 20; ++i) {
+    const GpuChunk step[2] = {{s1, std::span<const int32_t>(b.data() + 70 + i, 1), false},
+                              {s0, std::span<const int32_t>(a.data() + 130 + i, 1), false}};
+    both(step);
+  }
+  std::printf("  %s kF32 kGrouped vs kPerExpert: max|diff| / max|logit| %.2e (bound 1e-5) over "
+              "%lld rows\n", GetParam().c_str(), worst, static_cast<long long>(n_rows));
+  EXPECT_EQ(n_rows, 130 + 70 + 40);
+  EXPECT_LE(worst, 1e-5);
+}
+
 // Drives two models (eager, graphs) through the same steps; decode steps' logits compared
 // bitwise when `bitwise(n_rows)`.
 struct GraphPair {
@@ -342,19 +419,21 @@ struct GraphPair {
 };
 
 TEST_P(GpuModelCudaTest, DecodeGraphsReplayEagerLogitsBitwise) {
-  for (int variant = 0; variant < 3; ++variant) {
-    // Paged KV cache (default) with batch-invariant and default kernels; the plain fp32 state.
-    const bool invariant = variant != 1, paged = variant != 2;
+  for (int variant = 0; variant < 4; ++variant) {
+    // kFp8: paged KV cache (default) with batch-invariant and default kernels; the plain fp32
+    // state. kF32 (its grouped fp32 MoE): paged, batch-invariant.
+    const bool invariant = variant != 1, paged = variant != 2, f32 = variant == 3;
     SCOPED_TRACE(std::string(invariant ? "batch_invariant" : "default kernels") +
-                 (paged ? ", paged" : ", plain state"));
+                 (paged ? ", paged" : ", plain state") + (f32 ? ", kF32" : ", kFp8"));
     GpuModelOptions opt;
     opt.paged_kv = paged;
     opt.max_sequences = 20;
     opt.max_context = 512;
     opt.max_batch_tokens = 256;
-    opt.weight_format = WeightFormat::kFp8;
+    opt.weight_format = f32 ? WeightFormat::kF32 : WeightFormat::kFp8;
     opt.batch_invariant = invariant;
     auto eager = GpuModel::load(hf_dir().string(), opt);
+    EXPECT_EQ(eager->options().moe_impl, MoeImpl::kGrouped);  // kAuto
     opt.cuda_graphs = true;
     auto graphed = GpuModel::load(hf_dir().string(), opt);
     EXPECT_EQ(graphed->options().graph_buckets, (std::vector<int64_t>{1, 2, 4, 8, 16, 20}));
@@ -402,9 +481,10 @@ TEST_P(GpuModelCudaTest, DecodeGraphsReplayEagerLogitsBitwise) {
       EXPECT_EQ(graphed->graph_stats().captured, 2);
     }
     const GpuGraphStats& gs = graphed->graph_stats();
-    std::printf("  %s graphs (%s, %s): %lld decode steps compared, %lld differ bitwise; %lld "
-                "buckets captured in %.1f ms, %lld replays\n", GetParam().c_str(),
+    std::printf("  %s graphs (%s, %s, %s): %lld decode steps compared, %lld differ bitwise; "
+                "%lld buckets captured in %.1f ms, %lld replays\n", GetParam().c_str(),
                 invariant ? "batch_invariant" : "default", paged ? "paged" : "plain",
+                f32 ? "kF32" : "kFp8",
                 static_cast<long long>(p.n_compared),
                 static_cast<long long>(p.n_diff), static_cast<long long>(gs.captured), gs.capture_ms,
                 static_cast<long long>(gs.replays));
@@ -423,10 +503,10 @@ TEST(GpuModelCuda, GraphOptionsAreChecked) {
   opt.max_context = 64;
   opt.max_batch_tokens = 32;
   opt.cuda_graphs = true;
-  opt.weight_format = WeightFormat::kF32;  // kF32 reads the routing on the host
+  opt.weight_format = WeightFormat::kF32;
+  opt.moe_impl = MoeImpl::kPerExpert;  // reads the routing on the host
   EXPECT_THROW(GpuModel::load(dir, opt), Error);
   opt.weight_format = WeightFormat::kFp8;
-  opt.moe_impl = MoeImpl::kPerExpert;
   EXPECT_THROW(GpuModel::load(dir, opt), Error);
   opt.moe_impl = MoeImpl::kAuto;
   opt.graph_buckets = {8, 2, 1, 2};
@@ -451,6 +531,8 @@ TEST(GpuModelCuda, GraphOptionsAreChecked) {
   GpuModelOptions plain = opt;
   plain.cuda_graphs = false;
   plain.weight_format = WeightFormat::kF32;
+  EXPECT_EQ(GpuModel::load(dir, plain)->options().moe_impl, MoeImpl::kGrouped);  // both formats
+  plain.moe_impl = MoeImpl::kPerExpert;
   EXPECT_EQ(GpuModel::load(dir, plain)->options().moe_impl, MoeImpl::kPerExpert);
 }
 
