@@ -4,7 +4,10 @@
 //  * GpuModel::load: every routed expert matrix on the device is bitwise the exact block-FP8
 //    conversion of the FP4 tensor (codes, and the e8m0 scales expanded to the GEMM's fp32
 //    layout), and decodes to bitwise io's fp32 values of that tensor (the CPU backend's
-//    weights); without expert_checkpoint the same model re-quantises them (codes differ);
+//    weights); without expert_checkpoint the same model re-quantises them with power-of-two
+//    block scales (fp8_weight_quant.h): bitwise the same values, but other codes and scales
+//    in some matrices (the conversion's scale is 2^(max S - 6), the re-quantiser's can be
+//    one step finer; 14 of the 96 backbone matrices on the CPU, test_fp8_weight_quant.cc);
 //  * logits of such a model against the CPU Model on the same weights (experts exact, the
 //    other projections FP8-rounded by fp8_round_trip), every expert and every compressed
 //    entry selected (no discrete choice for the FP8 activation noise to flip): per position
@@ -63,7 +66,7 @@ TEST(ExpertLoaderCuda, LoadedExpertsAreTheExactConversion) {
   GpuModel plain(cfg, load_model_weights(cfg, *src), plain_opt);
   EXPECT_TRUE(plain.options().expert_checkpoint.empty());
 
-  int64_t n_checked = 0, n_code_diff = 0, n_plain_differs = 0;
+  int64_t n_checked = 0, n_code_diff = 0, n_plain_differs = 0, n_plain_value_diff = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
       for (const std::string w : {"w1", "w3", "w2"}) {
@@ -85,15 +88,19 @@ TEST(ExpertLoaderCuda, LoadedExpertsAreTheExactConversion) {
         const auto* q = static_cast<const uint8_t*>(got.codes.raw());
         const float* s = got.scales.f32();
         const int64_t ld = fp8_weight_scale_ld(k);
+        const GpuModel::ExpertFp8Copy requantised = plain.download_expert_fp8(l, e, w);
+        const auto* pq = static_cast<const uint8_t*>(requantised.codes.raw());
+        const float* ps = requantised.scales.f32();
         int64_t n_value_diff = 0;
         for (int64_t i = 0; i < n; ++i) {
           for (int64_t j = 0; j < k; ++j) {
             const float v = e4m3_to_f32(q[i * k + j]) * s[(i / 128) * ld + j / 128];
             n_value_diff += std::memcmp(&v, io.f32() + i * k + j, sizeof(float)) != 0;
+            const float pv = e4m3_to_f32(pq[i * k + j]) * ps[(i / 128) * ld + j / 128];
+            n_plain_value_diff += std::memcmp(&pv, io.f32() + i * k + j, sizeof(float)) != 0;
           }
         }
         EXPECT_EQ(n_value_diff, 0);
-        const GpuModel::ExpertFp8Copy requantised = plain.download_expert_fp8(l, e, w);
         n_plain_differs += std::memcmp(requantised.codes.raw(), got.codes.raw(), n * k) != 0 ||
                            std::memcmp(requantised.scales.raw(), got.scales.raw(),
                                        got.scales.nbytes()) != 0;
@@ -102,12 +109,14 @@ TEST(ExpertLoaderCuda, LoadedExpertsAreTheExactConversion) {
     }
   }
   std::printf("  mixed_quant kFp8: %lld routed expert matrices on the device, %lld differ from the "
-              "exact FP4 -> FP8 conversion; re-quantised from fp32 instead, %lld would differ\n",
+              "exact FP4 -> FP8 conversion; re-quantised from fp32 instead, %lld would have other "
+              "codes / scales and %lld values would differ\n",
               static_cast<long long>(n_checked), static_cast<long long>(n_code_diff),
-              static_cast<long long>(n_plain_differs));
+              static_cast<long long>(n_plain_differs), static_cast<long long>(n_plain_value_diff));
   EXPECT_EQ(n_checked, 3 * cfg.num_layers * cfg.n_routed_experts);
   EXPECT_EQ(n_code_diff, 0);
   EXPECT_GT(n_plain_differs, 0);  // the check above sees which path loaded the experts
+  EXPECT_EQ(n_plain_value_diff, 0);  // power-of-two re-quantisation is exact here too
 }
 
 TEST(ExpertLoaderCuda, Fp8LogitsWithCheckpointExpertsMatchCpu) {
