@@ -49,7 +49,8 @@ using testing::read_ids;
 // FP8 activation noise: the bound of the kFp8-vs-CPU checks (CPU: the same FP8-rounded
 // weights, fp32 activations), derived rather than guessed.
 //  * One quantisation: kFp8 rounds the input of every projection per 1x128 block to e4m3 (3
-//    mantissa bits, round to nearest, scale = block amax / 448, so subnormals are rare). For
+//    mantissa bits, round to nearest, power-of-two scale 2^ceil(log2(block amax / 448)), so
+//    the block's largest |x / scale| is in (224, 448] and subnormals are rare). For
 //    x = (1 + f) 2^e the error is uniform in +-2^(e-4): relative power 2^-6/12 * E[1/(1+f)^2]
 //    = 2^-6/12 * 0.54 = 7.0e-4 for log-uniform significands. GemmCuda.QuantisedPipelineTracksBf16
 //    measures 7.2e-4 for one quantised GEMM input; kE4m3Nmse takes the measured value.
