@@ -121,8 +121,11 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
           indexer_scores_ref(&qi[row * HI * dI], &gi[row * HI], HI, dI,
                              ls.index_compressor.entries.data(), n_visible, index_scale,
                              scores.data());
-          for (int64_t e : topk_indices(scores.data(), n_visible, cfg.index_topk)) {
-            keys.push_back(entries + e * d);
+          const std::vector<int64_t> top = topk_indices(scores.data(), n_visible, cfg.index_topk);
+          for (int64_t e : top) keys.push_back(entries + e * d);
+          if (trace_ != nullptr) {  // one sequence: each row writes its own position
+            int32_t* rec = trace_->picks_at(layer, pos);
+            for (size_t j = 0; j < top.size(); ++j) rec[j] = static_cast<int32_t>(top[j]);
           }
         } else {
           for (int64_t e = 0; e < n_visible; ++e) keys.push_back(entries + e * d);

@@ -85,6 +85,11 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
     n_out += c.all_logits ? static_cast<int64_t>(c.tokens.size()) : 1;
   }
   if (n_rows == 0) return Tensor::empty(DType::F32, {0, cfg.vocab_size});
+  if (trace_ != nullptr) {
+    CHECK(chunks.size() == 1 && chunks[0].state->n_tokens + n_rows <= trace_->max_positions)
+        << "forward: a DecisionTrace records one sequence of at most " << trace_->max_positions
+        << " positions";
+  }
 
   Batch batch = Batch::build(chunks);
   const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, N = n_rows;

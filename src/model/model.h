@@ -17,6 +17,7 @@
 #include "model/sequence_state.h"
 #include "model/weights.h"
 #include "ops/linear/linear.h"
+#include "model/decision_trace.h"
 #include "ops/rope/rope.h"
 #include "tensor/tensor.h"
 
@@ -62,6 +63,11 @@ class Model {
   // context limit before touching any state.
   Tensor forward(std::span<const SequenceChunk> chunks) const;
 
+  // Test instrumentation (model/decision_trace.h): while set, forward() records the routed
+  // experts and indexer picks of every position it computes into `trace` (one sequence per
+  // forward; positions below trace->max_positions). nullptr stops recording.
+  void set_decision_trace(DecisionTrace* trace) { trace_ = trace; }
+
  private:
   struct Batch;
   void attention_block(int64_t layer, Batch& batch, const float* x, float* out) const;
@@ -74,6 +80,7 @@ class Model {
   ModelOptions options_;
   GemmMode gemm_mode_;
   RopeTable rope_main_, rope_compress_;
+  DecisionTrace* trace_ = nullptr;
 };
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 // MoE of one layer (MODEL_SPEC §A.8): route, run each expert over its rows, add the
 // shared expert. Accumulation per row is in expert-index order, then the shared expert,
 // whatever the batch (batch-invariant when the GEMMs are).
+#include <algorithm>
 #include <cstring>
 
 #include "model/model_batch.h"
@@ -20,6 +21,13 @@ void Model::moe_block(int64_t layer, const Batch& batch, const float* x, float* 
   route_ref(x, N, D, w.gate.f32(), hash ? nullptr : w.bias.f32(),
             hash ? w.tid2eid.data<int32_t>() : nullptr, batch.tokens.data(), rp, ids.data(),
             weights.data(), gemm_mode_);
+  if (trace_ != nullptr && !hash) {  // model/decision_trace.h
+    for (int64_t row = 0; row < N; ++row) {
+      ICHECK(batch.positions[row] < trace_->max_positions) << "DecisionTrace: position "
+                                                           << batch.positions[row];
+      std::copy(&ids[row * k], &ids[(row + 1) * k], trace_->experts_at(layer, batch.positions[row]));
+    }
+  }
 
   std::memset(out, 0, N * D * sizeof(float));
   std::vector<std::vector<int64_t>> rows(cfg.n_routed_experts);

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "model/decision_trace.h"
+#include "model/model.h"
 
 namespace deepinfer::testing {
 
@@ -29,6 +31,23 @@ inline std::vector<float> read_f32(const SafetensorsFile& f, const std::string& 
   Tensor t = f.tensor(name);
   EXPECT_EQ(t.dtype(), DType::F32) << name;
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+// One full prefill of `tokens` on a fresh sequence of the CPU `model`: the logits of every
+// row and the discrete choices it made (model/decision_trace.h).
+struct RecordedForward {
+  DecisionTrace trace;
+  std::vector<float> logits;
+};
+inline RecordedForward record_forward(Model& model, const std::vector<int32_t>& tokens) {
+  RecordedForward r{DecisionTrace(model.config(), static_cast<int64_t>(tokens.size())), {}};
+  auto state = model.new_state();
+  SequenceChunk c{state.get(), tokens, true};
+  model.set_decision_trace(&r.trace);
+  Tensor l = model.forward(std::span<const SequenceChunk>(&c, 1));
+  model.set_decision_trace(nullptr);
+  r.logits.assign(l.f32(), l.f32() + l.numel());
+  return r;
 }
 
 // Names of the golden variants that have a reference.safetensors, sorted.

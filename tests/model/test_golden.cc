@@ -4,9 +4,14 @@
 //  * chunked prefill (chunk sizes 1, 7, 64) followed by decode: same bound;
 //  * greedy continuation (teacher-forced on the reference's tokens): our argmax equals the
 //    reference's at every step whose reference top-1 margin exceeds 1e-4;
-//  * the native FP8/FP4 checkpoint and the HF BF16 checkpoint give the same logits.
+//  * the native FP8/FP4 checkpoint and the HF BF16 checkpoint give the same logits;
+//  * the discrete choices our reference forward records (model/decision_trace.h), which the
+//    GPU golden test replays, are HF's: the indexer picks equal HF's recorded top-k at every
+//    position of every CSA layer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "io/safetensors.h"
@@ -99,6 +104,41 @@ TEST_P(GoldenTest, NativeQuantizedAndHfCheckpointsAgree) {
       ASSERT_EQ(a[i], b[i]) << numerics_name(numerics) << " element " << i;
     }
   }
+}
+
+// HF's indexer picks (reference.safetensors `indexer_topk.layers.N` [S, topk], sorted
+// ascending, -1 = no pick) against the picks our reference forward records.
+TEST_P(GoldenTest, RecordedIndexerPicksAreHFs) {
+  auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
+  const auto tokens = read_ids(*ref, "input_ids");
+  auto model = Model::load((dir() / "hf").string(), {Numerics::kReference, false});
+  const ModelConfig& cfg = model->config();
+  const auto rec = testing::record_forward(*model, tokens);
+  const int64_t S = static_cast<int64_t>(tokens.size()), k = cfg.index_topk;
+  int n_layers = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const std::string name = "indexer_topk.layers." + std::to_string(l);
+    ASSERT_EQ(ref->has(name), cfg.compress_ratio(l) == 4) << name;
+    if (!ref->has(name)) continue;
+    ++n_layers;
+    const auto hf = read_ids(*ref, name);
+    ASSERT_EQ(static_cast<int64_t>(hf.size()), S * k) << name;
+    ASSERT_EQ(static_cast<int64_t>(rec.trace.picks[l].size()), S * k) << name;
+    int n_bad = 0;
+    for (int64_t p = 0; p < S; ++p) {
+      std::vector<int32_t> want, got;
+      for (int64_t j = 0; j < k; ++j) {
+        if (hf[p * k + j] >= 0) want.push_back(hf[p * k + j]);
+        if (rec.trace.picks[l][p * k + j] >= 0) got.push_back(rec.trace.picks[l][p * k + j]);
+      }
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(static_cast<int64_t>(want.size()), std::min<int64_t>(k, (p + 1) / 4)) << name << " " << p;
+      if (got != want && ++n_bad <= 3) ADD_FAILURE() << name << ": position " << p << " picks differ";
+    }
+    EXPECT_EQ(n_bad, 0) << name;
+  }
+  std::printf("%s: indexer picks of %d CSA layers x %lld positions equal HF's\n", GetParam().c_str(),
+              n_layers, static_cast<long long>(S));
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, GoldenTest, ::testing::ValuesIn(golden_models()));
