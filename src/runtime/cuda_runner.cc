@@ -180,6 +180,7 @@ const ModelConfig& CudaRunner::config() const { return model_->config(); }
 int64_t CudaRunner::new_sequence() { return model_->new_sequence(); }
 void CudaRunner::free_sequence(int64_t sequence) { model_->free_sequence(sequence); }
 int64_t CudaRunner::n_tokens(int64_t sequence) const { return model_->n_tokens(sequence); }
+int64_t CudaRunner::host_waits() const { return model_->host_waits(); }
 
 Tensor CudaRunner::forward(std::span<const RunnerChunk> chunks) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: forward() with a launched step uncollected";

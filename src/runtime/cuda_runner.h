@@ -69,6 +69,9 @@ class CudaRunner final : public ModelRunner {
               const std::function<void()>& before_sampling = {}) override;
   StepResult collect() override;
   double busy_seconds() const override { return busy_seconds_; }
+  // GpuModel::host_waits(): forwards whose staging slot made the host wait for the device
+  // (0 in the engine's launch / collect loop).
+  int64_t host_waits() const;
 
  private:
   struct Timing;

@@ -108,6 +108,23 @@ void GpuModel::set_sequence_length(int64_t sequence, int64_t n) {
   }
 }
 
+GpuModel::Impl::StagingSlot& GpuModel::Impl::take_staging_slot() {
+  StagingSlot& slot = staging[n_staged % kStagingSlots];
+  ++n_staged;
+  if (slot.pending) {
+    const cudaError_t q = cudaEventQuery(slot.uploaded.get());
+    if (q == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not ready" is no error: keep it out of later launch checks
+      ++host_waits;
+      slot.uploaded.synchronize();
+    } else {
+      CUDA_CHECK(q);
+    }
+    slot.pending = false;
+  }
+  return slot;
+}
+
 void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int32_t* samples,
                                      void* start_event) {
   const int64_t T = opt.max_batch_tokens;
@@ -156,11 +173,10 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   const int64_t bucket = graph_bucket(chunks, N);
   const int64_t rows = bucket > 0 ? bucket : N;
 
-  // Row metadata. The previous forward's uploads from the pinned buffers (this one, the
-  // block tables) must have run before they are rewritten: the host runs at most one
-  // forward's uploads ahead of the device.
-  uploads_done.synchronize();
-  int32_t* mh = meta_host;
+  // Row metadata and block-table columns go into the next pinned staging slot (gpu_model_impl.h
+  // says why the ring does not block the engine's overlapped loop).
+  StagingSlot& slot = take_staging_slot();
+  int32_t* mh = slot.host;
   auto hsec = [&](int s) { return mh + static_cast<int64_t>(s) * T; };
   std::map<int64_t, int64_t> n_emit;
   for (auto& [ratio, s] : emit_section) n_emit[ratio] = 0;
@@ -217,12 +233,15 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   }
   cudaStream_t stream = ctx.stream();
   if (start_event != nullptr) CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(start_event), stream));
-  CUDA_CHECK(cudaMemcpyAsync(meta, meta_host, meta_ints() * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(meta, mh, meta_ints() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream));
   if (has_refs) resolve_sample_refs_cuda(stream, meta + static_cast<int64_t>(kTokens) * T, N, samples);
   emit_counts = n_emit;
-  if (plan.paged) upload_tables();  // block tables: async copies outside any graph
-  uploads_done.record(stream);
+  // Block tables: the columns changed since the last upload, staged after the metadata (async
+  // copies outside any graph).
+  if (plan.paged) upload_tables(mh + meta_ints());
+  slot.uploaded.record(stream);
+  slot.pending = true;
 
   n_rows = rows;
   if (bucket > 0) {
@@ -324,6 +343,8 @@ Tensor GpuModel::forward(std::span<const GpuChunk> chunks) {
   impl_->forward_device(chunks, nullptr, nullptr);
   return copy_logits();
 }
+
+int64_t GpuModel::host_waits() const { return impl_->host_waits; }
 
 const float* GpuModel::device_logits() const { return impl_->logits; }
 float* GpuModel::device_logits() { return impl_->logits; }

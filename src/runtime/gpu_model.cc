@@ -425,7 +425,13 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     }
   }
   meta = reinterpret_cast<int32_t*>(alloc(meta_ints()));
-  CUDA_CHECK(cudaMallocHost(&meta_host, meta_ints() * sizeof(int32_t)));
+  if (plan.paged) {
+    staging_table_ints = win_pool.table_ints();
+    for (const auto& [m, pool] : cmp_pools) staging_table_ints += pool.table_ints();
+  }
+  for (StagingSlot& slot : staging) {
+    CUDA_CHECK(cudaMallocHost(&slot.host, (meta_ints() + staging_table_ints) * sizeof(int32_t)));
+  }
   if (!grouped_moe) {
     const int64_t moe_meta_n = 4 * moe_rows_cap + T * k;
     moe_meta = reinterpret_cast<int32_t*>(alloc(moe_meta_n));
@@ -438,8 +444,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
 }
 
 GpuModel::Impl::~Impl() {
-  cudaFreeHost(tables_host);
-  cudaFreeHost(meta_host);
+  for (StagingSlot& slot : staging) cudaFreeHost(slot.host);
   cudaFreeHost(moe_meta_host);
   cudaFreeHost(route_ids_host);
   cudaFreeHost(route_w_host);

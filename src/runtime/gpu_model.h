@@ -53,9 +53,11 @@
 // forward() allocates nothing on the device. With moe_impl kGrouped (the default in both
 // formats) it does not synchronise with the device except, in forward(), at the end (logits
 // to the host); forward_device() leaves the logits on the device. kPerExpert synchronises
-// once per MoE layer (to read the routing and launch one GEMM per used expert). A forward
-// waits (host) only until the previous forward's uploads from pinned memory (row metadata,
-// block tables) have run on the device, before it rewrites those buffers.
+// once per MoE layer (to read the routing and launch one GEMM per used expert). A forward's
+// host-to-device inputs (row metadata, changed block-table columns) are staged in one of three
+// pinned slots used in turn; a forward waits (host) only when its slot's previous upload,
+// three forwards back, has not run yet, which the engine's overlapped step loop never meets
+// (gpu_model_impl.h says why); host_waits() counts the waits that blocked.
 //
 // CUDA graphs (cuda_graphs; needs kGrouped, either format): a forward whose chunks are all one
 // token (a decode step; all_logits of one token is that row) of n rows, not profiled, with a
@@ -247,6 +249,10 @@ class GpuModel {
   float* device_logits();  // the same, writable (rewritten by the next forward)
   int64_t n_logits_rows() const;
   Tensor copy_logits();  // host copy of the last forward's logits (synchronises)
+  // Forwards so far whose pinned staging slot was still being read by an earlier forward's
+  // upload, so that the host waited for the device before building the metadata (see the
+  // header comment; 0 in a loop that keeps at most two forwards in flight).
+  int64_t host_waits() const;
 
   void* stream();  // the cudaStream_t every forward is ordered on
   void synchronize();

@@ -109,7 +109,6 @@ struct GpuModel::Impl {
   KvBlockPool win_pool;
   std::map<int64_t, KvBlockPool> cmp_pools;  // by compress ratio
   std::vector<GpuCachePool> cache_pools;
-  int32_t* tables_host = nullptr;           // pinned, all pools' tables
   int32_t* win_idx = nullptr;               // [T, W] window slots per row
   std::map<int64_t, int32_t*> all_idx;      // ratio -> [T, max_context / ratio] (HCA lists)
   std::map<int64_t, int32_t*> all_n;        // ratio -> [T]
@@ -163,12 +162,34 @@ struct GpuModel::Impl {
   uint8_t* og_q = nullptr;  // one output group's FP8 codes [T, H*d/G]
   uint8_t* moe_q = nullptr;
   float *moe_s_rm = nullptr, *moe_s_seg = nullptr;
-  // Metadata: int32 sections on the device and a pinned host staging copy.
+  // Metadata: int32 sections on the device (one buffer at a fixed address: graphs read it),
+  // filled each forward by async copies from a ring of pinned host staging slots. A slot
+  // holds the row metadata (meta_ints()) and then the block-table columns the forward
+  // uploads (KvBlockPool::upload packs them there; staging_table_ints = all pools'
+  // table_ints(), the most one upload can need). The event of a slot is recorded after the
+  // copies of the forward that filled it; a forward takes the next slot and waits (host)
+  // only if that slot's event has not completed, counting such waits in host_waits.
+  //
+  // Why kStagingSlots = 3 never blocks the engine: CudaRunner::launch enqueues forward n only
+  // once step n-2 has been collected (at most two launched steps are uncollected), and
+  // collect() waited for step n-2's end event, recorded after forward n-2's uploads. Slot
+  // n % R was last filled by forward n - R <= n - 2 for any R >= 2, so its copies have run:
+  // cudaEventQuery finds the event complete. forward() reads its logits (syncs the stream),
+  // so it never blocks the next one either. The third slot is slack for callers that keep
+  // two forwards in flight while building a third (forward_device without reading between,
+  // e.g. a benchmark loop that syncs every other step). A host that runs further ahead
+  // blocks on the oldest slot: correct, and counted.
+  static constexpr int kStagingSlots = 3;
+  struct StagingSlot {
+    int32_t* host = nullptr;  // pinned: meta_ints() + staging_table_ints int32
+    cuda::Event uploaded;     // after the copies from `host` of the forward that filled it
+    bool pending = false;     // recorded and not yet seen complete
+  };
   int32_t* meta = nullptr;
-  int32_t* meta_host = nullptr;
-  // Recorded after a forward's uploads from pinned memory (metadata, block tables): the next
-  // forward waits for it before rewriting those buffers (forwards do not wait for the device).
-  cuda::Event uploads_done;
+  StagingSlot staging[kStagingSlots];
+  int64_t staging_table_ints = 0;
+  int64_t n_staged = 0;    // forwards that took a slot (the next takes n_staged % R)
+  int64_t host_waits = 0;  // slots taken while their last upload was still running
   std::map<int64_t, int> emit_section;  // compress ratio -> section index
   // Paged: per ratio, the section holding each row's compressed-pool slot of the entry it
   // emits (-1 when it emits none).
@@ -252,7 +273,9 @@ struct GpuModel::Impl {
   void alloc_paged_state();
   void reserve_blocks(int64_t seq, int64_t start, int64_t end);
   void trim_blocks(int64_t seq, int64_t n_tokens);
-  void upload_tables();
+  // Packs the changed block-table columns into `staging` (staging_table_ints) and enqueues
+  // their copies.
+  void upload_tables(int32_t* staging);
   void build_paged_lists();
   void clear_caches();
   void randomize_caches(uint64_t seed);
@@ -267,6 +290,9 @@ struct GpuModel::Impl {
   // synchronises once after a forward).
   void finish_expert_work();
   void count_attention_work();
+  // The next staging slot for a forward, after its previous upload has run (waits only if
+  // it has not, counting host_waits); the caller records slot.uploaded after its copies.
+  StagingSlot& take_staging_slot();
   void forward_device(std::span<const GpuChunk> chunks, const int32_t* samples, void* start_event);
   // The graph bucket a forward runs as (0: eager): every chunk one token, graphs on, not
   // profiling, and a bucket >= n rows.

@@ -24,13 +24,13 @@ void GpuModel::Impl::alloc_paged_state() {
   const int64_t W = cfg.sliding_window, d = cfg.head_dim, dI = cfg.index_head_dim;
   int64_t n_ints = S * plan.window.max_blocks;
   for (const auto& [m, pp] : plan.compressed) n_ints += S * pp.max_blocks;
-  CUDA_CHECK(cudaMallocHost(&tables_host, n_ints * sizeof(int32_t)));
+  // Host mirrors in the pools; uploads go through the forward's staging slot (gpu_forward.cc).
   auto* dev = static_cast<int32_t*>(raw_alloc(n_ints * sizeof(int32_t)));
   int64_t at = 0;
-  win_pool.init(S, plan.window.max_blocks, plan.window.n_blocks, B, tables_host + at, dev + at);
+  win_pool.init(S, plan.window.max_blocks, plan.window.n_blocks, B, dev + at);
   at += S * plan.window.max_blocks;
   for (const auto& [m, pp] : plan.compressed) {
-    cmp_pools[m].init(S, pp.max_blocks, pp.n_blocks, B, tables_host + at, dev + at);
+    cmp_pools[m].init(S, pp.max_blocks, pp.n_blocks, B, dev + at);
     at += S * pp.max_blocks;
   }
   // Caches start zeroed (every byte pattern 0 is the value 0 in both formats), so a stray
@@ -92,9 +92,11 @@ void GpuModel::Impl::trim_blocks(int64_t seq, int64_t n_tokens) {
   for (auto& [m, pool] : cmp_pools) pool.keep_only(seq, 0, (n_tokens / m + B - 1) / B);
 }
 
-void GpuModel::Impl::upload_tables() {
-  win_pool.upload(ctx.stream());
-  for (auto& [m, pool] : cmp_pools) pool.upload(ctx.stream());
+void GpuModel::Impl::upload_tables(int32_t* staging) {
+  int64_t used = win_pool.upload(ctx.stream(), staging, staging_table_ints);
+  for (auto& [m, pool] : cmp_pools) {
+    used += pool.upload(ctx.stream(), staging + used, staging_table_ints - used);
+  }
 }
 
 void GpuModel::Impl::build_paged_lists() {

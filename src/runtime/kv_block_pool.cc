@@ -8,12 +8,8 @@
 
 namespace deepinfer {
 
-KvBlockPool::~KvBlockPool() {
-  if (uploaded_ != nullptr) cudaEventDestroy(uploaded_);
-}
-
 void KvBlockPool::init(int64_t n_seqs, int64_t max_blocks, int64_t n_blocks, int64_t block_size,
-                       int32_t* host_table, int32_t* device_table) {
+                       int32_t* device_table) {
   ICHECK(n_seqs > 0 && max_blocks > 0 && n_blocks > 0 && block_size > 0)
       << "KvBlockPool: " << n_seqs << " sequences, " << max_blocks << " columns, " << n_blocks
       << " blocks of " << block_size;
@@ -21,8 +17,8 @@ void KvBlockPool::init(int64_t n_seqs, int64_t max_blocks, int64_t n_blocks, int
   max_blocks_ = max_blocks;
   n_blocks_ = n_blocks;
   block_size_ = block_size;
-  host_table_ = host_table;
   device_table_ = device_table;
+  host_table_.assign(n_seqs * max_blocks, 0);
   owner_.assign(n_seqs * max_blocks, -1);
   free_.resize(n_blocks);
   for (int64_t i = 0; i < n_blocks; ++i) free_[i] = static_cast<int32_t>(n_blocks - 1 - i);
@@ -30,9 +26,6 @@ void KvBlockPool::init(int64_t n_seqs, int64_t max_blocks, int64_t n_blocks, int
   dirty_hi_.assign(n_seqs, 0);
   span_lo_.assign(n_seqs, 0);
   span_hi_.assign(n_seqs, 0);
-  if (uploaded_ == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
-  upload_pending_ = false;
-  std::memset(host_table_, 0, n_seqs * max_blocks * sizeof(int32_t));
   CUDA_CHECK(cudaMemset(device_table_, 0, n_seqs * max_blocks * sizeof(int32_t)));
 }
 
@@ -52,13 +45,9 @@ void KvBlockPool::ensure(int64_t seq, int64_t lo, int64_t hi) {
     if (o >= 0) continue;
     CHECK_KIND(kResourceExhausted, !free_.empty())
         << "KvBlockPool: all " << n_blocks_ << " blocks are in use";
-    if (upload_pending_) {  // the last upload may still be reading the pinned table
-      CUDA_CHECK(cudaEventSynchronize(uploaded_));
-      upload_pending_ = false;
-    }
     o = free_.back();
     free_.pop_back();
-    host_table_[seq * max_blocks_ + b] = o;
+    host_table_[seq * max_blocks_ + b] = o;  // the mirror: no copy reads it
     dirty_lo_[seq] = std::min(dirty_lo_[seq], b);
     dirty_hi_[seq] = std::max(dirty_hi_[seq], b + 1);
   }
@@ -83,21 +72,21 @@ int32_t KvBlockPool::slot(int64_t seq, int64_t e) const {
   return static_cast<int32_t>(b * block_size_ + e % block_size_);
 }
 
-void KvBlockPool::upload(cudaStream_t stream) {
-  bool any = false;
+int64_t KvBlockPool::upload(cudaStream_t stream, int32_t* staging, int64_t capacity) {
+  int64_t used = 0;
   for (int64_t s = 0; s < n_seqs_; ++s) {
     if (dirty_lo_[s] >= dirty_hi_[s]) continue;
     const int64_t at = s * max_blocks_ + dirty_lo_[s], n = dirty_hi_[s] - dirty_lo_[s];
-    CUDA_CHECK(cudaMemcpyAsync(device_table_ + at, host_table_ + at, n * sizeof(int32_t),
+    ICHECK(used + n <= capacity) << "KvBlockPool::upload: " << used + n
+                                 << " ints exceed the staging capacity " << capacity;
+    std::memcpy(staging + used, host_table_.data() + at, n * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(device_table_ + at, staging + used, n * sizeof(int32_t),
                                cudaMemcpyHostToDevice, stream));
+    used += n;
     dirty_lo_[s] = max_blocks_;
     dirty_hi_[s] = 0;
-    any = true;
   }
-  if (any) {
-    CUDA_CHECK(cudaEventRecord(uploaded_, stream));
-    upload_pending_ = true;
-  }
+  return used;
 }
 
 }  // namespace deepinfer
