@@ -159,6 +159,7 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
     }
     topk_rows_cuda(stream, scores, N, st.idx_max_entries, positions, 4, nullptr, cfg.index_topk,
                    sel, n_sel);
+    indexer_choices(layer);  // tests only: replayed / recorded (gpu_decisions.cc)
     if (paged) {  // the selected entries' slots in the ratio-4 pool
       const KvBlockPool& pool = cmp_pools.at(4);
       PagedIndexParams pi;

@@ -97,6 +97,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "model/decision_trace.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "ops/kv_cache/kv_cache.h"
@@ -253,6 +254,19 @@ class GpuModel {
   // upload, so that the host waited for the device before building the metadata (see the
   // header comment; 0 in a loop that keeps at most two forwards in flight).
   int64_t host_waits() const;
+
+  // Test instrumentation (model/decision_trace.h): while set, every forward replaces its
+  // discrete choices by the trace's, by position: the routed experts of the layers the trace
+  // holds (weights recomputed from this forward's router scores, as routing would for those
+  // experts) and the indexer picks of ratio-4 layers. Positions the trace does not cover get
+  // no expert / no pick. The trace is copied to the device here (synchronises); nullptr stops
+  // replaying. Lets a test compare the continuous math of two forwards with the choices of
+  // one of them (a near-tied top-k member can otherwise swap under storage rounding noise).
+  void force_decisions(const DecisionTrace* trace);
+  // Test instrumentation: while set, every forward writes the discrete choices it made (the
+  // experts of score-routed layers, the indexer picks) into `trace` at its rows' positions
+  // (synchronising after each choice). Eager forwards only. nullptr stops recording.
+  void record_decisions(DecisionTrace* trace);
 
   void* stream();  // the cudaStream_t every forward is ordered on
   void synchronize();

@@ -142,6 +142,20 @@ struct GpuModel::Impl {
   int32_t *sel = nullptr, *n_sel = nullptr;
   float *router = nullptr, *route_w = nullptr;
   int32_t* route_ids = nullptr;
+  // force_decisions (test instrumentation, gpu_decisions.cc): per layer, device tables
+  // [max_context, top_k] / [max_context, index_topk] (null for a layer without that choice)
+  // in one allocation made on the first call; `forcing` while a trace is replayed.
+  std::vector<int32_t*> forced_experts, forced_picks;
+  int32_t* forced_mem = nullptr;
+  bool forcing = false;
+  DecisionTrace* recording = nullptr;  // record_decisions
+  // The routing of MoE layer `layer` into route_ids / route_w: route_cuda, or the trace's
+  // experts when replaying that layer; recorded when recording (score-routed layers).
+  void route(int64_t layer);
+  // After the indexer top-k of `layer` (sel / n_sel): replaces it from the trace when
+  // replaying, records it when recording.
+  void indexer_choices(int64_t layer);
+  void record_rows(int64_t layer, const int32_t* rows_dev, int64_t width, bool experts);
   float *xs = nullptr, *eg = nullptr, *ev = nullptr, *ys = nullptr, *sg = nullptr, *sv = nullptr,
         *ysh = nullptr;
   int64_t moe_rows_cap = 0;  // rows of xs / eg / ev / ys (routed slots + per-expert padding)

@@ -43,15 +43,13 @@ MoeExpertsShape GpuModel::Impl::moe_shape(int64_t n_tokens) const {
 void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
   cudaStream_t stream = ctx.stream();
   const GpuLayerW& w = layers[layer];
-  const int64_t N = n_rows, D = cfg.hidden_size, E = cfg.n_routed_experts;
+  const int64_t N = n_rows, D = cfg.hidden_size;
   const int64_t k = cfg.n_experts_per_tok, I = cfg.moe_intermediate_size;
   const int64_t Is = I * cfg.n_shared_experts;
   const float limit = static_cast<float>(cfg.swiglu_limit);
 
   lin(w.gate, x_in, N, router, a_gen);  // fp32
-  const RouterParams rp{E, k, static_cast<float>(cfg.routed_scaling_factor)};
-  route_cuda(stream, router, N, w.tid2eid != nullptr ? nullptr : w.bias, w.tid2eid, sec(kTokens), rp,
-             route_ids, route_w);
+  route(layer);  // route_cuda (or, in tests, replayed / recorded: gpu_decisions.cc)
   if (!grouped_moe) moe_experts_per_expert(layer, x_in);  // fills ys (needs the host routing)
   if (fp8()) act_quantize(ctx, x_in, N, D, a_in);
   lin_in(w.sw1, x_in, a_in, N, sg);
