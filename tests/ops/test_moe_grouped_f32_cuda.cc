@@ -218,6 +218,35 @@ struct F32Layer {
     return download_f32(out);
   }
 
+  // Mean time of one layer call (printed, never asserted).
+  void report_time(const std::vector<float>& x, const std::vector<int32_t>& ids,
+                   const std::vector<float>& rw, int64_t T) const {
+    const MoeExpertsShape s = shape(T);
+    Tensor ws = cuda::device_empty(
+        DType::U8, {static_cast<int64_t>(moe_experts_f32_workspace_bytes(s))});
+    Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
+    Tensor out = cuda::device_empty(DType::F32, {T * D});
+    auto run = [&] {
+      moe_experts_f32_cuda(nullptr, s, x_d.data<float>(), ids_d.data<int32_t>(),
+                           rw_d.data<float>(), weights(), nullptr, ws.raw(), out.data<float>());
+    };
+    run();
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    constexpr int kIters = 10;
+    cudaEventRecord(start);
+    for (int i = 0; i < kIters; ++i) run();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::printf("  T %ld: %.1f us per layer (fp32 weights, not asserted)\n", static_cast<long>(T),
+                1e3 * ms / kIters);
+  }
+
   // Plain CPU reference: per token, per slot j, the expert's FFN in fp64, summed over j.
   std::vector<double> reference(const std::vector<float>& x, const std::vector<int32_t>& ids,
                                 const std::vector<float>& rw, int64_t T, bool with_shared) const {
@@ -393,6 +422,7 @@ TEST(MoeGroupedF32Cuda, LayerV4FlashShape) {
   const std::vector<float> rw1(r.weights.begin() + 5 * k, r.weights.begin() + 6 * k);
   const auto out1 = L.run_cuda(x1, ids1, rw1, 1);
   EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + 5 * D, D * sizeof(float)));
+  L.report_time(x, r.ids, r.weights, T);
 }
 
 // The layer captured once into a CUDA graph (capture fails on any host synchronisation or
