@@ -72,7 +72,7 @@ struct EngineArgs {
   double gpu_memory_utilization = 0.9;
   std::string weight_format = "fp32";  // cuda: "fp32" | "fp8" (block-scaled FP8 projections)
   std::string kv_cache_dtype = "auto";  // cuda: "auto" (fp8 official, bf16 reference) | "fp8" | "bf16"
-  bool cuda_graphs = false;            // cuda: decode steps replay CUDA graphs (fp8 weights)
+  bool cuda_graphs = false;            // cuda: decode steps replay CUDA graphs (either weight format)
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   // 0: the model's max_position_embeddings (cuda: at most runtime's kDefaultGpuContext,
