@@ -479,7 +479,7 @@ int main(int argc, char** argv) {
         "(so not for graph rows).\n\n",
         c.copy_gbs, c.fp8_tflops, reps);
     out("| case | measured | tokens/s | weights GB | state GB | GFLOP | experts used | roofline "
-        "(bytes / flops) | roofline tokens/s | %% of roofline | attention / MoE ms |\n"
+        "(bytes / flops) | roofline tokens/s | %% of roofline | attention (indexer, core) / MoE ms |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       if (!r.ran) {
@@ -487,7 +487,8 @@ int main(int argc, char** argv) {
         continue;
       }
       char blocks[64] = "-";
-      if (!r.graphs) std::snprintf(blocks, sizeof(blocks), "%.2f / %.2f", r.prof.attention_ms, r.prof.moe_ms);
+      if (!r.graphs) std::snprintf(blocks, sizeof(blocks), "%.2f (%.2f, %.2f) / %.2f", r.prof.attention_ms,
+                                  r.prof.indexer_ms, r.prof.core_attention_ms, r.prof.moe_ms);
       out("| %s | %.3f ms | %.0f | %.3f | %.3f | %.1f | %lld | %.3f ms (%.3f / %.3f) | %.0f | %.1f%% | %s |\n",
           r.name.c_str(), r.ms, r.tokens / (r.ms * 1e-3), r.work.weight_bytes / 1e9,
           r.work.state_bytes / 1e9, (r.work.gemm_flops + r.work.attn_flops) / 1e9,

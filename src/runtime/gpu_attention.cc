@@ -114,6 +114,7 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
       index_store_cuda(stream, plan.idx, idx_stage, N, dI, sec(cmp_slot_section.at(4)),
                        st.idx_cache);
     }
+    mark_part(layer, 0);
     lin_in(w.idx_wq_b, q_r, a_r, N, qi);
     lin(w.idx_wproj, x_in, N, gi, a_gen);  // fp32
     rope_cuda(stream, qi, positions, N, HI, dI, r, inv_freq_compress);
@@ -178,13 +179,16 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
       pi.max_cmp = cfg.index_topk;
       paged_indices_cuda(stream, pi);
     }
+    mark_part(layer, 1);
   }
 
+  mark_part(layer, 2);
   if (paged) {
     paged_attention(layer, ratio);
   } else {
     plain_attention(layer, ratio);
   }
+  mark_part(layer, 3);
   rope_cuda(stream, o, positions, N, H, d, r, inv_freq, /*inverse=*/true);
   output_projection(layer, out);
 }

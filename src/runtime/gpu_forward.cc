@@ -169,6 +169,8 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   if (profiling && prof.size() != static_cast<size_t>(4 * cfg.num_layers)) {
     prof.clear();
     for (int64_t i = 0; i < 4 * cfg.num_layers; ++i) prof.emplace_back();
+    prof_parts.clear();
+    for (int64_t i = 0; i < 4 * cfg.num_layers; ++i) prof_parts.emplace_back();
   }
   const int64_t bucket = graph_bucket(chunks, N);
   const int64_t rows = bucket > 0 ? bucket : N;
@@ -392,6 +394,10 @@ GpuProfile GpuModel::profile() {
   for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
     p.attention_ms += cuda::Event::elapsed_ms(m.prof[4 * l], m.prof[4 * l + 1]);
     p.moe_ms += cuda::Event::elapsed_ms(m.prof[4 * l + 2], m.prof[4 * l + 3]);
+    if (m.layers[l].has_indexer) {
+      p.indexer_ms += cuda::Event::elapsed_ms(m.prof_parts[4 * l], m.prof_parts[4 * l + 1]);
+    }
+    p.core_attention_ms += cuda::Event::elapsed_ms(m.prof_parts[4 * l + 2], m.prof_parts[4 * l + 3]);
   }
   return p;
 }

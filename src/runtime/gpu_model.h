@@ -173,6 +173,10 @@ struct GpuWork {
 struct GpuProfile {
   double attention_ms = 0;  // attention blocks (projections, compressors, indexer, attention)
   double moe_ms = 0;        // MoE blocks (router, host routing sync, experts, shared expert)
+  // Parts of attention_ms: the lightning indexer (q projection, scores, top-k, slot lists;
+  // its compressor not included) and the attention proper (sparse / paged attention + sink).
+  double indexer_ms = 0;
+  double core_attention_ms = 0;
 };
 
 // CUDA graph use (GpuModelOptions::cuda_graphs).

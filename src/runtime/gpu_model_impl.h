@@ -233,6 +233,11 @@ struct GpuModel::Impl {
   GpuWork work;
   bool profiling = false;
   std::vector<cuda::Event> prof;  // 4 per layer: attention start/end, MoE start/end
+  // 4 per layer: indexer start/end, core attention start/end (recorded when profiling).
+  std::vector<cuda::Event> prof_parts;
+  void mark_part(int64_t layer, int i) {
+    if (profiling) prof_parts[4 * layer + i].record(ctx.stream());
+  }
 
   bool fp8() const { return opt.weight_format == WeightFormat::kFp8; }
   const int32_t* sec(int s) const { return meta + static_cast<int64_t>(s) * opt.max_batch_tokens; }
