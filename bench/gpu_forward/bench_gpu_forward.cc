@@ -398,6 +398,9 @@ int main(int argc, char** argv) {
     fo.max_batch_tokens = 16384;
     fo.max_out_rows = 256;
     fo.weight_format = WeightFormat::kFp8;
+    // The serving configuration: official numerics (FP8 KV cache, FP4 indexer round trips,
+    // bf16 tensor-core attention for prefill-size forwards).
+    fo.numerics = Numerics::kOfficial;
     fo.cuda_graphs = true;  // buckets 1, 2, 4, ..., 256; switched per case by set_cuda_graphs
     const auto t0 = std::chrono::steady_clock::now();
     GpuModel m(cfg, 2026, fo);
@@ -408,6 +411,8 @@ int main(int argc, char** argv) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     out("Model: V4-Flash shapes, layers ratios [4,128,4,128], score routing (no hash layers), "
+        "official numerics (FP8 KV cache; prefill attention on bf16 tensor cores, and once on "
+        "the fp32 SIMT kernel for comparison), "
         "device weights %.2f GB (FP8 projections + experts, fp32 small tensors; embedding not "
         "counted), built in %.1f s; device memory in use %.1f GiB.\n\n",
         m.device_weight_bytes() / 1e9, init_s, (total_b - free_b) / 1073741824.0);
@@ -449,10 +454,12 @@ int main(int argc, char** argv) {
     out("CUDA graphs: %lld buckets captured in %.1f ms (host: capture + instantiate), %lld "
         "replays.\n", static_cast<long long>(m.graph_stats().captured), m.graph_stats().capture_ms,
         static_cast<long long>(m.graph_stats().replays));
-    for (int64_t L : {4096, 16384}) {
+    for (int64_t L : {4096, 16384}) for (bool mma : {false, true}) {
       Row r;
-      r.name = "prefill " + std::to_string(L / 1024) + "K tokens";
+      r.name = "prefill " + std::to_string(L / 1024) + "K tokens" +
+               (mma ? "" : " (fp32 SIMT attention)");
       try {
+        m.set_mma_attention(mma);
         m.clear_state();
         const auto toks = random_tokens(L, cfg.vocab_size, static_cast<uint32_t>(L));
         Step ch;

@@ -265,7 +265,15 @@ void GpuModel::Impl::paged_attention(int64_t layer, int64_t ratio) {
   }
   pp.workspace = attn_ws;  // split-K at small batches (nullptr with batch_invariant)
   pp.workspace_bytes = attn_ws_bytes;
-  paged_attention_cuda(ctx.stream(), pp);
+  // Official numerics at prefill-size grids: bf16 tensor cores (q and P rounded to bf16, as
+  // the model's own bf16 inference does); otherwise the fp32 SIMT kernel (gpu_model.h).
+  const bool mma = opt.mma_attention && opt.numerics == Numerics::kOfficial &&
+                   !opt.batch_invariant && paged_attention_mma_preferred(pp);
+  if (mma) {
+    paged_attention_mma_cuda(ctx.stream(), pp);
+  } else {
+    paged_attention_cuda(ctx.stream(), pp);
+  }
 }
 
 int64_t GpuModel::Impl::paged_cmp_max_indices(int64_t layer) const {
@@ -301,5 +309,7 @@ void GpuModel::Impl::output_projection(int64_t layer, float* out) {
   }
   lin(w.wo_b, zz, N, out, a_gen);
 }
+
+void GpuModel::set_mma_attention(bool on) { impl_->opt.mma_attention = on; }
 
 }  // namespace deepinfer

@@ -25,7 +25,11 @@
 // Numerics (model.h): `reference` = plain fp32 (what transformers computes); `official` adds
 // the CPU backend's QAT round trips at the same places (FP8 round trip of the window KV and of
 // the main compressed entries, Hadamard + FP4 round trip of the indexer q and entries), with
-// the values still stored in fp32.
+// the values still stored in fp32. Official numerics also runs the paged attention of large
+// forwards (n_rows * ceil(heads / 64) >= 264: prefill) on bf16 tensor cores
+// (paged_attention_mma_cuda: q and the softmax weights rounded to bf16, fp32 accumulation,
+// as DeepSeek's bf16 inference computes it); reference numerics and batch_invariant always
+// use the fp32 SIMT kernel.
 //
 // batch_invariant: every GEMM goes through a kernel whose per-row result does not depend on
 // the number of rows (device_linear.h says why: the rowwise fp32 kernel and the SIMT FP8
@@ -144,6 +148,10 @@ struct GpuModelOptions {
   // (window ring, dense compressed / indexer entries) read by sparse_attention_cuda, kept as
   // the oracle path; kv_cache_dtype is then unused.
   bool paged_kv = true;
+  // Official numerics: the paged attention of prefill-size forwards on bf16 tensor cores
+  // (see "Numerics" above). false: always the fp32 SIMT kernel (the before/after of the
+  // benchmark). set_mma_attention changes it between forwards.
+  bool mma_attention = true;
   int64_t kv_block_size = 64;  // entries per page block: a positive multiple of 8
   // kFp8 with host weights: a checkpoint (directory or file) whose quantised routed experts
   // are uploaded from their stored codes (runtime/expert_loader.h: FP4 converted exactly to
@@ -293,6 +301,7 @@ class GpuModel {
   // Turns graph replay off / on again for the following forwards (a model built with
   // cuda_graphs; throws Error otherwise). Off: every forward runs eagerly, unpadded.
   void set_cuda_graphs(bool on);
+  void set_mma_attention(bool on);  // GpuModelOptions::mma_attention for the next forwards
 
  private:
   struct Impl;

@@ -8,7 +8,8 @@
 // Split-K (a workspace): every case again with the workspace (NaN-poisoned) against the
 // reference and the unsplit kernel, deterministic, a short workspace refused; decode batches
 // of 1, 2, 4 at V4-Flash shapes (CSA top-512, HCA-all up to 2048); us per call for B = 1,
-// 16, 64 (report only). Indexer scores: 1 and 4 rows bitwise equal to the 12-row call.
+// 16, 64 (report only). The tensor-core kernel (paged_attention_mma_cuda) on every supported
+// case against the reference with q rounded to bf16 (check_mma). Indexer scores: 1 and 4 rows bitwise equal to the 12-row call.
 // FP8 indexer keys (index_cache.h): store/load vs the CPU, and the paged indexer scores vs
 // index_load_ref + indexer_scores_ref over shuffled block tables at V4-Flash shapes.
 #include <gtest/gtest.h>
@@ -148,6 +149,59 @@ Pool make_pool(std::mt19937_64& rng, KvCacheLayout layout, const std::vector<int
   p.bytes.assign(p.n_blocks * layout.block_bytes(), 0);
   kv_store_ref(layout, x.data(), n_slots, d, all.data(), p.bytes.data(), p.n_blocks);
   return p;
+}
+
+// paged_attention_mma_cuda (bf16 tensor cores) on a case run_case built: `p` the host call
+// (reference inputs), `pd` the device call, `ref` paged_attention_ref's output. Against the
+// reference run with q rounded to bf16 (the kernel's one input rounding), so what remains is
+// its rounding of the softmax weights to bf16: nmse < 1e-5 (measured ~1e-6). Against the
+// fp32 reference itself for scale (reported). A row alone gives the bits it gets in the batch.
+void check_mma(const PagedAttentionParams& p, const PagedAttentionParams& pd,
+               const std::vector<float>& q, const std::vector<float>& ref) {
+  if (!paged_attention_mma_supported(pd)) {
+    EXPECT_THROW(paged_attention_mma_cuda(nullptr, pd), Error);
+    return;
+  }
+  const int64_t N = p.n_rows, H = p.n_heads, d = p.sources[0].layout.head_dim;
+  std::vector<float> qb(q.size()), want(N * H * d);
+  for (size_t i = 0; i < q.size(); ++i) qb[i] = bf16_to_f32(f32_to_bf16(q[i]));
+  PagedAttentionParams pb = p;
+  pb.q = qb.data();
+  pb.out = want.data();
+  paged_attention_ref(pb);
+  Tensor od = test::poisoned_f32(N * H * d);
+  PagedAttentionParams pm = pd;
+  pm.out = od.data<float>();
+  paged_attention_mma_cuda(nullptr, pm);
+  const auto out = test::download_f32(od);
+  const double err = test::nmse(out.data(), want.data(), N * H * d);
+  const double err_fp32 = test::nmse(out.data(), ref.data(), N * H * d);
+  std::printf("  mma (bf16 tensor cores): nmse %.3g vs the reference with bf16 q, %.3g vs fp32 q\n",
+              err, err_fp32);
+  EXPECT_LT(err, 1e-5);
+  const int64_t r = N / 2;  // a middle row alone
+  Tensor o1 = test::poisoned_f32(H * d);
+  PagedAttentionParams p1 = pm;
+  p1.n_rows = 1;
+  p1.q = pd.q + r * H * d;
+  p1.out = o1.data<float>();
+  p1.sources[0].indices = pd.sources[0].indices + r * pd.sources[0].max_indices;
+  if (pd.sources[1].max_indices > 0) {
+    p1.sources[1].indices = pd.sources[1].indices + r * pd.sources[1].max_indices;
+    if (pd.sources[1].n_indices != nullptr) p1.sources[1].n_indices = pd.sources[1].n_indices + r;
+  }
+  paged_attention_mma_cuda(nullptr, p1);
+  const auto alone = test::download_f32(o1);
+  for (int64_t i = 0; i < H * d; ++i) ASSERT_EQ(alone[i], out[r * H * d + i]) << "mma: element " << i;
+  if (H == 64 && d == 512) {  // report only
+    cuda::Event start, stop;
+    constexpr int kIters = 20;
+    start.record(nullptr);
+    for (int i = 0; i < kIters; ++i) paged_attention_mma_cuda(nullptr, pm);
+    stop.record(nullptr);
+    stop.synchronize();
+    std::printf("  mma: %.1f us per call\n", 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters);
+  }
 }
 
 struct Case {
@@ -301,6 +355,8 @@ void run_case(std::mt19937_64& rng, const Case& c) {
                 static_cast<long long>(listed), bytes / (us * 1e3));
   }
 
+  check_mma(p, pd, q, ref);
+
   // The last row alone (shifted index pointers) gives the same bits as inside the batch.
   const int64_t r = N - 1;
   Tensor o1 = test::poisoned_f32(H * d);
@@ -337,6 +393,11 @@ TEST(KvCacheCuda, PagedAttentionV4FlashShapes) {
   // Prefill: a 48-token chunk continuing a sequence plus a fresh one; a window-only layer.
   run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 4, 512, 64, {{2200, 48}, {0, 16}}});
   run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 0, 0, 64, {{300, 40}}});
+  // A prefill chunk big enough for the tensor-core kernel's grid (264 rows), both dtypes;
+  // more than 64 heads (two head groups) at an awkward size.
+  run_case(rng, {KvCacheDtype::kFp8, 64, 512, 64, 128, 4, 512, 64, {{2000, 300}}});
+  run_case(rng, {KvCacheDtype::kBf16, 64, 512, 64, 128, 128, 0, 64, {{5000, 280}}});
+  run_case(rng, {KvCacheDtype::kFp8, 70, 128, 64, 20, 4, 40, 16, {{100, 30}, {0, 9}}});
 }
 
 // Split-K at decode batches of 1, 2 and 4 rows, V4-Flash shapes (64 heads x 512, window

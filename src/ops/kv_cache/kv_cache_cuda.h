@@ -30,6 +30,19 @@
 //  * paged_attention_workspace_bytes: bytes of workspace that make every call with at most
 //    n_rows rows (same n_heads, head_dim, max_keys or less) able to split; 0 when no such call
 //    splits. n_rows * n_heads * n_splits * (head_dim + 2) * 4 at most over those calls.
+//  * paged_attention_mma_cuda: the same attention on bf16 tensor cores (mma.sync m16n8k16,
+//    fp32 accumulation), for large grids (prefill). One CTA per (row, group of up to 64
+//    heads): the heads are the M dimension of both products, the key tile (32 keys) is
+//    dequantised once per CTA into shared memory as bf16 (exact for both cache dtypes). Two
+//    roundings the SIMT kernel does not make: q is rounded to bf16, and so are the softmax
+//    weights P before P V (the row sums stay fp32). So it does not equal paged_attention_ref
+//    bit for bit: with q rounded to bf16 first, the measured normalised error is ~1e-6
+//    (test_kv_cache_cuda). Per row, a fixed tile order: a row's output does not depend on
+//    the batch. No workspace. Needs head_dim % 32 == 0 and <= 512, rope_dim % 8 == 0, q
+//    16-byte and out 8-byte aligned (kUnsupported / kInvalidInput otherwise).
+//  * paged_attention_mma_supported: those shape conditions. paged_attention_mma_preferred:
+//    supported and a grid worth the kernel (n_rows * ceil(n_heads / 64) >= 264, two CTAs per
+//    SM of a 132-SM H200); below it the SIMT kernel (split-K) is faster.
 //  * paged_indices_cuda: paged_indices_ref (paged_indices.h) on the device: the per-row slot
 //    lists of paged_attention_cuda from positions, block tables and the indexer's selection
 //    (block-table entries are not range-checked on the device).
@@ -54,6 +67,10 @@ void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p);
 
 int64_t paged_attention_workspace_bytes(int64_t n_rows, int64_t n_heads, int64_t head_dim,
                                         int64_t max_keys);
+
+void paged_attention_mma_cuda(cudaStream_t stream, const PagedAttentionParams& p);
+bool paged_attention_mma_supported(const PagedAttentionParams& p);
+bool paged_attention_mma_preferred(const PagedAttentionParams& p);
 
 void paged_indices_cuda(cudaStream_t stream, const PagedIndexParams& p);
 

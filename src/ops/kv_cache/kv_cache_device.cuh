@@ -43,6 +43,21 @@ __device__ __forceinline__ int64_t scale_offset(const Geometry& g, int64_t slot)
          slot % g.block_size * g.scale_bytes;
 }
 
+// One key pool of a paged attention call on the device (KvSource without the host-only parts)
+// and its key count for a row: n_indices[row], or max_indices when n_indices is null.
+struct KeySource {
+  const uint8_t* cache = nullptr;
+  const int32_t* indices = nullptr;
+  const int32_t* n_indices = nullptr;
+  int64_t max_indices = 0;
+  Geometry g;
+};
+
+__device__ __forceinline__ int64_t n_keys_of(const KeySource& s, int64_t row) {
+  if (s.max_indices == 0) return 0;
+  return s.n_indices != nullptr ? s.n_indices[row] : s.max_indices;
+}
+
 // Same bits as f32_to_bf16 (RNE; NaN keeps its payload with the quiet bit set).
 __device__ __forceinline__ uint32_t bf16_bits(float f) {
   uint32_t u = __float_as_uint(f);

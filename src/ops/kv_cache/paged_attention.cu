@@ -19,6 +19,8 @@ namespace deepinfer {
 namespace {
 
 using kv_device::Geometry;
+using kv_device::KeySource;
+using kv_device::n_keys_of;
 
 constexpr int kTile = 16;
 constexpr int kMaxDim = 512;
@@ -38,13 +40,6 @@ constexpr int64_t kMaxSplits = 64;
 constexpr int64_t kMinChunk = 32;
 constexpr int kCombineThreads = 128;
 
-struct Source {
-  const uint8_t* cache = nullptr;
-  const int32_t* indices = nullptr;
-  const int32_t* n_indices = nullptr;
-  int64_t max_indices = 0;
-  Geometry g;
-};
 
 struct Args {
   const float* q = nullptr;
@@ -53,7 +48,7 @@ struct Args {
   int64_t n_heads = 0, head_dim = 0, nope = 0;
   int64_t heads_per_block = 1, n_groups = 1;
   float scale = 1.0f;
-  Source src[2];
+  KeySource src[2];
   // Split-K: n_splits chunks per row; partials at ws_acc[((row * n_heads + head) * n_splits +
   // chunk) * head_dim ...] and ws_ml[(row * n_heads + head) * n_splits + chunk] = (max, sum).
   int64_t n_splits = 1;
@@ -67,10 +62,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ int64_t n_keys_of(const Source& s, int64_t row) {
-  if (s.max_indices == 0) return 0;
-  return s.n_indices != nullptr ? s.n_indices[row] : s.max_indices;
-}
 
 // Keys per chunk of a row with n_keys keys cut into (at most) n_splits chunks.
 __device__ __forceinline__ int64_t chunk_keys(int64_t n_keys, int64_t n_splits) {
@@ -112,7 +103,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   // so the load is in flight while the current tile is dequantised and scored).
   auto slot_of = [&](int64_t j) -> int64_t {
     if (j >= j_end) return -1;
-    const Source& s = j < n0 ? a.src[0] : a.src[1];
+    const KeySource& s = j < n0 ? a.src[0] : a.src[1];
     const int64_t k = j < n0 ? j : j - n0;
     return s.indices[row * s.max_indices + k];
   };
@@ -124,7 +115,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
       const uint8_t* scales = nullptr;
       const int64_t slot = next_slot;
       if (j < j_end && slot >= 0) {
-        const Source& s = j < n0 ? a.src[0] : a.src[1];
+        const KeySource& s = j < n0 ? a.src[0] : a.src[1];
         data = s.cache + kv_device::data_offset(s.g, slot);
         if (kFp8) scales = s.cache + kv_device::scale_offset(s.g, slot);
       }
