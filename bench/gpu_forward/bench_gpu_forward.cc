@@ -411,8 +411,8 @@ int main(int argc, char** argv) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     out("Model: V4-Flash shapes, layers ratios [4,128,4,128], score routing (no hash layers), "
-        "official numerics (FP8 KV cache; prefill attention on bf16 tensor cores, and once on "
-        "the fp32 SIMT kernel for comparison), "
+        "official numerics (FP8 KV cache; prefill attention on bf16 tensor cores with hi + lo "
+        "terms, and once on the fp32 SIMT kernel for comparison), "
         "device weights %.2f GB (FP8 projections + experts, fp32 small tensors; embedding not "
         "counted), built in %.1f s; device memory in use %.1f GiB.\n\n",
         m.device_weight_bytes() / 1e9, init_s, (total_b - free_b) / 1073741824.0);

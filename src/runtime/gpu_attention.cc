@@ -265,10 +265,9 @@ void GpuModel::Impl::paged_attention(int64_t layer, int64_t ratio) {
   }
   pp.workspace = attn_ws;  // split-K at small batches (nullptr with batch_invariant)
   pp.workspace_bytes = attn_ws_bytes;
-  // Official numerics at prefill-size grids: bf16 tensor cores (q and P rounded to bf16, as
-  // the model's own bf16 inference does); otherwise the fp32 SIMT kernel (gpu_model.h).
-  const bool mma = opt.mma_attention && opt.numerics == Numerics::kOfficial &&
-                   !opt.batch_invariant && paged_attention_mma_preferred(pp);
+  // Prefill-size grids: bf16 tensor cores with hi + lo terms (fp32-level results); decode
+  // batches and batch_invariant: the fp32 SIMT kernel (gpu_model.h, "Attention kernels").
+  const bool mma = opt.mma_attention && !opt.batch_invariant && paged_attention_mma_preferred(pp);
   if (mma) {
     paged_attention_mma_cuda(ctx.stream(), pp);
   } else {

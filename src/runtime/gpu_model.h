@@ -25,11 +25,12 @@
 // Numerics (model.h): `reference` = plain fp32 (what transformers computes); `official` adds
 // the CPU backend's QAT round trips at the same places (FP8 round trip of the window KV and of
 // the main compressed entries, Hadamard + FP4 round trip of the indexer q and entries), with
-// the values still stored in fp32. Official numerics also runs the paged attention of large
-// forwards (n_rows * ceil(heads / 64) >= 264: prefill) on bf16 tensor cores
-// (paged_attention_mma_cuda: q and the softmax weights rounded to bf16, fp32 accumulation,
-// as DeepSeek's bf16 inference computes it); reference numerics and batch_invariant always
-// use the fp32 SIMT kernel.
+// the values still stored in fp32.
+//
+// Attention kernels (paged): forwards with n_rows * ceil(heads / 64) >= 264 (prefill) run on
+// bf16 tensor cores (paged_attention_mma_cuda: q and the softmax weights as hi + lo bf16
+// terms, fp32 accumulation, so fp32-level results); smaller ones (decode) and batch_invariant
+// use the fp32 SIMT kernel (with split-K at small grids). mma_attention = false: SIMT always.
 //
 // batch_invariant: every GEMM goes through a kernel whose per-row result does not depend on
 // the number of rows (device_linear.h says why: the rowwise fp32 kernel and the SIMT FP8
@@ -148,9 +149,9 @@ struct GpuModelOptions {
   // (window ring, dense compressed / indexer entries) read by sparse_attention_cuda, kept as
   // the oracle path; kv_cache_dtype is then unused.
   bool paged_kv = true;
-  // Official numerics: the paged attention of prefill-size forwards on bf16 tensor cores
-  // (see "Numerics" above). false: always the fp32 SIMT kernel (the before/after of the
-  // benchmark). set_mma_attention changes it between forwards.
+  // The paged attention of prefill-size forwards on tensor cores (see "Attention kernels"
+  // above). false: always the fp32 SIMT kernel (the benchmark's before/after).
+  // set_mma_attention changes it between forwards.
   bool mma_attention = true;
   int64_t kv_block_size = 64;  // entries per page block: a positive multiple of 8
   // kFp8 with host weights: a checkpoint (directory or file) whose quantised routed experts

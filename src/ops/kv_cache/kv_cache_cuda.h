@@ -33,13 +33,12 @@
 //  * paged_attention_mma_cuda: the same attention on bf16 tensor cores (mma.sync m16n8k16,
 //    fp32 accumulation), for large grids (prefill). One CTA per (row, group of up to 64
 //    heads): the heads are the M dimension of both products, the key tile (32 keys) is
-//    dequantised once per CTA into shared memory as bf16 (exact for both cache dtypes). Two
-//    roundings the SIMT kernel does not make: q is rounded to bf16, and so are the softmax
-//    weights P before P V (the row sums stay fp32). So it does not equal paged_attention_ref
-//    bit for bit: with q rounded to bf16 first, the measured normalised error is ~1e-6
-//    (test_kv_cache_cuda). Per row, a fixed tile order: a row's output does not depend on
-//    the batch. No workspace. Needs head_dim % 32 == 0 and <= 512, rope_dim % 8 == 0, q
-//    16-byte and out 8-byte aligned (kUnsupported / kInvalidInput otherwise).
+//    dequantised once per CTA into shared memory as bf16 (exact for both cache dtypes). q and
+//    the softmax weights P each enter as two bf16 terms (hi + lo, ~2^-16 relative), so the
+//    products are fp32-accurate and the output agrees with paged_attention_ref to fp32-level
+//    rounding (not bitwise: another summation order). Per row, a fixed tile order: a row's
+//    output does not depend on the batch. No workspace. Needs head_dim % 32 == 0 and <= 512,
+//    rope_dim % 8 == 0, q 16-byte and out 8-byte aligned (kUnsupported / kInvalidInput).
 //  * paged_attention_mma_supported: those shape conditions. paged_attention_mma_preferred:
 //    supported and a grid worth the kernel (n_rows * ceil(n_heads / 64) >= 264, two CTAs per
 //    SM of a 132-SM H200); below it the SIMT kernel (split-K) is faster.

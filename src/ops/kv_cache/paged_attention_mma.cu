@@ -2,13 +2,17 @@
 // paged_attention_mma_cuda). The heads of one query row share its key list (K = V, one entry
 // per key), so one CTA takes a row and up to 64 of its heads as the M dimension of
 // mma.sync.m16n8k16 (bf16 in, fp32 accumulate):
-//   * Q (64 heads x head_dim) is rounded to bf16 once into shared memory;
+//   * Q (64 heads x head_dim) goes to shared memory once as two bf16 terms, hi = bf16(q) and
+//     lo = bf16(q - hi), which represent q to ~2^-16 relative;
 //   * per tile of 32 keys the CTA dequantises the keys into shared memory as bf16 (exact: an
 //     e4m3 code times a power-of-two scale, or a bf16 RoPE / bf16-cache value);
 //   * 8 warps: warp w owns heads 16 * (w % 4) .. +16 and output dims (w / 4) * head_dim / 2
-//     .. +head_dim / 2. Each warp computes S = Q K^T for its 16 heads x 32 keys (the two warps
-//     of a head group compute the same S, so their softmax states agree bit for bit), updates
-//     the online softmax (fp32), rounds P to bf16 and accumulates P V into its half of O.
+//     .. +head_dim / 2. Each warp computes S = Q_hi K^T + Q_lo K^T for its 16 heads x 32 keys
+//     (the two warps of a head group compute the same S, so their softmax states agree bit
+//     for bit), updates the online softmax (fp32), splits P the same way and accumulates
+//     P_hi V + P_lo V into its half of O. Every product is then exact to ~2^-16 relative and
+//     accumulated in fp32: the result agrees with the fp32 SIMT kernel to fp32-level
+//     rounding, at 4 MMAs where plain bf16 would need 2 (3 with the duplicated S).
 //   * the sink is merged at the end, as in paged_attention_cuda.
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16): lane = 4 * g + t; A regs {(g, 2t..2t+1),
 // (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B regs {(k 2t..2t+1, n g), (k 2t+8.., n g)};
@@ -55,6 +59,20 @@ struct MmaArgs {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// v rounded to bf16 (RNE) and back: the hi term of a hi + lo split.
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// The A fragment (16 x 16 bf16) whose thread-0 element is at p: rows g, g + 8 and columns
+// 2t, 2t + 8 of a row-major tile with row stride ld (p already offset by g * ld + 2t).
+__device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const __nv_bfloat16* p, int ld) {
+  a[0] = *reinterpret_cast<const uint32_t*>(p);
+  a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * ld);
+  a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
+  a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * ld + 8);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -105,8 +123,9 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int D = static_cast<int>(a.head_dim), ld = D + kPad, nope = static_cast<int>(a.nope);
-  __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem);  // [kHeadsPerCta][ld]
-  __nv_bfloat16* sk = sq + kHeadsPerCta * ld;                   // [kKeys][ld]
+  __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem);  // hi [kHeadsPerCta][ld]
+  __nv_bfloat16* sq_lo = sq + kHeadsPerCta * ld;                // lo [kHeadsPerCta][ld]
+  __nv_bfloat16* sk = sq_lo + kHeadsPerCta * ld;                // [kKeys][ld]
   __shared__ const uint8_t* s_data[kKeys];
   __shared__ const uint8_t* s_scales[kKeys];
 
@@ -117,12 +136,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
   const int n_dv = D / 16;  // this warp's 8-wide output tiles (head_dim / 2 dims)
   const int dv0 = half * (D / 2);
 
-  // Q rows h0 .. h0 + 63 as bf16 (heads past n_heads: zeros).
+  // Q rows h0 .. h0 + 63 as hi + lo bf16 terms (heads past n_heads: zeros).
   for (int i = threadIdx.x; i < kHeadsPerCta * D / 4; i += kThreads) {
     const int r = i / (D / 4), c = (i % (D / 4)) * 4;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (h0 + r < a.n_heads) v = *reinterpret_cast<const float4*>(a.q + ((row * a.n_heads + h0 + r) * D + c));
+    const float4 lo = make_float4(v.x - round_bf16(v.x), v.y - round_bf16(v.y),
+                                  v.z - round_bf16(v.z), v.w - round_bf16(v.w));
     *reinterpret_cast<uint2*>(sq + r * ld + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    *reinterpret_cast<uint2*>(sq_lo + r * ld + c) =
+        make_uint2(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w));
   }
 
   const int64_t n0 = kv_device::n_keys_of(a.src[0], row);
@@ -162,18 +185,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
     float s[4][4];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const __nv_bfloat16* qa = sq + (16 * rg + g) * ld + 2 * t;
+    const int qoff = (16 * rg + g) * ld + 2 * t;
     for (int k0 = 0; k0 < D; k0 += 16) {
-      uint32_t af[4];
-      af[0] = *reinterpret_cast<const uint32_t*>(qa + k0);
-      af[1] = *reinterpret_cast<const uint32_t*>(qa + 8 * ld + k0);
-      af[2] = *reinterpret_cast<const uint32_t*>(qa + k0 + 8);
-      af[3] = *reinterpret_cast<const uint32_t*>(qa + 8 * ld + k0 + 8);
+      uint32_t ah[4], al[4];
+      a_fragment(ah, sq + qoff + k0, ld);
+      a_fragment(al, sq_lo + qoff + k0, ld);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const __nv_bfloat16* kb = sk + (nt * 8 + g) * ld + k0 + 2 * t;
-        mma_bf16(s[nt], af, *reinterpret_cast<const uint32_t*>(kb),
-                 *reinterpret_cast<const uint32_t*>(kb + 8));
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kb);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kb + 8);
+        mma_bf16(s[nt], ah, b0, b1);
+        mma_bf16(s[nt], al, b0, b1);
       }
     }
     // Scale, mask missing keys, online softmax (row g: elements 0, 1; row g + 8: 2, 3).
@@ -196,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
       m[hr] = mn;
       l[hr] *= alpha[hr];
     }
-    uint32_t pa[2][4];  // P as the A fragments of keys 0-15 and 16-31
+    uint32_t pa[2][4], pl[2][4];  // P (hi, lo) as the A fragments of keys 0-15 and 16-31
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       float p[4];
@@ -208,6 +231,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
       }
       pa[nt / 2][(nt % 2) * 2] = pack_bf16(p[0], p[1]);
       pa[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p[2], p[3]);
+      pl[nt / 2][(nt % 2) * 2] = pack_bf16(p[0] - round_bf16(p[0]), p[1] - round_bf16(p[1]));
+      pl[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p[2] - round_bf16(p[2]), p[3] - round_bf16(p[3]));
     }
 #pragma unroll
     for (int i = 0; i < kMaxDvTiles; ++i) {
@@ -228,7 +253,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
         uint32_t b[4];
         ldmatrix_x4_trans(b, vrow + np * 16);
         mma_bf16(acc[2 * np], pa[kk], b[0], b[1]);
+        mma_bf16(acc[2 * np], pl[kk], b[0], b[1]);
         mma_bf16(acc[2 * np + 1], pa[kk], b[2], b[3]);
+        mma_bf16(acc[2 * np + 1], pl[kk], b[2], b[3]);
       }
     }
   }
@@ -302,14 +329,14 @@ void paged_attention_mma_cuda(cudaStream_t stream, const PagedAttentionParams& p
   const int64_t blocks = p.n_rows * a.n_groups;
   CHECK_KIND(kUnsupported, blocks < (int64_t{1} << 31))
       << "paged attention (mma): " << p.n_rows << " rows x " << a.n_groups << " head groups";
-  const int smem = static_cast<int>((kHeadsPerCta + kKeys) * (layout.head_dim + kPad) * 2);
+  const int smem = static_cast<int>((2 * kHeadsPerCta + kKeys) * (layout.head_dim + kPad) * 2);
   const bool fp8 = layout.dtype == KvCacheDtype::kFp8;
   auto kernel = fp8 ? paged_attention_mma_kernel<true> : paged_attention_mma_kernel<false>;
   // Opt in to the largest shared memory any head_dim needs, once per kernel (not a stream
   // operation, but kept out of every later call).
   static std::once_flag once[2];
   std::call_once(once[fp8 ? 1 : 0], [&] {
-    const int most = (kHeadsPerCta + kKeys) * (kMaxDim + kPad) * 2;
+    const int most = (2 * kHeadsPerCta + kKeys) * (kMaxDim + kPad) * 2;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
   });
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(a);
