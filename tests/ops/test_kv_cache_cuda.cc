@@ -153,8 +153,9 @@ Pool make_pool(std::mt19937_64& rng, KvCacheLayout layout, const std::vector<int
 
 // paged_attention_mma_cuda (bf16 tensor cores, q and P as hi + lo bf16 terms) on a case
 // run_case built: `pd` the device call, `ref` paged_attention_ref's output. fp32-level
-// agreement with the reference: nmse < 1e-9 (the SIMT kernel's bound is 1e-10; a plain bf16
-// q alone measured 1.6e-6 here). A row alone gives the bits it gets in the batch.
+// agreement with the reference: nmse < 1e-10, the SIMT kernel's bound (measured 4e-12 to
+// 1.3e-11 on the H200; a plain bf16 q alone measured 1.6e-6 here). A row alone gives the
+// bits it gets in the batch.
 void check_mma(const PagedAttentionParams& pd, const std::vector<float>& ref) {
   if (!paged_attention_mma_supported(pd)) {
     EXPECT_THROW(paged_attention_mma_cuda(nullptr, pd), Error);
@@ -168,7 +169,7 @@ void check_mma(const PagedAttentionParams& pd, const std::vector<float>& ref) {
   const auto out = test::download_f32(od);
   const double err = test::nmse(out.data(), ref.data(), N * H * d);
   std::printf("  mma (bf16 tensor cores, hi + lo terms): nmse %.3g vs the reference\n", err);
-  EXPECT_LT(err, 1e-9);
+  EXPECT_LT(err, 1e-10);
   const int64_t r = N / 2;  // a middle row alone
   Tensor o1 = test::poisoned_f32(H * d);
   PagedAttentionParams p1 = pm;
