@@ -139,7 +139,11 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
       ip.max_blocks = pool.max_blocks();
       ip.scores = scores;
       ip.score_stride = st.idx_max_entries;
-      indexer_paged_scores_cuda(stream, ip);
+      if (opt.mma_attention && !opt.batch_invariant && indexer_paged_scores_mma_preferred(ip)) {
+        indexer_paged_scores_mma_cuda(stream, ip);  // tensor cores for 32+ rows
+      } else {
+        indexer_paged_scores_cuda(stream, ip);
+      }
     } else {
       IndexerScoresParams ip;
       ip.q = qi;

@@ -30,7 +30,9 @@
 // Attention kernels (paged): forwards with n_rows * ceil(heads / 64) >= 264 (prefill) run on
 // bf16 tensor cores (paged_attention_mma_cuda: q and the softmax weights as hi + lo bf16
 // terms, fp32 accumulation, so fp32-level results); smaller ones (decode) and batch_invariant
-// use the fp32 SIMT kernel (with split-K at small grids). mma_attention = false: SIMT always.
+// use the fp32 SIMT kernel (with split-K at small grids). The FP8-cache indexer scores of
+// forwards of 32+ rows likewise (indexer_paged_scores_mma_cuda). mma_attention = false: the
+// SIMT kernels always.
 //
 // batch_invariant: every GEMM goes through a kernel whose per-row result does not depend on
 // the number of rows (device_linear.h says why: the rowwise fp32 kernel and the SIMT FP8

@@ -474,7 +474,8 @@ TEST(KvCacheCuda, PagedAttentionSplitKTiming) {
 
 TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
   auto rng = test::fresh_rng();
-  for (const auto& [H, d, bs] : {std::tuple<int64_t, int64_t, int64_t>{64, 128, 64}, {5, 96, 3}}) {
+  for (const auto& [H, d, bs] :
+       {std::tuple<int64_t, int64_t, int64_t>{64, 128, 64}, {5, 96, 3}, {8, 96, 4}}) {
     SCOPED_TRACE(testing::Message() << "H " << H << " d " << d << " block " << bs);
     IndexCacheLayout l;
     l.head_dim = d;
@@ -578,6 +579,55 @@ TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
       EXPECT_LT(err, 1e-11) << "row " << r;
       for (int64_t s = nk; s < stride; ++s) {
         EXPECT_TRUE(std::isnan(got[r * stride + s])) << "row " << r << " entry " << s << " written";
+      }
+    }
+    // Tensor-core scores (indexer_paged_scores_mma_cuda) where supported (5 x 96 with 3-key
+    // blocks is not: 300-byte blocks): the same bound against the reference, entries past a
+    // row's keys untouched, and each row alone bitwise equal to the batch.
+    if (!indexer_paged_scores_mma_supported(p)) {
+      EXPECT_THROW(indexer_paged_scores_mma_cuda(nullptr, p), Error);
+    } else {
+      Tensor smd = test::poisoned_f32(N * stride);
+      IndexerPagedScoresParams pm = p;
+      pm.scores = smd.data<float>();
+      indexer_paged_scores_mma_cuda(nullptr, pm);
+      const auto mm = test::download_f32(smd);
+      for (int64_t r = 0; r < N; ++r) {
+        const int64_t nk = (pos[r] + 1) / ratio;
+        const double err = test::nmse(&mm[r * stride], &ref[r * stride], nk);
+        if (r == 0 || r == N - 1) {
+          std::printf("indexer paged scores (mma) H %lld d %lld row %lld keys %lld: nmse %.3g\n",
+                      static_cast<long long>(H), static_cast<long long>(d), static_cast<long long>(r),
+                      static_cast<long long>(nk), err);
+        }
+        EXPECT_LT(err, 1e-11) << "mma row " << r;
+        for (int64_t s = nk; s < stride; ++s) {
+          EXPECT_TRUE(std::isnan(mm[r * stride + s])) << "mma row " << r << " entry " << s << " written";
+        }
+      }
+      for (int64_t r0 = 0; r0 < N; r0 += 5) {
+        IndexerPagedScoresParams pr = pm;
+        Tensor sub = test::poisoned_f32(stride);
+        pr.q = qd.data<float>() + r0 * H * d;
+        pr.g = gd.data<float>() + r0 * H;
+        pr.positions = pd.data<int32_t>() + r0;
+        pr.seq = sqd.data<int32_t>() + r0;
+        pr.n_rows = 1;
+        pr.scores = sub.data<float>();
+        indexer_paged_scores_mma_cuda(nullptr, pr);
+        const auto part = test::download_f32(sub);
+        const std::vector<float> want(mm.begin() + r0 * stride, mm.begin() + (r0 + 1) * stride);
+        EXPECT_EQ(count_differences(part, want), 0) << "mma row " << r0 << " alone";
+      }
+      if (H == 64) {  // report only: the 12 rows
+        cuda::Event start, stop;
+        constexpr int kIters = 50;
+        start.record(nullptr);
+        for (int i = 0; i < kIters; ++i) indexer_paged_scores_mma_cuda(nullptr, pm);
+        stop.record(nullptr);
+        stop.synchronize();
+        std::printf("indexer paged scores (mma) H 64 d 128, %lld rows: %.1f us per call\n",
+                    static_cast<long long>(N), 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters);
       }
     }
     // Small batches spread the keys over more blocks (fewer keys per block): each row alone

@@ -8,6 +8,13 @@
 //    is at slot block_table[seq[r] * max_blocks + s / block_size] * block_size + s %
 //    block_size. Same per-key arithmetic (and order) as indexer_scores_cuda; entries
 //    s >= n_keys(r) are left untouched. q [n_rows, n_heads, head_dim], g [n_rows, n_heads] fp32.
+//  * indexer_paged_scores_mma_cuda: the same scores on bf16 tensor cores for larger batches
+//    (prefill, big decode steps): one CTA per (row, 512 keys), the heads as the MMA M
+//    dimension, q as hi + lo bf16 terms and the e4m3 codes exact in bf16, fp32 accumulation;
+//    the key's scale after the dot product; the 64 heads summed in a fixed tree order (not
+//    the SIMT kernel's h order, so fp32-level differences). Per row: batch independent. Needs
+//    head_dim % 16 == 0 and <= 256, at most 64 heads, block_bytes % 8 == 0, q 16-byte
+//    aligned (supported(); kUnsupported otherwise). preferred(): supported and n_rows >= 32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,5 +48,8 @@ struct IndexerPagedScoresParams {
 };
 
 void indexer_paged_scores_cuda(cudaStream_t stream, const IndexerPagedScoresParams& p);
+void indexer_paged_scores_mma_cuda(cudaStream_t stream, const IndexerPagedScoresParams& p);
+bool indexer_paged_scores_mma_supported(const IndexerPagedScoresParams& p);
+bool indexer_paged_scores_mma_preferred(const IndexerPagedScoresParams& p);
 
 }  // namespace deepinfer

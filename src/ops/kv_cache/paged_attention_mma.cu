@@ -14,13 +14,9 @@
 //     accumulated in fp32: the result agrees with the fp32 SIMT kernel to fp32-level
 //     rounding, at 4 MMAs where plain bf16 would need 2 (3 with the duplicated S).
 //   * the sink is merged at the end, as in paged_attention_cuda.
-// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16): lane = 4 * g + t; A regs {(g, 2t..2t+1),
-// (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B regs {(k 2t..2t+1, n g), (k 2t+8.., n g)};
-// C {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The S accumulators of two adjacent 8-key
+// Fragment layouts: mma_bf16.cuh. The S accumulators of two adjacent 8-key
 // tiles are, element for element, the A fragment of P for those 16 keys; V's B fragments come
 // from ldmatrix.trans on the [key][dim] tile.
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -29,6 +25,7 @@
 #include "cuda/cuda_check.h"
 #include "ops/kv_cache/kv_cache_cuda.h"
 #include "ops/kv_cache/kv_cache_device.cuh"
+#include "ops/kv_cache/mma_bf16.cuh"
 
 namespace deepinfer {
 namespace {
@@ -56,41 +53,6 @@ struct MmaArgs {
   KeySource src[2];
 };
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// v rounded to bf16 (RNE) and back: the hi term of a hi + lo split.
-__device__ __forceinline__ float round_bf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
-
-// The A fragment (16 x 16 bf16) whose thread-0 element is at p: rows g, g + 8 and columns
-// 2t, 2t + 8 of a row-major tile with row stride ld (p already offset by g * ld + 2t).
-__device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const __nv_bfloat16* p, int ld) {
-  a[0] = *reinterpret_cast<const uint32_t*>(p);
-  a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * ld);
-  a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
-  a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * ld + 8);
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -112,8 +74,8 @@ __device__ __forceinline__ uint4 key_dims8(const uint8_t* data, const uint8_t* s
     const float sc = kv_device::e8m0_value(scales[c / KvCacheLayout::kScaleGroup]);
     const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
     const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
-    return make_uint4(pack_bf16(v0.x * sc, v0.y * sc), pack_bf16(v1.x * sc, v1.y * sc),
-                      pack_bf16(v2.x * sc, v2.y * sc), pack_bf16(v3.x * sc, v3.y * sc));
+    return make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
+                      mma_bf16::pack(v2.x * sc, v2.y * sc), mma_bf16::pack(v3.x * sc, v3.y * sc));
   }
   const int off = kFp8 ? nope + 2 * (c - nope) : 2 * c;
   return *reinterpret_cast<const uint4*>(data + off);
@@ -141,11 +103,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
     const int r = i / (D / 4), c = (i % (D / 4)) * 4;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (h0 + r < a.n_heads) v = *reinterpret_cast<const float4*>(a.q + ((row * a.n_heads + h0 + r) * D + c));
-    const float4 lo = make_float4(v.x - round_bf16(v.x), v.y - round_bf16(v.y),
-                                  v.z - round_bf16(v.z), v.w - round_bf16(v.w));
-    *reinterpret_cast<uint2*>(sq + r * ld + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-    *reinterpret_cast<uint2*>(sq_lo + r * ld + c) =
-        make_uint2(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w));
+    mma_bf16::split4(v, *reinterpret_cast<uint2*>(sq + r * ld + c),
+                     *reinterpret_cast<uint2*>(sq_lo + r * ld + c));
   }
 
   const int64_t n0 = kv_device::n_keys_of(a.src[0], row);
@@ -188,15 +147,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
     const int qoff = (16 * rg + g) * ld + 2 * t;
     for (int k0 = 0; k0 < D; k0 += 16) {
       uint32_t ah[4], al[4];
-      a_fragment(ah, sq + qoff + k0, ld);
-      a_fragment(al, sq_lo + qoff + k0, ld);
+      mma_bf16::a_fragment(ah, sq + qoff + k0, ld);
+      mma_bf16::a_fragment(al, sq_lo + qoff + k0, ld);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const __nv_bfloat16* kb = sk + (nt * 8 + g) * ld + k0 + 2 * t;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kb);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kb + 8);
-        mma_bf16(s[nt], ah, b0, b1);
-        mma_bf16(s[nt], al, b0, b1);
+        mma_bf16::mma(s[nt], ah, b0, b1);
+        mma_bf16::mma(s[nt], al, b0, b1);
       }
     }
     // Scale, mask missing keys, online softmax (row g: elements 0, 1; row g + 8: 2, 3).
@@ -229,10 +188,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
         p[e] = mn == -INFINITY ? 0.0f : expf(s[nt][e] - mn);  // s = -inf: 0
         l[e / 2] += p[e];
       }
-      pa[nt / 2][(nt % 2) * 2] = pack_bf16(p[0], p[1]);
-      pa[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p[2], p[3]);
-      pl[nt / 2][(nt % 2) * 2] = pack_bf16(p[0] - round_bf16(p[0]), p[1] - round_bf16(p[1]));
-      pl[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p[2] - round_bf16(p[2]), p[3] - round_bf16(p[3]));
+      pa[nt / 2][(nt % 2) * 2] = mma_bf16::pack(p[0], p[1]);
+      pa[nt / 2][(nt % 2) * 2 + 1] = mma_bf16::pack(p[2], p[3]);
+      pl[nt / 2][(nt % 2) * 2] =
+          mma_bf16::pack(p[0] - mma_bf16::round(p[0]), p[1] - mma_bf16::round(p[1]));
+      pl[nt / 2][(nt % 2) * 2 + 1] =
+          mma_bf16::pack(p[2] - mma_bf16::round(p[2]), p[3] - mma_bf16::round(p[3]));
     }
 #pragma unroll
     for (int i = 0; i < kMaxDvTiles; ++i) {
@@ -251,11 +212,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
       for (int np = 0; np < kMaxDvTiles / 2; ++np) {
         if (2 * np >= n_dv) break;
         uint32_t b[4];
-        ldmatrix_x4_trans(b, vrow + np * 16);
-        mma_bf16(acc[2 * np], pa[kk], b[0], b[1]);
-        mma_bf16(acc[2 * np], pl[kk], b[0], b[1]);
-        mma_bf16(acc[2 * np + 1], pa[kk], b[2], b[3]);
-        mma_bf16(acc[2 * np + 1], pl[kk], b[2], b[3]);
+        mma_bf16::ldmatrix_x4_trans(b, vrow + np * 16);
+        mma_bf16::mma(acc[2 * np], pa[kk], b[0], b[1]);
+        mma_bf16::mma(acc[2 * np], pl[kk], b[0], b[1]);
+        mma_bf16::mma(acc[2 * np + 1], pa[kk], b[2], b[3]);
+        mma_bf16::mma(acc[2 * np + 1], pl[kk], b[2], b[3]);
       }
     }
   }
