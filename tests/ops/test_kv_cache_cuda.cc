@@ -582,8 +582,11 @@ TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
       }
     }
     // Tensor-core scores (indexer_paged_scores_mma_cuda) where supported (5 x 96 with 3-key
-    // blocks is not: 300-byte blocks): the same bound against the reference, entries past a
-    // row's keys untouched, and each row alone bitwise equal to the batch.
+    // blocks is not: 300-byte blocks): against the reference with nmse < 1e-10 (the hi + lo
+    // split carries an fp32 q to 16 significant bits: measured 3.9e-12 to 1.4e-11 on the H200,
+    // where the SIMT kernel's fp32 q gives ~1e-13; q values with at most 8 significant bits,
+    // like official numerics' FP4 round trips, are exact), entries past a row's keys
+    // untouched, and each row alone bitwise equal to the batch.
     if (!indexer_paged_scores_mma_supported(p)) {
       EXPECT_THROW(indexer_paged_scores_mma_cuda(nullptr, p), Error);
     } else {
@@ -600,7 +603,7 @@ TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
                       static_cast<long long>(H), static_cast<long long>(d), static_cast<long long>(r),
                       static_cast<long long>(nk), err);
         }
-        EXPECT_LT(err, 1e-11) << "mma row " << r;
+        EXPECT_LT(err, 1e-10) << "mma row " << r;
         for (int64_t s = nk; s < stride; ++s) {
           EXPECT_TRUE(std::isnan(mm[r * stride + s])) << "mma row " << r << " entry " << s << " written";
         }

@@ -10,7 +10,9 @@
 //    s >= n_keys(r) are left untouched. q [n_rows, n_heads, head_dim], g [n_rows, n_heads] fp32.
 //  * indexer_paged_scores_mma_cuda: the same scores on bf16 tensor cores for larger batches
 //    (prefill, big decode steps): one CTA per (row, 512 keys), the heads as the MMA M
-//    dimension, q as hi + lo bf16 terms and the e4m3 codes exact in bf16, fp32 accumulation;
+//    dimension, q as hi + lo bf16 terms (16 significant bits: exact for official numerics'
+//    FP4-rounded q, nmse ~1e-11 for an fp32 q) and the e4m3 codes exact in bf16, fp32
+//    accumulation;
 //    the key's scale after the dot product; the 64 heads summed in a fixed tree order (not
 //    the SIMT kernel's h order, so fp32-level differences). Per row: batch independent. Needs
 //    head_dim % 16 == 0 and <= 256, at most 64 heads, block_bytes % 8 == 0, q 16-byte
