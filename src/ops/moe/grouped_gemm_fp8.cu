@@ -4,11 +4,14 @@
 // CTA tile 64 rows x 64 columns, K in 128-wide blocks (one activation scale and one weight
 // scale per block), 4 warps in a 2x2 arrangement, each warp 32x32 = 2 x 4 m16n8k32 MMAs per
 // 32-wide K step. Tiles of A and W go to shared memory with cp.async (zero-filled outside the
-// matrix or for padding rows), two stages. Per K block the MMAs accumulate from zero in fp32;
+// matrix or for padding rows), a 4-stage pipeline (3 K blocks in flight while one is
+// multiplied; dynamic shared memory, 73.7 KB). Per K block the MMAs accumulate from zero in fp32;
 // the block result is then scaled by sa * sw (both powers of two, so the product is exact) and
 // added to the running fp32 accumulator (DeepGEMM's promotion). Every output element sees its
 // K blocks in ascending order and the same MMA sequence, whatever the other rows are.
 #include <cuda_runtime.h>
+
+#include <mutex>
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
@@ -23,7 +26,9 @@ constexpr int kBn = 64;
 constexpr int kBk = 128;
 constexpr int kThreads = 128;
 constexpr int kRowBytes = kBk + 16;  // padded smem row: fragment loads are conflict-free
-constexpr int kStages = 2;
+constexpr int kStages = 4;
+constexpr int kStageBytes = (kBm + kBn) * kRowBytes;  // A tile then W tile
+constexpr int kSmemBytes = kStages * kStageBytes;
 static_assert(kBm == 64, "the tile list is built for 64-row tiles");
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -64,8 +69,9 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
                     (static_cast<int64_t>(expert) * ((p.n + 127) / 128) + n0 / 128) * sw_ld;
   float* c_out = second ? p.c_b : p.c;
 
-  __shared__ __align__(16) uint8_t smem_a[kStages][kBm * kRowBytes];
-  __shared__ __align__(16) uint8_t smem_b[kStages][kBn * kRowBytes];
+  extern __shared__ __align__(16) uint8_t smem[];
+  auto smem_a = [&](int stage) { return smem + stage * kStageBytes; };
+  auto smem_b = [&](int stage) { return smem + stage * kStageBytes + kBm * kRowBytes; };
 
   const int tid = threadIdx.x;
   // Loader: thread tid copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 i, i < 4, of both
@@ -92,8 +98,8 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
       const int row = tid / 8 + 16 * i;
       const bool a_ok = k_ok && a_src[i] != nullptr;
       const bool b_ok = k_ok && b_src[i] != nullptr;
-      cp_async16(&smem_a[stage][row * kRowBytes + chunk * 16], a_ok ? a_src[i] + k : p.a, a_ok);
-      cp_async16(&smem_b[stage][row * kRowBytes + chunk * 16], b_ok ? b_src[i] + k : w, b_ok);
+      cp_async16(smem_a(stage) + row * kRowBytes + chunk * 16, a_ok ? a_src[i] + k : p.a, a_ok);
+      cp_async16(smem_b(stage) + row * kRowBytes + chunk * 16, b_ok ? b_src[i] + k : w, b_ok);
     }
   };
 
@@ -124,18 +130,20 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
-  load_stage(0, 0);
-  cp_async_commit();
+  // Prologue: K blocks 0 .. kStages - 2 in flight (one commit group each, empty past n_kb).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_kb) load_stage(s, s);
+    cp_async_commit();
+  }
   for (int64_t kb = 0; kb < n_kb; ++kb) {
     const int stage = static_cast<int>(kb % kStages);
-    if (kb + 1 < n_kb) {
-      load_stage(static_cast<int>((kb + 1) % kStages), kb + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    cp_async_wait<kStages - 2>();  // block kb has landed (this thread's copies)
+    __syncthreads();               // ... everyone's; and block kb - 1's stage is free again
+    if (kb + kStages - 1 < n_kb) {
+      load_stage(static_cast<int>((kb + kStages - 1) % kStages), kb + kStages - 1);
     }
-    __syncthreads();
+    cp_async_commit();  // possibly empty: keeps one group per iteration
 
     float blk[2][4][4];
 #pragma unroll
@@ -144,8 +152,8 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) blk[mt][nt][i] = 0.0f;
-    const uint8_t* sa_tile = smem_a[stage];
-    const uint8_t* sb_tile = smem_b[stage];
+    const uint8_t* sa_tile = smem_a(stage);
+    const uint8_t* sb_tile = smem_b(stage);
 #pragma unroll
     for (int ks = 0; ks < kBk / 32; ++ks) {
       const int kc = ks * 32 + t4 * 4;
@@ -185,7 +193,6 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_fp8_kernel(GroupedGemmF
         }
       }
     }
-    __syncthreads();  // the next iteration's loads overwrite this stage
   }
 
   // C fragment: element 2h + i of [mt][nt] is row wm + 16 mt + 8 h + g,
@@ -229,7 +236,12 @@ void grouped_gemm_fp8_cuda(cudaStream_t stream, const GroupedGemmFp8Params& p) {
   CHECK_KIND(kUnsupported, p.n_tiles_cap < (int64_t{1} << 31) && n_blocks <= 65535)
       << "grouped_gemm_fp8: " << p.n_tiles_cap << " tiles x " << n_blocks << " column blocks";
   const dim3 grid(static_cast<unsigned>(p.n_tiles_cap), static_cast<unsigned>(n_blocks));
-  grouped_gemm_fp8_kernel<<<grid, kThreads, 0, stream>>>(p);
+  static std::once_flag once;  // opt in to more than 48 KB of dynamic shared memory
+  std::call_once(once, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  });
+  grouped_gemm_fp8_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
