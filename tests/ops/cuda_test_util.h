@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda/device_tensor.h"
+#include "cuda/event.h"
 
 namespace deepinfer::test {
 
@@ -25,6 +26,19 @@ inline std::vector<float> download_f32(const Tensor& t) {
   std::vector<float> v(t.numel());
   cuda::copy_d2h(v.data(), t.raw(), t.nbytes());
   return v;
+}
+
+// Mean milliseconds of one call of run() (enqueued on the default stream) over `iters` calls
+// after one warm-up call. For printed reports only, never asserted.
+template <typename Run>
+double mean_ms(Run&& run, int iters) {
+  run();
+  cuda::Event start, stop;
+  start.record(nullptr);
+  for (int i = 0; i < iters; ++i) run();
+  stop.record(nullptr);
+  stop.synchronize();
+  return cuda::Event::elapsed_ms(start, stop) / iters;
 }
 
 }  // namespace deepinfer::test

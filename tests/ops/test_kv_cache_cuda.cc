@@ -185,13 +185,8 @@ void check_mma(const PagedAttentionParams& pd, const std::vector<float>& ref) {
   const auto alone = test::download_f32(o1);
   for (int64_t i = 0; i < H * d; ++i) ASSERT_EQ(alone[i], out[r * H * d + i]) << "mma: element " << i;
   if (H == 64 && d == 512) {  // report only
-    cuda::Event start, stop;
-    constexpr int kIters = 20;
-    start.record(nullptr);
-    for (int i = 0; i < kIters; ++i) paged_attention_mma_cuda(nullptr, pm);
-    stop.record(nullptr);
-    stop.synchronize();
-    std::printf("  mma: %.1f us per call\n", 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters);
+    const double ms = test::mean_ms([&] { paged_attention_mma_cuda(nullptr, pm); }, 20);
+    std::printf("  mma: %.1f us per call\n", 1e3 * ms);
   }
 }
 
@@ -623,14 +618,9 @@ TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
         EXPECT_EQ(count_differences(part, want), 0) << "mma row " << r0 << " alone";
       }
       if (H == 64) {  // report only: the 12 rows
-        cuda::Event start, stop;
-        constexpr int kIters = 50;
-        start.record(nullptr);
-        for (int i = 0; i < kIters; ++i) indexer_paged_scores_mma_cuda(nullptr, pm);
-        stop.record(nullptr);
-        stop.synchronize();
+        const double ms = test::mean_ms([&] { indexer_paged_scores_mma_cuda(nullptr, pm); }, 50);
         std::printf("indexer paged scores (mma) H 64 d 128, %lld rows: %.1f us per call\n",
-                    static_cast<long long>(N), 1e3 * cuda::Event::elapsed_ms(start, stop) / kIters);
+                    static_cast<long long>(N), 1e3 * ms);
       }
     }
     // Small batches spread the keys over more blocks (fewer keys per block): each row alone

@@ -378,23 +378,11 @@ struct Layer {
       moe_experts_fp8_cuda(nullptr, s, x_d.data<float>(), ids_d.data<int32_t>(),
                            rw_d.data<float>(), weights(), nullptr, ws.raw(), out.data<float>());
     };
-    run();
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    constexpr int kIters = 20;
-    cudaEventRecord(start);
-    for (int i = 0; i < kIters; ++i) run();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    const double ms = test::mean_ms(run, 20);
     std::vector<bool> used(E, false);
     for (int32_t e : ids) used[e] = true;
     const int64_t n_used = std::count(used.begin(), used.end(), true);
-    const double us = 1e3 * ms / kIters;
+    const double us = 1e3 * ms;
     const double bytes = static_cast<double>(n_used) * 3 * I * D;
     const double flops = 2.0 * 3 * I * D * static_cast<double>(T * k);
     std::printf("  T %ld: %.1f us per layer, %ld experts used, weights %.1f GB/s, %.1f TFLOP/s\n",

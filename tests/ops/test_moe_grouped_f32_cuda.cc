@@ -230,21 +230,9 @@ struct F32Layer {
       moe_experts_f32_cuda(nullptr, s, x_d.data<float>(), ids_d.data<int32_t>(),
                            rw_d.data<float>(), weights(), nullptr, ws.raw(), out.data<float>());
     };
-    run();
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    constexpr int kIters = 10;
-    cudaEventRecord(start);
-    for (int i = 0; i < kIters; ++i) run();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    const double ms = test::mean_ms(run, 10);
     std::printf("  T %ld: %.1f us per layer (fp32 weights, not asserted)\n", static_cast<long>(T),
-                1e3 * ms / kIters);
+                1e3 * ms);
   }
 
   // Plain CPU reference: per token, per slot j, the expert's FFN in fp64, summed over j.

@@ -58,6 +58,29 @@ __device__ __forceinline__ int64_t n_keys_of(const KeySource& s, int64_t row) {
   return s.n_indices != nullptr ? s.n_indices[row] : s.max_indices;
 }
 
+// Host side of a paged attention call (`who` names the kernel in errors): the source whose
+// layout the call uses (sources[0], or sources[1] when only it is used), validated, and both
+// sources checked (cache and indices present, same dtype / head_dim / rope_dim) and copied
+// into `out` (a source with max_indices 0 stays empty). Returns the reference layout.
+inline KvCacheLayout key_sources(const PagedAttentionParams& p, KeySource (&out)[2], const char* who) {
+  const KvSource& ref =
+      p.sources[1].max_indices > 0 && p.sources[0].max_indices == 0 ? p.sources[1] : p.sources[0];
+  const KvCacheLayout layout = ref.layout;
+  layout.validate();
+  for (int s = 0; s < 2; ++s) {
+    const KvSource& src = p.sources[s];
+    if (src.max_indices == 0) continue;
+    CHECK(src.cache != nullptr && src.indices != nullptr)
+        << who << ": source " << s << " without cache or indices";
+    src.layout.validate();
+    CHECK(src.layout.dtype == layout.dtype && src.layout.head_dim == layout.head_dim &&
+          src.layout.rope_dim == layout.rope_dim)
+        << who << ": sources differ in dtype/head_dim/rope_dim";
+    out[s] = {src.cache, src.indices, src.n_indices, src.max_indices, geometry(src.layout)};
+  }
+  return layout;
+}
+
 // Same bits as f32_to_bf16 (RNE; NaN keeps its payload with the quiet bit set).
 __device__ __forceinline__ uint32_t bf16_bits(float f) {
   uint32_t u = __float_as_uint(f);

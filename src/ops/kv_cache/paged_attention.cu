@@ -319,26 +319,8 @@ int64_t paged_attention_workspace_bytes(int64_t n_rows, int64_t n_heads, int64_t
 }
 
 void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
-  const KvSource* ref = p.sources[1].max_indices > 0 && p.sources[0].max_indices == 0 ? &p.sources[1]
-                                                                                       : &p.sources[0];
-  const KvCacheLayout& layout = ref->layout;
-  layout.validate();
   Args a;
-  for (int s = 0; s < 2; ++s) {
-    const KvSource& src = p.sources[s];
-    if (src.max_indices == 0) continue;
-    CHECK(src.cache != nullptr && src.indices != nullptr)
-        << "paged attention: source " << s << " without cache or indices";
-    src.layout.validate();
-    CHECK(src.layout.dtype == layout.dtype && src.layout.head_dim == layout.head_dim &&
-          src.layout.rope_dim == layout.rope_dim)
-        << "paged attention: sources differ in dtype/head_dim/rope_dim";
-    a.src[s].cache = src.cache;
-    a.src[s].indices = src.indices;
-    a.src[s].n_indices = src.n_indices;
-    a.src[s].max_indices = src.max_indices;
-    a.src[s].g = kv_device::geometry(src.layout);
-  }
+  const KvCacheLayout layout = kv_device::key_sources(p, a.src, "paged attention");
   if (p.n_rows == 0 || p.n_heads == 0) return;
   a.q = p.q;
   a.out = p.out;

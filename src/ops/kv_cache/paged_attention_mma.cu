@@ -257,25 +257,12 @@ bool paged_attention_mma_preferred(const PagedAttentionParams& p) {
 }
 
 void paged_attention_mma_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
-  const KvSource& ref = reference_source(p);
-  const KvCacheLayout& layout = ref.layout;
-  layout.validate();
+  MmaArgs a;
+  const KvCacheLayout layout = kv_device::key_sources(p, a.src, "paged attention (mma)");
   CHECK_KIND(kUnsupported, layout.head_dim % 32 == 0 && layout.head_dim <= kMaxDim &&
                                layout.rope_dim % 8 == 0)
       << "paged attention (mma): head_dim " << layout.head_dim << ", rope_dim " << layout.rope_dim
       << " (needs head_dim % 32 == 0, <= " << kMaxDim << ", rope_dim % 8 == 0)";
-  MmaArgs a;
-  for (int s = 0; s < 2; ++s) {
-    const KvSource& src = p.sources[s];
-    if (src.max_indices == 0) continue;
-    CHECK(src.cache != nullptr && src.indices != nullptr)
-        << "paged attention (mma): source " << s << " without cache or indices";
-    src.layout.validate();
-    CHECK(src.layout.dtype == layout.dtype && src.layout.head_dim == layout.head_dim &&
-          src.layout.rope_dim == layout.rope_dim)
-        << "paged attention (mma): sources differ in dtype/head_dim/rope_dim";
-    a.src[s] = {src.cache, src.indices, src.n_indices, src.max_indices, kv_device::geometry(src.layout)};
-  }
   if (p.n_rows == 0 || p.n_heads == 0) return;
   CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.out) % 8 == 0)
       << "paged attention (mma): q must be 16-byte and out 8-byte aligned";
