@@ -107,7 +107,8 @@ TEST_P(GoldenTest, NativeQuantizedAndHfCheckpointsAgree) {
 }
 
 // HF's indexer picks (reference.safetensors `indexer_topk.layers.N` [S, topk], sorted
-// ascending, -1 = no pick) against the picks our reference forward records.
+// ascending, -1 = no pick) against the picks our reference forward records; the recorded
+// experts are complete (every position of every score-routed layer, distinct ascending ids).
 TEST_P(GoldenTest, RecordedIndexerPicksAreHFs) {
   auto ref = SafetensorsFile::open((dir() / "reference.safetensors").string());
   const auto tokens = read_ids(*ref, "input_ids");
@@ -137,8 +138,24 @@ TEST_P(GoldenTest, RecordedIndexerPicksAreHFs) {
     }
     EXPECT_EQ(n_bad, 0) << name;
   }
-  std::printf("%s: indexer picks of %d CSA layers x %lld positions equal HF's\n", GetParam().c_str(),
-              n_layers, static_cast<long long>(S));
+  // Experts: every position of every score-routed layer holds top_k distinct ascending ids.
+  int n_routed = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    ASSERT_EQ(rec.trace.experts[l].empty(), cfg.is_hash_layer(l)) << "layer " << l;
+    if (rec.trace.experts[l].empty()) continue;
+    ++n_routed;
+    for (int64_t p = 0; p < S; ++p) {
+      const int32_t* e = &rec.trace.experts[l][p * cfg.n_experts_per_tok];
+      for (int64_t j = 0; j < cfg.n_experts_per_tok; ++j) {
+        ASSERT_TRUE(e[j] >= 0 && e[j] < cfg.n_routed_experts && (j == 0 || e[j] > e[j - 1]))
+            << "layer " << l << " position " << p << " slot " << j << ": " << e[j];
+      }
+    }
+  }
+  EXPECT_GT(n_routed, 0);
+  std::printf("%s: indexer picks of %d CSA layers x %lld positions equal HF's; experts of %d "
+              "score-routed layers recorded\n", GetParam().c_str(), n_layers,
+              static_cast<long long>(S), n_routed);
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, GoldenTest, ::testing::ValuesIn(golden_models()));
