@@ -217,15 +217,7 @@ void Engine::Impl::init() {
             << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
   if (args.overlap) worker = std::make_unique<StepWorker>();
   if (auto* cpu = dynamic_cast<CpuRunner*>(runner.get())) {
-    cpu->set_sampler([](std::span<const float> logits, const RowRequest& row) {
-      SamplingParams p;
-      p.temperature = row.temperature;
-      p.top_k = row.top_k;
-      p.top_p = row.top_p;
-      p.min_p = row.min_p;
-      p.seed = row.seed;
-      return sample_token(logits, p, row.position);
-    });
+    cpu->set_sampler(sample_row_request);
   }
 }
 

@@ -167,4 +167,14 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   return ids[keep - 1];
 }
 
+int32_t sample_row_request(std::span<const float> logits, const RowRequest& row) {
+  SamplingParams p;
+  p.temperature = row.temperature;
+  p.top_k = row.top_k;
+  p.top_p = row.top_p;
+  p.min_p = row.min_p;
+  p.seed = row.seed;
+  return sample_token(logits, p, row.position);
+}
+
 }  // namespace deepinfer

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/model_runner.h"
+
 namespace deepinfer {
 
 struct SamplingParams {
@@ -50,5 +52,10 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
 // position) over the candidates ordered by (probability desc, id asc).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                      int64_t position);
+
+// A runner's kSample row (runtime/model_runner.h) sampled on the host: sample_token with the
+// row's temperature, top-k, top-p, min-p and seed at its position (masks already applied).
+// The sampler the engine gives CpuRunner.
+int32_t sample_row_request(std::span<const float> logits, const RowRequest& row);
 
 }  // namespace deepinfer

@@ -77,16 +77,4 @@ inline std::map<std::string, ConstrainedResult> run_constrained(Engine& engine,
   return out;
 }
 
-// kSample rows sampled as the engine's sample_token does (CpuRunner's sampler for a runner
-// handed to the engine inside a wrapper, which the engine cannot see through).
-inline int32_t engine_rule_sample(std::span<const float> logits, const RowRequest& row) {
-  SamplingParams p;
-  p.temperature = row.temperature;
-  p.top_k = row.top_k;
-  p.top_p = row.top_p;
-  p.min_p = row.min_p;
-  p.seed = row.seed;
-  return sample_token(logits, p, row.position);
-}
-
 }  // namespace deepinfer::testing

@@ -20,7 +20,7 @@ namespace {
 
 std::unique_ptr<CpuRunner> cpu_sampling_runner() {
   auto r = std::make_unique<CpuRunner>(small_model());
-  r->set_sampler(engine_rule_sample);
+  r->set_sampler(sample_row_request);
   return r;
 }
 
@@ -67,7 +67,7 @@ TEST(CpuRunnerMasks, MasksRowsLikeTheReference) {
     if (rows[i].mask_eos) {
       for (int64_t eos : small_config().eos_token_ids) row[size_t(eos)] = -INFINITY;
     }
-    const int32_t want = engine_rule_sample(row, rows[i]);
+    const int32_t want = sample_row_request(row, rows[i]);
     EXPECT_EQ(got.tokens[i], want) << "row " << i;
     if (rows[i].bitmask != nullptr) {
       EXPECT_TRUE((masks[i][size_t(want / 32)] >> (want % 32)) & 1u) << "row " << i << " token " << want;

@@ -7,24 +7,15 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "engine/sampler.h"
 #include "engine_test_util.h"
 
 namespace deepinfer::testing {
 namespace {
 
-int32_t host_sample(std::span<const float> logits, const RowRequest& row) {
-  SamplingParams p;
-  p.temperature = row.temperature;
-  p.top_k = row.top_k;
-  p.top_p = row.top_p;
-  p.min_p = row.min_p;
-  p.seed = row.seed;
-  return sample_token(logits, p, row.position);
-}
-
 std::unique_ptr<CpuRunner> sampling_runner() {
   auto r = std::make_unique<CpuRunner>(small_model());
-  r->set_sampler(host_sample);
+  r->set_sampler(sample_row_request);
   return r;
 }
 
@@ -63,8 +54,8 @@ TEST(RunnerSteps, LaunchCollectWithSampleReferencesEqualsForwardAndHostSampling)
   CpuRunner ref(small_model());
   const int64_t ra = ref.new_sequence(), rb = ref.new_sequence(), rc = ref.new_sequence();
   const Tensor l1 = ref.forward(std::vector<RunnerChunk>{{ra, p1, false}, {rb, p2, false}, {rc, p3, false}});
-  const int32_t ta = host_sample({l1.f32(), size_t(V)}, rows1[0]);
-  const int32_t tb = host_sample({l1.f32() + V, size_t(V)}, rows1[1]);
+  const int32_t ta = sample_row_request({l1.f32(), size_t(V)}, rows1[0]);
+  const int32_t tb = sample_row_request({l1.f32() + V, size_t(V)}, rows1[1]);
   ASSERT_EQ(r1.tokens, (std::vector<int32_t>{ta, tb, -1}));
   EXPECT_EQ(r1.logits_row, (std::vector<int64_t>{-1, -1, -1}));
   const std::vector<int32_t> ia = {ta}, ib = {tb};
@@ -74,7 +65,7 @@ TEST(RunnerSteps, LaunchCollectWithSampleReferencesEqualsForwardAndHostSampling)
   EXPECT_EQ(r2.logits_row[1], -1);
   EXPECT_TRUE(std::equal(l2.f32(), l2.f32() + V, r2.logits.f32() + r2.logits_row[0] * V));
   EXPECT_EQ(r2.tokens[0], -1);
-  EXPECT_EQ(r2.tokens[1], host_sample({l2.f32() + V, size_t(V)}, sample_row(0.8f, 9, 1)));
+  EXPECT_EQ(r2.tokens[1], sample_row_request({l2.f32() + V, size_t(V)}, sample_row(0.8f, 9, 1)));
 }
 
 TEST(RunnerSteps, RefusesBadRequests) {
