@@ -152,6 +152,11 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
     slot = std::make_unique<Slot>(max_rows, n_eos);
     slot->reserve_masks(std::min(max_rows, g.max_sequences),
                         token_bitmask_words(model_->config().vocab_size));
+    // Host rows' logits: one row per sequence (what the engine asks at most), pinned here
+    // rather than on the first step that has a host row (cudaMallocHost in the step loop).
+    slot->logits_host_rows = std::min(max_rows, g.max_sequences);
+    slot->logits_host = pinned(size_t(slot->logits_host_rows) * size_t(model_->config().vocab_size) *
+                               sizeof(float));
   }
   // The engine samples one row per sequence: the workspace holds that many rows (larger
   // launches are sampled in pieces).
@@ -317,7 +322,7 @@ void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const Row
   }
   if (n_host > 0) {
     if (s.logits_host_rows < n_host) {
-      // Grown once to what the engine asks at most (one row per sequence), more only if asked.
+      // Sized at init for one row per sequence; a caller asking more grows it here.
       const int64_t want = std::max<int64_t>(n_host, capacity_.max_sequences);
       s.logits_host.reset();
       s.logits_host = pinned(size_t(want) * size_t(V) * sizeof(float));

@@ -8,7 +8,8 @@
 // sample references read from the previous launch's device token buffer; kSample rows are
 // sampled on the device (all greedy: one arg-max kernel; otherwise sample_cuda, the same rule
 // and random stream as the host sampler); the tokens and only the kHost rows' logits are
-// copied into pinned host buffers (allocated once per slot, grown if ever short); an event
+// copied into pinned host buffers (allocated per slot at construction for one row per sequence,
+// grown if a caller ever asks more); an event
 // marks the end. Rows with a grammar bitmask (RowRequest::bitmask) have it applied on the
 // device first (apply_token_bitmask_cuda): the step's masks are copied into the slot's pinned
 // staging buffer (allocated once, one row per sequence; grown if ever short), uploaded with
