@@ -30,15 +30,6 @@ std::vector<float> randn(std::mt19937& gen, int64_t n, float stddev) {
   return v;
 }
 
-KvCacheLayout layout_of(KvCacheDtype dtype, int64_t head_dim, int64_t rope_dim, int64_t block_size) {
-  KvCacheLayout l;
-  l.dtype = dtype;
-  l.head_dim = head_dim;
-  l.rope_dim = rope_dim;
-  l.block_size = block_size;
-  return l;
-}
-
 TEST(KvCache, LayoutSizes) {
   const KvCacheLayout fp8 = KvCacheLayout::v4(KvCacheDtype::kFp8, 64);
   EXPECT_EQ(fp8.data_bytes(), 576);
@@ -52,15 +43,15 @@ TEST(KvCache, LayoutSizes) {
   EXPECT_EQ(bf16.entry_bytes(), 1024);
   EXPECT_EQ(bf16.block_bytes(), 65536);
   EXPECT_EQ(bf16.data_offset(64 + 2), 65536 + 2048);
-  const KvCacheLayout small = layout_of(KvCacheDtype::kFp8, 128, 64, 3);
+  const KvCacheLayout small{KvCacheDtype::kFp8, 128, 64, 3};
   EXPECT_EQ(small.entry_bytes(), 200);
   EXPECT_EQ(small.block_bytes(), 768);  // 600 rounded up to a multiple of 192
   EXPECT_EQ(kv_cache_dtype_from_string("fp8"), KvCacheDtype::kFp8);
   EXPECT_EQ(kv_cache_dtype_from_string("bf16"), KvCacheDtype::kBf16);
   EXPECT_THROW(kv_cache_dtype_from_string("fp16"), Error);
-  EXPECT_THROW(layout_of(KvCacheDtype::kFp8, 512, 96, 64).validate(), Error);  // nope 416
-  EXPECT_THROW(layout_of(KvCacheDtype::kBf16, 100, 0, 64).validate(), Error);
-  EXPECT_THROW(layout_of(KvCacheDtype::kFp8, 512, 64, 0).validate(), Error);
+  EXPECT_THROW((KvCacheLayout{KvCacheDtype::kFp8, 512, 96, 64}.validate()), Error);  // nope 416
+  EXPECT_THROW((KvCacheLayout{KvCacheDtype::kBf16, 100, 0, 64}.validate()), Error);
+  EXPECT_THROW((KvCacheLayout{KvCacheDtype::kFp8, 512, 64, 0}.validate()), Error);
 }
 
 // Entry whose codes are known by construction: group g has scale 2^(g-3) (its amax is
@@ -116,7 +107,7 @@ TEST(KvCache, Fp8EntryBytesMatchAHandBuiltEntry) {
 TEST(KvCache, Fp8RoundTripEqualsTheQatRoundTrip) {
   std::mt19937 gen(7);
   for (const auto& [head_dim, rope] : {std::pair<int64_t, int64_t>{512, 64}, {128, 64}, {256, 0}}) {
-    const KvCacheLayout l = layout_of(KvCacheDtype::kFp8, head_dim, rope, 5);
+    const KvCacheLayout l{KvCacheDtype::kFp8, head_dim, rope, 5};
     const int64_t n = 23, stride = head_dim + 3, n_blocks = 7;
     std::vector<float> x(n * stride);
     for (int64_t i = 0; i < n; ++i) {
@@ -181,8 +172,8 @@ TEST(KvCache, Bf16LayoutAndRoundTrip) {
 TEST(KvCache, PagedAttentionMatchesSparseAttentionOnThePlainKeys) {
   std::mt19937 gen(13);
   const int64_t H = 3, d = 128, rows = 4, bs0 = 4, bs1 = 3, nb0 = 6, nb1 = 5;
-  const KvCacheLayout l0 = layout_of(KvCacheDtype::kBf16, d, 64, bs0);
-  const KvCacheLayout l1 = layout_of(KvCacheDtype::kBf16, d, 64, bs1);
+  const KvCacheLayout l0{KvCacheDtype::kBf16, d, 64, bs0};
+  const KvCacheLayout l1{KvCacheDtype::kBf16, d, 64, bs1};
   auto keys0 = randn(gen, nb0 * bs0 * d, 1.0f), keys1 = randn(gen, nb1 * bs1 * d, 1.0f);
   for (auto& v : keys0) v = round_bf16(v);
   for (auto& v : keys1) v = round_bf16(v);

@@ -34,15 +34,6 @@
 namespace deepinfer {
 namespace {
 
-KvCacheLayout layout_of(KvCacheDtype dtype, int64_t head_dim, int64_t rope_dim, int64_t block_size) {
-  KvCacheLayout l;
-  l.dtype = dtype;
-  l.head_dim = head_dim;
-  l.rope_dim = rope_dim;
-  l.block_size = block_size;
-  return l;
-}
-
 Tensor upload_bytes(const std::vector<uint8_t>& v) { return test::upload_vec(v, DType::U8); }
 
 std::vector<uint8_t> download_bytes(const Tensor& t) {
@@ -105,9 +96,9 @@ TEST(KvCacheCuda, StoreIsByteIdenticalAndLoadIdentical) {
   auto rng = test::fresh_rng();
   check_store_and_load(rng, KvCacheLayout::v4(KvCacheDtype::kFp8, 64), 300, 7);
   check_store_and_load(rng, KvCacheLayout::v4(KvCacheDtype::kBf16, 64), 300, 7);
-  check_store_and_load(rng, layout_of(KvCacheDtype::kFp8, 128, 64, 5), 37, 11);
-  check_store_and_load(rng, layout_of(KvCacheDtype::kFp8, 256, 0, 3), 20, 9);
-  check_store_and_load(rng, layout_of(KvCacheDtype::kBf16, 96, 0, 1), 13, 17);
+  check_store_and_load(rng, KvCacheLayout{KvCacheDtype::kFp8, 128, 64, 5}, 37, 11);
+  check_store_and_load(rng, KvCacheLayout{KvCacheDtype::kFp8, 256, 0, 3}, 20, 9);
+  check_store_and_load(rng, KvCacheLayout{KvCacheDtype::kBf16, 96, 0, 1}, 13, 17);
 }
 
 // One pool: n_blocks blocks holding random entries (stored with kv_store_ref), and per
@@ -202,7 +193,7 @@ void run_case(std::mt19937_64& rng, const Case& c) {
                                   << c.head_dim << " W " << c.window << " ratio " << c.ratio
                                   << " topk " << c.topk << " seqs " << c.chunks.size());
   const int64_t H = c.n_heads, d = c.head_dim, W = c.window, S = static_cast<int64_t>(c.chunks.size());
-  const KvCacheLayout layout = layout_of(c.dtype, d, c.rope_dim, c.block_size);
+  const KvCacheLayout layout{c.dtype, d, c.rope_dim, c.block_size};
   std::vector<int64_t> win_entries, cmp_entries;
   for (const auto& [start, len] : c.chunks) {
     win_entries.push_back(start + len);  // the window pool holds positions 0 .. end-1
