@@ -58,14 +58,17 @@ __device__ __forceinline__ int64_t n_keys_of(const KeySource& s, int64_t row) {
   return s.n_indices != nullptr ? s.n_indices[row] : s.max_indices;
 }
 
-// Host side of a paged attention call (`who` names the kernel in errors): the source whose
-// layout the call uses (sources[0], or sources[1] when only it is used), validated, and both
-// sources checked (cache and indices present, same dtype / head_dim / rope_dim) and copied
-// into `out` (a source with max_indices 0 stays empty). Returns the reference layout.
+// Host side of a paged attention call. reference_source: the source whose layout the call
+// uses (sources[0], or sources[1] when only it is used). key_sources (`who` names the kernel
+// in errors): that layout validated, both sources checked (cache and indices present, same
+// dtype / head_dim / rope_dim) and copied into `out` (a source with max_indices 0 stays
+// empty); returns the reference layout.
+inline const KvSource& reference_source(const PagedAttentionParams& p) {
+  return p.sources[1].max_indices > 0 && p.sources[0].max_indices == 0 ? p.sources[1] : p.sources[0];
+}
+
 inline KvCacheLayout key_sources(const PagedAttentionParams& p, KeySource (&out)[2], const char* who) {
-  const KvSource& ref =
-      p.sources[1].max_indices > 0 && p.sources[0].max_indices == 0 ? p.sources[1] : p.sources[0];
-  const KvCacheLayout layout = ref.layout;
+  const KvCacheLayout layout = reference_source(p).layout;
   layout.validate();
   for (int s = 0; s < 2; ++s) {
     const KvSource& src = p.sources[s];

@@ -240,14 +240,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
   }
 }
 
-const KvSource& reference_source(const PagedAttentionParams& p) {
-  return p.sources[1].max_indices > 0 && p.sources[0].max_indices == 0 ? p.sources[1] : p.sources[0];
-}
-
 }  // namespace
 
 bool paged_attention_mma_supported(const PagedAttentionParams& p) {
-  const KvCacheLayout& l = reference_source(p).layout;
+  const KvCacheLayout& l = kv_device::reference_source(p).layout;
   return l.head_dim % 32 == 0 && l.head_dim <= kMaxDim && l.rope_dim % 8 == 0;
 }
 
