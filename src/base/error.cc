@@ -21,16 +21,16 @@ ErrorBuilder::ErrorBuilder(ErrorKind kind, const char* file, int line, const cha
 
 ErrorBuilder::~ErrorBuilder() noexcept(false) {
   std::string msg = stream_.str();
-  // Internal errors carry the location and the failed condition; input errors carry
-  // only the message, which must name the culprit on its own.
+  // Internal errors carry the failed condition; input errors carry only the message, which
+  // must name the culprit on its own. The location goes to where(), never into the message.
   if (kind_ == ErrorKind::kInternal || msg.empty()) {
     std::ostringstream full;
-    full << error_kind_name(kind_) << " at " << file_ << ":" << line_;
+    full << error_kind_name(kind_);
     if (cond_ != nullptr) full << " (" << cond_ << ")";
     if (!msg.empty()) full << ": " << msg;
     msg = full.str();
   }
-  throw Error(kind_, msg);
+  throw Error(kind_, msg, std::string(file_) + ":" + std::to_string(line_));
 }
 
 }  // namespace detail

@@ -6,6 +6,8 @@
 //   THROW(kind) << "msg";   unconditional typed error
 //
 // Library code never exits the process: callers (server, CLI, tests) catch Error.
+// what() never names a source location (it may reach clients, e.g. in an HTTP error body);
+// internal and device errors keep theirs in where() ("file:line"), for logs.
 #pragma once
 
 #include <sstream>
@@ -27,11 +29,15 @@ const char* error_kind_name(ErrorKind kind);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& what, std::string where = "")
+      : std::runtime_error(what), kind_(kind), where_(std::move(where)) {}
   ErrorKind kind() const { return kind_; }
+  // Source location of the check that threw ("file:line"), or "".
+  const std::string& where() const { return where_; }
 
  private:
   ErrorKind kind_;
+  std::string where_;
 };
 
 namespace detail {

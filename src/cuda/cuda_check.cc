@@ -8,16 +8,14 @@ namespace deepinfer::cuda {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
   std::ostringstream msg;
-  msg << file << ":" << line << ": " << call << " failed: " << cudaGetErrorName(err) << " ("
-      << cudaGetErrorString(err) << ")";
-  throw Error(ErrorKind::kDevice, msg.str());
+  msg << call << " failed: " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ")";
+  throw Error(ErrorKind::kDevice, msg.str(), std::string(file) + ":" + std::to_string(line));
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
   std::ostringstream msg;
-  msg << file << ":" << line << ": " << call << " failed: " << cublasLtGetStatusName(status)
-      << " (" << cublasLtGetStatusString(status) << ")";
-  throw Error(ErrorKind::kDevice, msg.str());
+  msg << call << " failed: " << cublasLtGetStatusName(status) << " (" << cublasLtGetStatusString(status) << ")";
+  throw Error(ErrorKind::kDevice, msg.str(), std::string(file) + ":" + std::to_string(line));
 }
 
 }  // namespace deepinfer::cuda

@@ -5,7 +5,9 @@
 //   GrammarMatcher m(g);                                                      // once per request
 // Kinds: "json_schema" (json_schema.h), "json_object" (any JSON object; text ignored), "regex"
 // (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule "root").
-// Errors: kInvalidInput (malformed), kUnsupported (feature named in the message).
+// Errors: kInvalidInput (malformed; or unsatisfiable: a constraint whose language is empty, or
+// one no token of the vocabulary can begin, is refused here, see language.h), kUnsupported
+// (feature named in the message).
 // Compiled grammars are immutable apart from their internally synchronised mask cache: cache
 // them by (kind, text) and share them across requests and threads.
 #pragma once
@@ -24,6 +26,9 @@ struct GrammarSpec {
   std::string kind;  // "json_schema", "json_object", "regex", "ebnf"
   std::string text;
   int32_t max_whitespace = 0;  // JSON kinds: whitespace policy (json_schema.h)
+  // Keep grammars whose language is empty (conformance tools that check the language itself);
+  // constraints for generation leave it false.
+  bool allow_empty_language = false;
 };
 
 Grammar build_grammar(const GrammarSpec& spec);

@@ -290,6 +290,12 @@ class RegexParser {
   ExprPtr parse_class() {
     ++pos_;  // '['
     bool negate = eat('^');
+    // The complement of a class narrows what it widens: [^\s] under kNarrow (strings matching
+    // under both meanings) is the complement of \s under kWide (either meaning), and vice versa.
+    const RegexFlavor outer = flavor_;
+    if (negate && outer != RegexFlavor::kEcma) {
+      flavor_ = outer == RegexFlavor::kNarrow ? RegexFlavor::kWide : RegexFlavor::kNarrow;
+    }
     CodeRanges set;
     bool first = true;
     while (true) {
@@ -315,6 +321,7 @@ class RegexParser {
       }
       set.insert(set.end(), lo_set.begin(), lo_set.end());
     }
+    flavor_ = outer;
     set = normalize_ranges(std::move(set));
     if (negate) set = complement_ranges(set);
     return cls(std::move(set));

@@ -63,5 +63,17 @@ TEST(Error, CheckThrowsTypedErrorWithMessage) {
   EXPECT_NO_THROW(CHECK(true) << "never");
 }
 
+// what() may reach clients (HTTP error bodies): no source location in it; where() keeps it.
+TEST(Error, InternalErrorsNameNoSourcePath) {
+  try {
+    ICHECK(1 + 1 == 3) << "arithmetic";
+    FAIL() << "ICHECK did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+    EXPECT_STREQ(e.what(), "internal error (1 + 1 == 3): arithmetic");
+    EXPECT_NE(e.where().find("test_dtype.cc:"), std::string::npos) << e.where();
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
