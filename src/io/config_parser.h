@@ -1,5 +1,9 @@
 // config.json -> ModelConfig for model_type "deepseek_v4" (both spellings; see
-// model_config.h and MODEL_SPEC.md §0, §B).
+// model_config.h and MODEL_SPEC.md §0, §B), "deepseek_v41" (the published form: the text
+// model under `text_config`, quantization_config and image_token_id at the top) and the
+// bare "deepseek_v41_text" (MODEL_SPEC §C.1; V4.1 keys in model_config_v41.cc). The layer
+// plan (layer_plan.h) is derived and checked here, so a config whose sharing structure is
+// inconsistent fails at parse time naming the key.
 //
 // Precedence and defaults follow transformers 5.17's DeepseekV4Config:
 //  * attention schedule: `layer_types` > `compress_ratios` > HF's default
@@ -25,7 +29,7 @@
 //
 // Every error is a deepinfer::Error naming the offending key: kInvalidInput for a
 // malformed or inconsistent config, kUnsupported for a valid config we do not run
-// (model_type deepseek_v41, other rope or quantisation types, ...). Keys that do not
+// (other model types, rope or quantisation types, ...). Keys that do not
 // affect the math are ignored.
 #pragma once
 
@@ -39,6 +43,12 @@
 namespace deepinfer {
 
 ModelConfig parse_model_config(const nlohmann::json& config);
+
+// Sets the derived parts of a config (traits from model_type, the layer plan) from its
+// other fields; the parser calls it, and so must code that builds or edits a ModelConfig
+// (Model's and GpuModel's constructors do). Throws like the parser on an inconsistent
+// sharing structure.
+void complete_model_config(ModelConfig* config);
 
 // Reads `path` (a config.json file, or a directory containing one) and parses it;
 // errors are prefixed with the file name.

@@ -4,7 +4,9 @@
 #include <map>
 
 #include "base/error.h"
+#include "io/config_keys.h"
 #include "io/config_parser.h"
+#include "io/model_config_v41.h"
 
 namespace deepinfer {
 namespace {
@@ -14,66 +16,6 @@ using nlohmann::json;
 constexpr const char* kSliding = "sliding_attention";
 constexpr const char* kCsa = "compressed_sparse_attention";
 constexpr const char* kHca = "heavily_compressed_attention";
-
-// Typed access to one JSON object with errors that name the key (`prefix` + key).
-class Keys {
- public:
-  Keys(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
-
-  // Present and not null.
-  bool has(const std::string& key) const { return obj_.contains(key) && !obj_[key].is_null(); }
-  bool is_null(const std::string& key) const { return obj_.contains(key) && obj_[key].is_null(); }
-  const json& at(const std::string& key) const { return obj_[key]; }
-  std::string name(const std::string& key) const { return prefix_ + key; }
-
-  int64_t integer(const std::string& key) const {
-    CHECK(has(key)) << "config: required key '" << name(key) << "' is missing";
-    return to_int(key, obj_[key]);
-  }
-  int64_t integer(const std::string& key, int64_t fallback) const {
-    return has(key) ? to_int(key, obj_[key]) : fallback;
-  }
-  double number(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
-    CHECK(obj_[key].is_number()) << "config: '" << name(key) << "' must be a number, got "
-                                 << obj_[key].dump();
-    return obj_[key].get<double>();
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    CHECK(obj_[key].is_boolean()) << "config: '" << name(key) << "' must be true or false, got "
-                                  << obj_[key].dump();
-    return obj_[key].get<bool>();
-  }
-  std::string string(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    CHECK(obj_[key].is_string()) << "config: '" << name(key) << "' must be a string, got "
-                                 << obj_[key].dump();
-    return obj_[key].get<std::string>();
-  }
-  const json& array(const std::string& key) const {
-    CHECK(obj_[key].is_array()) << "config: '" << name(key) << "' must be a list, got "
-                                << obj_[key].dump();
-    return obj_[key];
-  }
-  const json& object(const std::string& key) const {
-    CHECK(obj_[key].is_object()) << "config: '" << name(key) << "' must be an object, got "
-                                 << obj_[key].dump();
-    return obj_[key];
-  }
-  int64_t to_int(const std::string& key, const json& v) const {
-    const bool integral_float =
-        v.is_number_float() && std::isfinite(v.get<double>()) &&
-        v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9e15;
-    CHECK(v.is_number_integer() || integral_float)
-        << "config: '" << name(key) << "' must be an integer, got " << v.dump();
-    return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-  }
-
- private:
-  const json& obj_;
-  std::string prefix_;
-};
 
 void check_positive(const Keys& keys, const std::string& key, double value) {
   CHECK(value > 0) << "config: '" << keys.name(key) << "' must be positive, got " << value;
@@ -197,7 +139,14 @@ void parse_attention_schedule(const Keys& k, ModelConfig* c) {
   if (c->mtp_compress_ratios.empty()) {
     c->mtp_compress_ratios.assign(static_cast<size_t>(std::max<int64_t>(0, c->num_nextn_predict_layers)), 0);
   }
-  auto check_ratio = [](int64_t r, const std::string& what) {
+  const bool v41 = c->is_v41();
+  auto check_ratio = [v41](int64_t r, const std::string& what) {
+    if (v41) {
+      CHECK(r == 0 || r == 1 || r == 2)
+          << "config: " << what << " has compress ratio " << r
+          << "; DeepSeek-V4.1 supports 0 (sliding), 2 and 1";
+      return;
+    }
     CHECK(r == 0 || r == 4 || r == 128)
         << "config: " << what << " has compress ratio " << r
         << "; DeepSeek-V4 supports 0 (sliding), 4 (CSA) and 128 (HCA)";
@@ -231,7 +180,10 @@ void parse_moe_schedule(const Keys& k, ModelConfig* c) {
   }
   std::vector<bool> from_count;
   if (k.has("num_hash_layers") || from_types.empty()) {
-    const int64_t n_hash = k.integer("num_hash_layers", 3);
+    // V4.1 has no hash layers (MODEL_SPEC §C.9).
+    const int64_t n_hash = k.integer("num_hash_layers", c->is_v41() ? 0 : 3);
+    CHECK_KIND(kUnsupported, !c->is_v41() || n_hash == 0)
+        << "config: 'num_hash_layers' " << n_hash << ": DeepSeek-V4.1 has no hash-routed layers";
     CHECK(n_hash >= 0) << "config: 'num_hash_layers' must be >= 0, got " << n_hash;
     for (int64_t l = 0; l < n; ++l) from_count.push_back(l < n_hash);
   }
@@ -451,29 +403,61 @@ void check_consistency(const ModelConfig& c) {
          static_cast<int64_t>(c.hash_layers.size()) == c.num_layers);
 }
 
+void set_traits_of(ModelConfig* c) {
+  ModelTraits& t = c->traits;
+  const bool v41 = c->is_v41();
+  t.single_pass_mhc = v41;
+  t.per_head_q_norm = !v41;
+  t.window_fp8_block = v41 ? 32 : 64;
+  t.window_fp8_all_dims = v41;
+  t.compressed_fp4 = v41;
+  t.compressor_ape = !v41;
+  t.indexer_hadamard = !v41;
+  t.router_bias_vl = v41;
+  t.route_norm_eps = v41 ? 1e-20 : 0.0;
+}
+
 }  // namespace
+
+void complete_model_config(ModelConfig* c) {
+  set_traits_of(c);
+  derive_layer_plan(c);
+}
 
 ModelConfig parse_model_config(const nlohmann::json& config) {
   CHECK(config.is_object()) << "config: not a JSON object";
-  const Keys k(config, "");
-  CHECK(k.has("model_type")) << "config: required key 'model_type' is missing";
-  const std::string model_type = k.string("model_type", "");
-  CHECK_KIND(kUnsupported, model_type.rfind("deepseek_v41", 0) != 0)
+  const Keys top(config, "");
+  CHECK(top.has("model_type")) << "config: required key 'model_type' is missing";
+  const std::string model_type = top.string("model_type", "");
+  const bool v41 = model_type == "deepseek_v41" || model_type == "deepseek_v41_text";
+  CHECK_KIND(kUnsupported, v41 || model_type == "deepseek_v4")
       << "config: 'model_type' " << model_type
-      << " (DeepSeek-V4.1) is not supported yet; only deepseek_v4 is";
-  CHECK_KIND(kUnsupported, model_type == "deepseek_v4")
-      << "config: 'model_type' " << model_type << " is not supported; expected deepseek_v4";
+      << " is not supported; expected deepseek_v4, deepseek_v41 or deepseek_v41_text";
+  // The published V4.1 config nests the text model under text_config (vision beside it);
+  // quantization_config and image_token_id stay at the top.
+  const bool nested = model_type == "deepseek_v41";
+  if (nested) {
+    CHECK(top.has("text_config")) << "config: model_type deepseek_v41 needs 'text_config'";
+    top.object("text_config");
+  }
+  const Keys k = nested ? Keys(config["text_config"], "text_config.") : top;
 
   ModelConfig c;
   c.model_type = model_type;
   parse_sizes(k, &c);
+  if (!k.has("num_nextn_predict_layers")) c.num_nextn_predict_layers = v41 ? 0 : 1;
   check_sizes(k, c);
-  parse_tokens_and_features(k, &c);
+  parse_tokens_and_features(k.has("eos_token_id") || !top.has("eos_token_id") ? k : top, &c);
+  if (nested && !k.has("bos_token_id") && top.has("bos_token_id")) {
+    c.bos_token_id = top.integer("bos_token_id");
+  }
   parse_attention_schedule(k, &c);
   parse_moe_schedule(k, &c);
   parse_rope(k, &c);
-  parse_quantization(k, &c);
+  parse_quantization(nested && !k.has("quantization_config") ? top : k, &c);
+  if (v41) parse_v41_keys(k, top, &c);
   check_consistency(c);
+  complete_model_config(&c);
   return c;
 }
 

@@ -4,6 +4,12 @@
 //    nested `rope_parameters` {main, compress};
 //  * legacy / official form: `compress_ratios` (one per layer, then one per MTP stage),
 //    `num_hash_layers`, `qk_rope_head_dim`, `rope_scaling`, `quantization_config`.
+// DeepSeek-V4.1 (`model_type: deepseek_v41` with `text_config`, or the bare
+// `deepseek_v41_text`) adds cross-layer KV / index sharing, candidate blocks, Engram and
+// DSpark keys (MODEL_SPEC §C.1). What differs per family is recorded once, at parse time:
+// `traits` (numerics that differ for the whole model) and `plan` (what each layer owns and
+// reads, io/layer_plan.h); the forward, the loader and the planners read those, never the
+// model_type.
 // The struct lives in `io` (not `model`) because the parser produces it and the loader
 // needs it to know tensor shapes; `model` only reads it.
 #pragma once
@@ -11,6 +17,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "io/layer_plan.h"
 
 namespace deepinfer {
 
@@ -29,6 +37,58 @@ struct QuantConfig {
   int64_t weight_block_k = 128;   // weight_block_size[1]
   std::string expert_dtype;       // "" / "fp8" / "fp4"
   bool operator==(const QuantConfig&) const = default;
+};
+
+// Family-wide numerics (MODEL_SPEC §C.2), set by the parser from model_type.
+struct ModelTraits {
+  // V4.1: each mHC site collapses with the previous site's `pre` (pre_mix threading, no
+  // hc_head); V4: each site uses its own `pre`, then hc_head.
+  bool single_pass_mhc = false;
+  // V4: unweighted per-head RMS norm of q after wq_b; V4.1 removed it.
+  bool per_head_q_norm = true;
+  // Official numerics, window K=V: V4 rounds the first d_nope dims to FP8 in 64-blocks and
+  // the rope dims to bf16; V4.1 rounds all head_dim dims to FP8 in 32-blocks.
+  int64_t window_fp8_block = 64;
+  bool window_fp8_all_dims = false;
+  // Official numerics, compressed entries: V4 as the window; V4.1 FP4 with e4m3 scales per
+  // 16 over all dims.
+  bool compressed_fp4 = false;
+  // Official numerics, indexer q/k: V4 applies a Hadamard rotation before the FP4
+  // round trip; V4.1 does not.
+  bool indexer_hadamard = true;
+  // V4 compressors add a learned position bias `ape`; V4.1's have none (and ratio 1 has
+  // no gate either).
+  bool compressor_ape = true;
+  // V4.1 routers carry `gate.bias_vl`, the selection bias of image tokens.
+  bool router_bias_vl = false;
+  // Added to the sum of the chosen routing scores before normalising (V4.1: 1e-20).
+  double route_norm_eps = 0.0;
+  bool operator==(const ModelTraits&) const = default;
+};
+
+// Engram n-gram memory (V4.1, MODEL_SPEC §C.8). Disabled when layer_ids is empty.
+struct EngramConfig {
+  std::vector<int64_t> layer_ids;
+  std::vector<int64_t> num_embeddings;  // table rows per engram layer
+  int64_t max_ngram_size = 0;           // n-grams of 2..max_ngram_size tokens
+  int64_t vocab_size = 0;               // prime search starts at vocab_size - 1
+  int64_t n_heads = 0;                  // hash heads per n-gram size
+  int64_t head_dim = 0;                 // columns of one table row
+  int64_t pad_token_id = 2;
+  int64_t compressed_vocab_size = 0;
+  bool enabled() const { return !layer_ids.empty(); }
+  bool operator==(const EngramConfig&) const = default;
+};
+
+// DSpark drafter keys (MODEL_SPEC §D); the stages' tensors are loaded and kept.
+struct DsparkConfig {
+  int64_t block_size = 0;         // 0: no DSpark keys in the config
+  int64_t noise_token_id = -1;
+  std::vector<int64_t> target_layer_ids;
+  int64_t markov_rank = 0;
+  int64_t n_routed_experts = 0;   // 0: the backbone's
+  int64_t n_experts_per_tok = 0;  // 0: the backbone's
+  bool operator==(const DsparkConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -81,7 +141,23 @@ struct ModelConfig {
 
   QuantConfig quant;
 
+  // V4.1 structure (empty / -1 for V4; MODEL_SPEC §C.6-C.7).
+  std::vector<int64_t> kv_source_layer_ids;
+  std::vector<int64_t> index_source_layer_ids;
+  int64_t candidate_source_layer_id = -1;
+  int64_t candidate_topk_blocks = 0;
+  int64_t candidate_block_size = 0;
+  double gate_temp = 1.0;
+  int64_t image_token_id = -1;
+  EngramConfig engram;
+  DsparkConfig dspark;
+
+  ModelTraits traits;
+  // One entry per backbone layer, derived from the above by derive_layer_plan().
+  std::vector<LayerPlan> plan;
+
   int64_t d_nope() const { return head_dim - rope_dim; }
+  bool is_v41() const { return model_type.rfind("deepseek_v41", 0) == 0; }
   bool is_hash_layer(int64_t layer) const { return hash_layers[layer]; }
   int64_t compress_ratio(int64_t layer) const { return compress_ratios[layer]; }
   bool operator==(const ModelConfig&) const = default;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/logging.h"
 #include "io/dequant.h"
 #include "io/weight_names.h"
 
@@ -69,7 +70,20 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_{};
 };
 
-enum class JobKind { kPlain, kFp8, kFp4, kHfExperts };
+// Engram tables (V4.1 `layers.N.engram.embed.{weight,scale}`: FP8 rows with one e8m0 per
+// 32 columns, up to hundreds of GB) stay in their checkpoint format, as views.
+bool is_raw_tensor(const std::string& native) {
+  return native.find(".engram.embed.") != std::string::npos;
+}
+
+// The vision tower of V4.1 checkpoints (the engine is text only for now).
+bool is_vision_tensor(const std::string& native) {
+  return starts_with(native, "vision.") || starts_with(native, "aligner.") ||
+         starts_with(native, "image_start") || starts_with(native, "image_end") ||
+         starts_with(native, "image_newline");
+}
+
+enum class JobKind { kPlain, kRaw, kFp8, kFp4, kHfExperts };
 
 struct Job {
   JobKind kind = JobKind::kPlain;
@@ -134,7 +148,12 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
   // 1. Native names (fused HF experts become their own jobs).
   std::vector<Job> jobs;
   std::map<std::string, std::pair<std::string, Tensor>> by_native;  // native -> (origin, view)
+  int64_t n_vision = 0;
   for (const auto& [name, tensor] : tensors) {
+    if (config.is_v41() && is_vision_tensor(name)) {
+      ++n_vision;
+      continue;
+    }
     int64_t layer = 0;
     bool gate_up = false;
     if (store.hf_names_ && is_hf_fused_experts(name, &layer, &gate_up)) {
@@ -152,10 +171,15 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
                     << name << "' both map to '" << native << "'";
   }
 
+  if (n_vision > 0) {
+    LOG(INFO) << "checkpoint '" << source << "': skipping " << n_vision
+              << " vision tensors (the engine runs the text model only)";
+  }
+
   // 2. Pair quantised weights with their scales.
   std::map<std::string, bool> consumed;
   for (const auto& [native, entry] : by_native) {
-    if (!ends_with(native, ".scale")) continue;
+    if (!ends_with(native, ".scale") || is_raw_tensor(native)) continue;
     const std::string weight_name = stem(native, ".scale") + ".weight";
     auto w = by_native.find(weight_name);
     if (w == by_native.end()) continue;
@@ -173,7 +197,9 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
     job.weight = entry.second;
     job.bytes = entry.second.nbytes();
     const DType wd = job.weight.dtype();
-    if (ends_with(native, ".weight") && (wd == DType::F8_E4M3 || wd == DType::I8 || wd == DType::U8)) {
+    if (is_raw_tensor(native)) {
+      job.kind = JobKind::kRaw;
+    } else if (ends_with(native, ".weight") && (wd == DType::F8_E4M3 || wd == DType::I8 || wd == DType::U8)) {
       auto s = by_native.find(stem(native, ".weight") + ".scale");
       if (s != by_native.end()) {
         job.scale = s->second.second;
@@ -210,6 +236,9 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
     switch (job.kind) {
       case JobKind::kPlain:
         put(job.native, convert_plain(job.native, job.origin, job.weight), job.origin);
+        break;
+      case JobKind::kRaw:
+        put(job.native, job.weight, job.origin);
         break;
       case JobKind::kFp8:
         put(job.native,

@@ -7,6 +7,9 @@
 //  * FP4 `X.weight` (I8/U8 [N, K/2]) + `X.scale` (F8_E8M0 [N, K/32]) -> F32 [N, K]
 //  * `*.tid2eid` (I32 or I64)                 -> I32
 //  * other integer / bool tensors             -> kept as they are (copied)
+//  * V4.1 Engram tables `layers.N.engram.embed.{weight,scale}` -> kept as they are, as views
+//    of the checkpoint (FP8 codes + F8_E8M0 per 32 columns; too large to convert)
+//  * V4.1 vision tensors (vision.*, aligner.*, image_*) -> skipped, with one log line
 // Scale tensors that belong to a quantised weight are consumed and not exposed.
 // HF checkpoints (any name starting with `model.` or `lm_head.`) are renamed to native
 // names, and fused HF experts are split into `layers.N.ffn.experts.E.{w1,w2,w3}.weight`.

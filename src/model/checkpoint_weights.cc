@@ -18,6 +18,10 @@ class CheckpointWeights : public WeightSource {
     return store_.take(name, shape, is_table ? DType::I32 : DType::F32);
   }
 
+  Tensor take_raw(const std::string& name, const Shape& shape, DType dtype) override {
+    return store_.take(name, shape, dtype);
+  }
+
   std::vector<std::string> untaken() const override { return store_.untaken_excluding("mtp."); }
 
  private:

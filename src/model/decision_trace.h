@@ -3,7 +3,8 @@
 //    ascending expert id, as route_ref returns them); hash layers are not recorded (their
 //    experts are a function of the token id, which no numeric noise can change).
 //  * picks: the compressed entries the lightning indexer selects on every ratio-4 layer
-//    (ascending entry index, min(index_topk, visible entries) of them, the rest of the row -1).
+//    (ascending entry index, min(index_topk, visible entries) of them, the rest of the row -1);
+//    V4.1: every layer that scores (its LayerPlan), inside its candidates.
 // The CPU Model records them (Model::set_decision_trace) and GpuModel replays them
 // (GpuModel::force_decisions), so that a test can compare two forwards' continuous math with
 // the discrete choices fixed to one side's. A near-tie in a top-k (an expert or an entry
@@ -34,7 +35,7 @@ struct DecisionTrace {
         experts(cfg.num_layers), picks(cfg.num_layers) {
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       if (!cfg.is_hash_layer(l)) experts[l].assign(max_positions * top_k, -1);
-      if (cfg.compress_ratio(l) == 4) picks[l].assign(max_positions * index_topk, -1);
+      if (cfg.plan[l].scores()) picks[l].assign(max_positions * index_topk, -1);
     }
   }
   int32_t* experts_at(int64_t layer, int64_t pos) {

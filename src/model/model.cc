@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/parallel.h"
+#include "io/config_parser.h"
 #include "model/model_batch.h"
 #include "model/rope_config.h"
 #include "ops/mhc/mhc.h"
@@ -38,8 +39,17 @@ void CompressorState::init(int64_t ratio_in, int64_t width_in) {
 }
 
 
+namespace {
+
+ModelConfig completed(ModelConfig config) {
+  complete_model_config(&config);
+  return config;
+}
+
+}  // namespace
+
 Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
-    : config_(std::move(config)),
+    : config_(completed(std::move(config))),
       weights_(std::move(weights)),
       options_(options),
       gemm_mode_(options.batch_invariant ? GemmMode::kFixedOrder : GemmMode::kBlas),
@@ -48,7 +58,8 @@ Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
 
 std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSource& source,
                                           const ModelOptions& options) {
-  return std::make_unique<Model>(config, load_model_weights(config, source), options);
+  const ModelConfig c = completed(config);
+  return std::make_unique<Model>(c, load_model_weights(c, source), options);
 }
 
 std::unique_ptr<SequenceState> Model::new_state() const {
@@ -56,10 +67,10 @@ std::unique_ptr<SequenceState> Model::new_state() const {
   state->layers.resize(config_.num_layers);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     SequenceLayerState& ls = state->layers[l];
+    const LayerPlan& plan = config_.plan[l];
     ls.ring.assign(config_.sliding_window * config_.head_dim, 0.0f);
-    const int64_t ratio = config_.compress_ratio(l);
-    if (ratio > 0) ls.compressor.init(ratio, config_.head_dim);
-    if (ratio == 4) ls.index_compressor.init(ratio, config_.index_head_dim);
+    if (plan.owns_compressor) ls.compressor.init(plan.ratio, config_.head_dim);
+    if (plan.own_index_compressor) ls.index_compressor.init(plan.ratio, config_.index_head_dim);
   }
   return state;
 }
@@ -92,9 +103,18 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   }
 
   Batch batch = Batch::build(chunks);
+  batch.selections.resize(cfg.num_layers);
   const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, N = n_rows;
   std::vector<float> X(N * hc * D), X2(N * hc * D), u(N * D), x(N * D), y(N * D);
-  std::vector<float> pre(N * hc), post(N * hc), comb(N * hc * hc);
+  std::vector<float> attn_pre(N * hc), ffn_pre(N * hc), post(N * hc), comb(N * hc * hc);
+  // Single-pass mHC (V4.1, §C.3): each site collapses with the previous site's `pre`;
+  // layer 0's attention collapses with stream 0 alone (pre_mix = e_0).
+  const bool single_pass = cfg.traits.single_pass_mhc;
+  std::vector<float> pre_mix;
+  if (single_pass) {
+    pre_mix.assign(N * hc, 0.0f);
+    for (int64_t row = 0; row < N; ++row) pre_mix[row * hc] = 1.0f;
+  }
   const float* embed = weights_.embed.f32();
   for (int64_t r = 0; r < N; ++r) {
     const float* e = embed + static_cast<int64_t>(batch.tokens[r]) * D;
@@ -105,21 +125,30 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& lw = weights_.layers[l];
+    if (lw.has_engram) engram_block(l, batch, X.data());
     hc_mix_ref(X.data(), N, lw.hc_attn.fn.f32(), lw.hc_attn.base.f32(), lw.hc_attn.scale.f32(), hp,
-               pre.data(), post.data(), comb.data(), gemm_mode_);
-    hc_collapse_ref(X.data(), pre.data(), N, hc, D, u.data());
+               attn_pre.data(), post.data(), comb.data(), gemm_mode_);
+    hc_collapse_ref(X.data(), single_pass ? pre_mix.data() : attn_pre.data(), N, hc, D, u.data());
     rms_norm_ref(u.data(), lw.attn_norm.f32(), N, D, D, eps, x.data());
     attention_block(l, batch, x.data(), y.data());
     hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
     X.swap(X2);
 
     hc_mix_ref(X.data(), N, lw.hc_ffn.fn.f32(), lw.hc_ffn.base.f32(), lw.hc_ffn.scale.f32(), hp,
-               pre.data(), post.data(), comb.data(), gemm_mode_);
-    hc_collapse_ref(X.data(), pre.data(), N, hc, D, u.data());
+               ffn_pre.data(), post.data(), comb.data(), gemm_mode_);
+    hc_collapse_ref(X.data(), single_pass ? attn_pre.data() : ffn_pre.data(), N, hc, D, u.data());
     rms_norm_ref(u.data(), lw.ffn_norm.f32(), N, D, D, eps, x.data());
     moe_block(l, batch, x.data(), y.data());
     hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
     X.swap(X2);
+    if (single_pass) pre_mix.swap(ffn_pre);
+  }
+  // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens.
+  const size_t keep = cfg.engram.enabled() ? static_cast<size_t>(cfg.engram.max_ngram_size - 1) : 0;
+  for (const Batch::Segment& seg : batch.segments) {
+    std::vector<int32_t>& recent = seg.state->recent_tokens;
+    recent.insert(recent.end(), batch.tokens.begin() + seg.begin, batch.tokens.begin() + seg.end);
+    if (recent.size() > keep) recent.erase(recent.begin(), recent.end() - keep);
   }
   for (const Batch::Segment& seg : batch.segments) seg.state->n_tokens += seg.end - seg.begin;
 
@@ -132,8 +161,16 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   for (int64_t i = 0; i < n_out; ++i) {
     std::memcpy(&Xo[i * hc * D], &X[out_rows[i] * hc * D], hc * D * sizeof(float));
   }
-  hc_head_ref(Xo.data(), n_out, weights_.hc_head.fn.f32(), weights_.hc_head.base.f32(),
-              weights_.hc_head.scale.f32(), hp, h.data(), gemm_mode_);
+  if (single_pass) {
+    std::vector<float> pre_o(n_out * hc);
+    for (int64_t i = 0; i < n_out; ++i) {
+      std::memcpy(&pre_o[i * hc], &pre_mix[out_rows[i] * hc], hc * sizeof(float));
+    }
+    hc_collapse_ref(Xo.data(), pre_o.data(), n_out, hc, D, h.data());
+  } else {
+    hc_head_ref(Xo.data(), n_out, weights_.hc_head.fn.f32(), weights_.hc_head.base.f32(),
+                weights_.hc_head.scale.f32(), hp, h.data(), gemm_mode_);
+  }
   rms_norm_ref(h.data(), weights_.norm.f32(), n_out, D, D, eps, h.data());
   Tensor logits = Tensor::empty(DType::F32, {n_out, cfg.vocab_size});
   linear_ref(h.data(), n_out, D, weights_.head.f32(), cfg.vocab_size, logits.f32(), gemm_mode_);

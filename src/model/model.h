@@ -1,5 +1,6 @@
-// Model: the DeepSeek-V4 backbone forward on the CPU backend (MODEL_SPEC §A), written
-// once against the ops. It processes a batch of sequence chunks: each chunk is a run of
+// Model: the DeepSeek-V4 / V4.1 backbone forward on the CPU backend (MODEL_SPEC §A, §C),
+// written once against the ops; per-layer structure from the config's LayerPlan, family
+// numerics from its ModelTraits. It processes a batch of sequence chunks: each chunk is a run of
 // tokens of one sequence continuing from that sequence's state (a prefill chunk of any
 // size, or one decode token). Dense work (projections, norms, MoE) runs over all rows of
 // the batch together; attention and the compressors run per sequence.
@@ -71,9 +72,14 @@ class Model {
  private:
   struct Batch;
   void attention_block(int64_t layer, Batch& batch, const float* x, float* out) const;
+  void feed_compressors(int64_t layer, Batch& batch, const float* x) const;
+  void select_entries(int64_t layer, Batch& batch, const float* x, const float* q_r) const;
   void moe_block(int64_t layer, const Batch& batch, const float* x, float* out) const;
-  void compressor_step(const CompressorWeights& w, CompressorState& st, const float* a,
-                       const float* z, int64_t pos, bool indexer) const;
+  void engram_block(int64_t layer, const Batch& batch, float* X) const;
+  // Adds the token of `pos` to the compressor's window; when it completes the window,
+  // writes the pooled, normalised (pre-RoPE) entry to `pooled` and returns true.
+  bool compressor_step(const CompressorWeights& w, CompressorState& st, const float* a,
+                       const float* z, int64_t pos, float* pooled) const;
 
   ModelConfig config_;
   ModelWeights weights_;

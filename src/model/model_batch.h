@@ -19,6 +19,15 @@ struct Model::Batch {
   std::vector<int64_t> positions;  // [N]
   std::vector<int32_t> segment_of_row;
   std::vector<Segment> segments;
+  // Per layer that selects entries (LayerPlan::scores): per row, the picked entries of its
+  // KV source (ascending) and, for the candidate source, the candidate mask over the
+  // visible entries. Later layers of the same forward read them (topk_from,
+  // candidates_from).
+  struct Selection {
+    std::vector<std::vector<int64_t>> picks;
+    std::vector<std::vector<uint8_t>> candidates;
+  };
+  std::vector<Selection> selections;
 
   int64_t n_rows() const { return static_cast<int64_t>(tokens.size()); }
 

@@ -1,4 +1,4 @@
-// MoE of one layer (MODEL_SPEC §A.8): route, run each expert over its rows, add the
+// MoE of one layer (MODEL_SPEC §A.8, §C.9; text tokens route with `bias`, never `bias_vl`): route, run each expert over its rows, add the
 // shared expert. Accumulation per row is in expert-index order, then the shared expert,
 // whatever the batch (batch-invariant when the GEMMs are).
 #include <algorithm>
@@ -16,7 +16,8 @@ void Model::moe_block(int64_t layer, const Batch& batch, const float* x, float* 
   const float limit = static_cast<float>(cfg.swiglu_limit);
   std::vector<int32_t> ids(N * k);
   std::vector<float> weights(N * k);
-  RouterParams rp{cfg.n_routed_experts, k, static_cast<float>(cfg.routed_scaling_factor)};
+  RouterParams rp{cfg.n_routed_experts, k, static_cast<float>(cfg.routed_scaling_factor),
+                  static_cast<float>(1.0 / cfg.gate_temp), static_cast<float>(cfg.traits.route_norm_eps)};
   const bool hash = cfg.is_hash_layer(layer);
   route_ref(x, N, D, w.gate.f32(), hash ? nullptr : w.bias.f32(),
             hash ? w.tid2eid.data<int32_t>() : nullptr, batch.tokens.data(), rp, ids.data(),

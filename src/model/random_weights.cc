@@ -37,9 +37,11 @@ class RandomWeights : public WeightSource {
     const int64_t fan_in = shape.size() == 2 ? shape[1] : 1;
     if (name == "embed.weight") {
       std = 1.0f;
-    } else if (ends_with(name, "norm.weight")) {
+    } else if (ends_with(name, "norm.weight") || ends_with(name, "q_weight") ||
+               ends_with(name, "k_weight")) {
       mean = 1.0f, std = 0.1f;
-    } else if (ends_with(name, "_base") || ends_with(name, "gate.bias")) {
+    } else if (ends_with(name, "_base") || ends_with(name, "gate.bias") ||
+               ends_with(name, "gate.bias_vl")) {
       std = 0.1f;
     } else if (ends_with(name, "_scale")) {
       mean = 0.5f, std = 0.1f;
@@ -51,6 +53,25 @@ class RandomWeights : public WeightSource {
       std = 1.0f / std::sqrt(static_cast<float>(fan_in));
     }
     fill_normal(t.f32(), t.numel(), fnv1a(name) ^ seed_, mean, std);
+    return t;
+  }
+
+  // FP8 e4m3 codes (never the NaN codes 0x7f / 0xff) or e8m0 exponents 2^-9 .. 2^-6, so
+  // that a table row is at most 448 * 2^-6 = 7 in magnitude.
+  Tensor take_raw(const std::string& name, const Shape& shape, DType dtype) override {
+    CHECK(dtype == DType::F8_E4M3 || dtype == DType::F8_E8M0)
+        << "random weights: tensor '" << name << "' of dtype " << dtype_name(dtype);
+    Tensor t = Tensor::empty(dtype, shape);
+    uint8_t* out = static_cast<uint8_t*>(t.raw());
+    uint64_t state = fnv1a(name) ^ seed_;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const uint8_t r = static_cast<uint8_t>(splitmix64(state) >> 56);
+      if (dtype == DType::F8_E8M0) {
+        out[i] = static_cast<uint8_t>(127 - 9 + (r & 3));
+      } else {
+        out[i] = (r & 0x7f) == 0x7f ? static_cast<uint8_t>(r - 1) : r;
+      }
+    }
     return t;
   }
 

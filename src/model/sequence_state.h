@@ -1,7 +1,8 @@
-// Incremental state of one sequence (MODEL_SPEC §A.3, §A.5): per layer the sliding-window
-// ring of K=V vectors, the compressor's partial window and overlap halves, and the
-// compressed entries (main and indexer). Host memory, fp32. A fresh state is at position
-// 0; every forward chunk advances `n_tokens`.
+// Incremental state of one sequence (MODEL_SPEC §A.3, §A.5, §C.5-C.8): per layer the
+// sliding-window ring of K=V vectors; in the layers that own them (LayerPlan) the
+// compressor's partial window and overlap halves, the compressed entries and the index
+// keys, which reader layers use in place; the last tokens for Engram's n-grams. Host
+// memory, fp32. A fresh state is at position 0; every forward chunk advances `n_tokens`.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,8 @@ struct CompressorState {
   // Overlap only: A halves (first d_c channels) of the previous complete window.
   std::vector<float> prev_a, prev_z;
   bool has_prev = false;
-  // Emitted entries [n_entries, d_c] after norm, RoPE at m*w and QAT rounding.
+  // Emitted entries [n_entries, d_c] after norm, RoPE at m*w and QAT rounding (the index
+  // compressor of V4 leaves them empty: its entries are the layer's index_keys).
   std::vector<float> entries;
   int64_t n_entries = 0;
 
@@ -29,12 +31,15 @@ struct CompressorState {
 struct SequenceLayerState {
   std::vector<float> ring;  // [W, d]; slot p mod W holds position p
   CompressorState compressor;
-  CompressorState index_compressor;
+  CompressorState index_compressor;  // V4 ratio-4 layers: the index keys' own compressor
+  std::vector<float> index_keys;     // [entries, d_I] after RoPE and QAT rounding
 };
 
 struct SequenceState {
   int64_t n_tokens = 0;  // positions already processed
   std::vector<SequenceLayerState> layers;
+  // The last max_ngram_size - 1 tokens (oldest first, fewer near the start) for Engram.
+  std::vector<int32_t> recent_tokens;
 };
 
 }  // namespace deepinfer

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "io/model_config.h"
 #include "tensor/tensor.h"
 
@@ -19,6 +20,13 @@ class WeightSource {
   // Returns the tensor `name` with exactly `shape` (F32, or I32 for tid2eid); throws an
   // Error naming the tensor when it is missing or has another shape.
   virtual Tensor take(const std::string& name, const Shape& shape) = 0;
+  // A tensor kept in its checkpoint format (`dtype`, e.g. F8_E4M3 Engram table codes and
+  // their F8_E8M0 scales), never converted; same errors as take().
+  // The default has no such tensors.
+  virtual Tensor take_raw(const std::string& name, const Shape& shape, DType dtype) {
+    THROW(kNotFound) << "missing tensor '" << name << "' (" << dtype_name(dtype) << " "
+                     << shape_str(shape) << ")";
+  }
   // Names present in the source that nobody took (excluding drafter `mtp.*` tensors,
   // which are kept for speculative decoding).
   virtual std::vector<std::string> untaken() const = 0;

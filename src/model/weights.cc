@@ -1,18 +1,36 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <string>
+
+#include "io/config_parser.h"
 
 namespace deepinfer {
 namespace {
 
+// Every compressor of ratio > 1 is gated; ratio 1 (V4.1) is not. V4's carry a position
+// bias (MODEL_SPEC §A.5, §C.5).
 CompressorWeights take_compressor(WeightSource& src, const std::string& prefix, int64_t ratio,
-                                  int64_t width, int64_t dim) {
+                                  int64_t width, int64_t dim, bool has_ape) {
   const int64_t c = ratio == 4 ? 2 : 1;  // the ratio-4 compressor pools two overlapping series
   CompressorWeights w;
   w.wkv = src.take(prefix + "wkv.weight", {c * width, dim});
-  w.wgate = src.take(prefix + "wgate.weight", {c * width, dim});
-  w.ape = src.take(prefix + "ape", {ratio, c * width});
+  if (ratio > 1) w.wgate = src.take(prefix + "wgate.weight", {c * width, dim});
+  if (has_ape) w.ape = src.take(prefix + "ape", {ratio, c * width});
   w.norm = src.take(prefix + "norm.weight", {width});
+  return w;
+}
+
+EngramWeights take_engram(WeightSource& src, const std::string& prefix, const ModelConfig& cfg,
+                          int64_t rows) {
+  const EngramConfig& e = cfg.engram;
+  const int64_t cols = (e.max_ngram_size - 1) * e.n_heads, D = cfg.hidden_size;
+  EngramWeights w;
+  w.table = src.take_raw(prefix + "embed.weight", {rows, e.head_dim}, DType::F8_E4M3);
+  w.table_scale = src.take_raw(prefix + "embed.scale", {rows, e.head_dim / 32}, DType::F8_E8M0);
+  w.wkv = src.take(prefix + "wkv.weight", {(cfg.hc_mult + 1) * D, cols * e.head_dim});
+  w.q_weight = src.take(prefix + "q_weight", {cfg.hc_mult, D});
+  w.k_weight = src.take(prefix + "k_weight", {cfg.hc_mult, D});
   return w;
 }
 
@@ -30,14 +48,17 @@ ExpertWeightsT take_expert(WeightSource& src, const std::string& prefix, int64_t
 
 }  // namespace
 
-ModelWeights load_model_weights(const ModelConfig& cfg, WeightSource& src) {
+ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
+  ModelConfig cfg = config;
+  complete_model_config(&cfg);
   const int64_t D = cfg.hidden_size, V = cfg.vocab_size, hc = cfg.hc_mult;
   const int64_t n_mix = (2 + hc) * hc, H = cfg.num_heads, d = cfg.head_dim;
   ModelWeights w;
   w.embed = src.take("embed.weight", {V, D});
   w.head = src.take("head.weight", {V, D});
   w.norm = src.take("norm.weight", {D});
-  w.hc_head = take_hc(src, "hc_head_", hc, hc * D, 1);
+  const bool ape = cfg.traits.compressor_ape;
+  if (!cfg.traits.single_pass_mhc) w.hc_head = take_hc(src, "hc_head_", hc, hc * D, 1);
   w.layers.resize(cfg.num_layers);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -57,17 +78,28 @@ ModelWeights load_model_weights(const ModelConfig& cfg, WeightSource& src) {
     a.wo_a = src.take(ap + "wo_a.weight", {cfg.o_groups * cfg.o_lora_rank, H * d / cfg.o_groups});
     a.wo_b = src.take(ap + "wo_b.weight", {D, cfg.o_groups * cfg.o_lora_rank});
     a.sink = src.take(ap + "attn_sink", {H});
-    const int64_t ratio = cfg.compress_ratio(l);
-    if (ratio > 0) {
+    const LayerPlan& plan = cfg.plan[l];
+    const int64_t hi = cfg.index_n_heads, di = cfg.index_head_dim;
+    if (plan.owns_compressor) {
       a.has_compressor = true;
-      a.compressor = take_compressor(src, ap + "compressor.", ratio, d, D);
+      a.compressor = take_compressor(src, ap + "compressor.", plan.ratio, d, D, ape);
     }
-    if (ratio == 4) {
+    if (plan.scores()) {
       a.has_indexer = true;
-      const int64_t hi = cfg.index_n_heads, di = cfg.index_head_dim;
       a.indexer.wq_b = src.take(ap + "indexer.wq_b.weight", {hi * di, cfg.q_lora_rank});
       a.indexer.weights_proj = src.take(ap + "indexer.weights_proj.weight", {hi, D});
-      a.indexer.compressor = take_compressor(src, ap + "indexer.compressor.", ratio, di, D);
+    }
+    if (plan.own_index_compressor) {
+      a.indexer.compressor = take_compressor(src, ap + "indexer.compressor.", plan.ratio, di, D, ape);
+    } else if (plan.owns_index_keys) {
+      a.indexer.wk = src.take(ap + "indexer.wk.weight", {di, d});
+      a.indexer.k_norm = src.take(ap + "indexer.k_norm.weight", {di});
+    }
+    if (plan.engram) {
+      const auto& ids = cfg.engram.layer_ids;
+      const size_t slot = std::find(ids.begin(), ids.end(), l) - ids.begin();
+      lw.has_engram = true;
+      lw.engram = take_engram(src, p + "engram.", cfg, cfg.engram.num_embeddings[slot]);
     }
 
     MoeWeights& m = lw.moe;
@@ -78,6 +110,7 @@ ModelWeights load_model_weights(const ModelConfig& cfg, WeightSource& src) {
     } else {
       m.bias = src.take(fp + "gate.bias", {cfg.n_routed_experts});
     }
+    if (cfg.traits.router_bias_vl) m.bias_vl = src.take(fp + "gate.bias_vl", {cfg.n_routed_experts});
     m.experts.reserve(cfg.n_routed_experts);
     for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
       m.experts.push_back(take_expert(src, fp + "experts." + std::to_string(e) + ".",

@@ -1,4 +1,6 @@
-// Typed, fp32 host weights of one DeepSeek-V4 backbone (MODEL_SPEC §A, §B.5).
+// Typed, fp32 host weights of one DeepSeek-V4 / V4.1 backbone (MODEL_SPEC §A, §B.5, §C).
+// Which tensors a layer has follows its LayerPlan (io/layer_plan.h); absent ones stay
+// undefined Tensors.
 #pragma once
 
 #include <vector>
@@ -17,15 +19,25 @@ struct HcWeightsT {
 
 struct CompressorWeights {
   Tensor wkv;    // [c*d_c, D]
-  Tensor wgate;  // [c*d_c, D]
-  Tensor ape;    // [m, c*d_c]
+  Tensor wgate;  // [c*d_c, D]; undefined for V4.1 ratio 1 (no gate: the entry is wkv x)
+  Tensor ape;    // [m, c*d_c]; undefined for V4.1 (no position bias)
   Tensor norm;   // [d_c]
 };
 
 struct IndexerWeights {
-  Tensor wq_b;          // [H_I*d_I, R_q]
-  Tensor weights_proj;  // [H_I, D]
-  CompressorWeights compressor;
+  Tensor wq_b;          // [H_I*d_I, R_q]          (layers that score)
+  Tensor weights_proj;  // [H_I, D]                (layers that score)
+  CompressorWeights compressor;  // V4: the index keys' own compressor
+  Tensor wk, k_norm;    // V4.1 index-key owners: [d_I, d], [d_I] (keys from the latent)
+};
+
+// Engram (V4.1, MODEL_SPEC §C.8) before one layer. The table stays in its checkpoint
+// format (FP8 codes + one e8m0 exponent per 32 columns), read in place.
+struct EngramWeights {
+  Tensor table;        // [rows, head_dim] F8_E4M3
+  Tensor table_scale;  // [rows, head_dim / 32] F8_E8M0
+  Tensor wkv;          // [(n_hc + 1) * D, n_cols * head_dim] fp32
+  Tensor q_weight, k_weight;  // [n_hc, D] fp32
 };
 
 struct AttentionWeights {
@@ -46,6 +58,7 @@ struct ExpertWeightsT {
 struct MoeWeights {
   Tensor gate;     // [E, D]
   Tensor bias;     // [E] (score layers) or undefined
+  Tensor bias_vl;  // [E] V4.1: selection bias of image tokens (kept; text uses `bias`)
   Tensor tid2eid;  // [V, k] I32 (hash layers) or undefined
   std::vector<ExpertWeightsT> experts;
   ExpertWeightsT shared;
@@ -56,13 +69,15 @@ struct LayerWeights {
   HcWeightsT hc_attn, hc_ffn;
   AttentionWeights attn;
   MoeWeights moe;
+  bool has_engram = false;
+  EngramWeights engram;
 };
 
 struct ModelWeights {
   Tensor embed;  // [V, D]
   Tensor head;   // [V, D]
   Tensor norm;   // [D]
-  HcWeightsT hc_head;
+  HcWeightsT hc_head;  // V4 only (V4.1's single-pass mHC has no head collapse weights)
   std::vector<LayerWeights> layers;
 };
 

@@ -23,7 +23,9 @@ void route_ref(const float* x, int64_t n_rows, int64_t dim, const float* gate_w,
   std::vector<float> biased(n_exp);
   for (int64_t r = 0; r < n_rows; ++r) {
     float* s = scores.data() + r * n_exp;
-    for (int64_t e = 0; e < n_exp; ++e) s[e] = std::sqrt(softplus(s[e]));
+    for (int64_t e = 0; e < n_exp; ++e) {
+      s[e] = std::sqrt(softplus(p.inv_temp == 1.0f ? s[e] : s[e] * p.inv_temp));
+    }
     int32_t* ids = expert_ids + r * k;
     if (tid2eid != nullptr) {
       for (int64_t j = 0; j < k; ++j) {
@@ -37,6 +39,7 @@ void route_ref(const float* x, int64_t n_rows, int64_t dim, const float* gate_w,
     }
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += s[ids[j]];
+    sum += p.sum_eps;
     for (int64_t j = 0; j < k; ++j) weights[r * k + j] = s[ids[j]] / sum * p.routed_scale;
   }
 }

@@ -15,6 +15,11 @@ void fp8_roundtrip(float* x, int64_t n, int64_t block);
 // s = 2^ceil(log2(amax / 6)), x <- e2m1(clamp(x / s)) * s.
 void fp4_roundtrip(float* x, int64_t n, int64_t block);
 
+// FP4 e2m1 round trip with e4m3 block scales (V4.1 compressed KV, MODEL_SPEC §B.4): blocks
+// of `block` values, amax = max(max|x|, 6 * 2^-9), s = e4m3(amax / 6) (round to nearest even,
+// saturating; not a power of two), x <- e2m1(clamp(x / s, -6, 6)) * s.
+void fp4_roundtrip_e4m3_scale(float* x, int64_t n, int64_t block);
+
 // In-place Sylvester-ordered Walsh-Hadamard transform scaled by n^-1/2 (n a power of 2).
 void hadamard_transform(float* x, int64_t n);
 

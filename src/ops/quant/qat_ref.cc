@@ -42,6 +42,20 @@ void fp4_roundtrip(float* x, int64_t n, int64_t block) {
   roundtrip(x, n, block, kE2M1Max, 6.0f * std::ldexp(1.0f, -126), round_e2m1);
 }
 
+void fp4_roundtrip_e4m3_scale(float* x, int64_t n, int64_t block) {
+  ICHECK(block > 0);
+  for (int64_t start = 0; start < n; start += block) {
+    const int64_t end = std::min(n, start + block);
+    float amax = 6.0f * std::ldexp(1.0f, -9);
+    for (int64_t i = start; i < end; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float scale = round_e4m3(amax / kE2M1Max);
+    for (int64_t i = start; i < end; ++i) {
+      const float q = std::min(kE2M1Max, std::max(-kE2M1Max, x[i] / scale));
+      x[i] = round_e2m1(q) * scale;
+    }
+  }
+}
+
 void hadamard_transform(float* x, int64_t n) {
   CHECK(n > 0 && (n & (n - 1)) == 0) << "Hadamard size must be a power of two, got " << n;
   for (int64_t h = 1; h < n; h *= 2) {
