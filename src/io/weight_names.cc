@@ -60,6 +60,13 @@ const std::pair<const char*, const char*> kGlobalParams[] = {
     {"model.hc_head.hc_scale", "hc_head_scale"},
 };
 
+// transformers 5.17's save_pretrained writes V4 checkpoints under native names with the
+// `model.` prefix, except that it reverses its load-time rename `.norm.` -> `.kv_norm.` on
+// the attention's kv_norm too (`attn.norm.weight`). One-way: native names never use it.
+const std::pair<const char*, const char*> kSavedLayerNames[] = {
+    {"attn.norm.weight", "attn.kv_norm.weight"},
+};
+
 struct Tables {
   std::map<std::string, std::string> layer_hf_to_native, layer_native_to_hf;
   std::map<std::string, std::string> global_hf_to_native, global_native_to_hf;
@@ -77,6 +84,7 @@ const Tables& tables() {
       add_layer(std::string(hf) + ".weight_scale_inv", std::string(native) + ".scale");
     }
     for (const auto& [hf, native] : kLayerParams) add_layer(hf, native);
+    for (const auto& [saved, native] : kSavedLayerNames) t.layer_hf_to_native[saved] = native;
     for (const auto& [hf, native] : kGlobalParams) {
       t.global_hf_to_native[hf] = native;
       t.global_native_to_hf[native] = hf;

@@ -23,7 +23,9 @@
 //   X.scale                                     X.weight_scale_inv (block-FP8 scales)
 //   mtp.*                                       mtp.* (unchanged; transformers ignores them)
 // Names outside the table pass through (with `model.` stripped), so an unknown tensor is
-// reported under a recognisable name.
+// reported under a recognisable name; so a checkpoint written by transformers'
+// save_pretrained (native names with `model.`, and `layers.N.attn.norm.weight` for the
+// attention's kv_norm) loads too.
 #pragma once
 
 #include <cstdint>

@@ -295,5 +295,32 @@ TEST(WeightLoader, HfCheckpointLoadsUnderNativeNamesWithExpertsSplit) {
   }
 }
 
+// transformers 5.17 save_pretrained on a V4 model writes the native names with `model.` in
+// front (lm_head as head) and the attention's kv_norm as `attn.norm` (it reverses its
+// `.norm.` -> `.kv_norm.` load rename); such a checkpoint loads under native names.
+TEST(WeightLoader, SavePretrainedV4NamesLoadAsNative) {
+  std::map<std::string, Tensor> saved;
+  std::set<std::string> expected;
+  uint32_t seed = 300;
+  for (const auto& p : layer_names(1, 4, false)) {
+    const std::string& native = p.second;
+    std::string name = "model." + native;
+    if (native == "layers.1.attn.kv_norm.weight") name = "model.layers.1.attn.norm.weight";
+    saved[name] = test::random_f32({2, 3}, seed++);
+    expected.insert(native);
+  }
+  saved["model.embed.weight"] = test::random_f32({2, 3}, seed++);
+  saved["head.weight"] = test::random_f32({2, 3}, seed++);
+  expected.insert("embed.weight");
+  expected.insert("head.weight");
+  ASSERT_TRUE(saved.count("model.layers.1.attn.compressor.norm.weight"));
+  const WeightStore store = load_via_file(saved);
+  const std::vector<std::string> names = store.names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
+  EXPECT_EQ(hf_to_native("model.layers.7.attn.norm.weight"), "layers.7.attn.kv_norm.weight");
+  EXPECT_EQ(hf_to_native("model.layers.7.attn.compressor.norm.weight"),
+            "layers.7.attn.compressor.norm.weight");
+}
+
 }  // namespace
 }  // namespace deepinfer
