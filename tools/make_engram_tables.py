@@ -158,7 +158,7 @@ def build_multipliers(vocab_sizes):
 # Op fixture
 # ------------------------------------------------------------------------------------------
 
-FIX = dict(layer_ids=[1, 3], vocab_size=61, n_heads=2, max_ngram=4, head_dim=32, hc=4, dim=32,
+FIX = dict(layer_ids=[1, 3], vocab_size=61, n_heads=2, max_ngram=4, head_dim=64, hc=4, dim=32,
            seq_lens=[9, 14], seed=20261)
 
 

@@ -26,7 +26,8 @@ void serve_usage() {
                "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
                "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
                "         [--default-thinking on|off] [--scheduling-policy fcfs|priority]\n"
-               "         [--state-budget-mib N] [--no-overlap]\n"
+               "         [--state-budget-mib N] [--no-overlap] [--http-idle-timeout S]\n"
+               "         [--http-read-timeout S] [--http-write-timeout S]\n"
                "%s"
                "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
                kDeviceUsage);
@@ -43,7 +44,8 @@ int cmd_serve(int argc, char** argv) {
                                  "max-num-seqs", "max-num-batched-tokens", "max-live-requests",
                                  "max-body-bytes", "chat-encoding", "numerics", "io-threads",
                                  "prep-threads", "drain-seconds", "default-thinking",
-                                 "scheduling-policy", "state-budget-mib"};
+                                 "scheduling-policy", "state-budget-mib", "http-idle-timeout",
+                                 "http-read-timeout", "http-write-timeout"};
   names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
   std::set<std::string> flags = {"batch-invariant", "dummy-weights", "no-overlap", "help"};
   flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
@@ -81,6 +83,13 @@ int cmd_serve(int argc, char** argv) {
   options.n_prep_threads = static_cast<int>(args.get_int("prep-threads", options.n_prep_threads));
   CHECK(options.n_prep_threads >= 1 && options.n_prep_threads <= 256) << "--prep-threads must be in 1..256";
   options.drain_seconds = args.get_double("drain-seconds", options.drain_seconds);
+  // Connection timeouts (server.h): idle keep-alive, a request's arrival, a response's take-up.
+  for (auto [name, value] : {std::pair<const char*, double*>{"http-idle-timeout", &options.idle_timeout_seconds},
+                             {"http-read-timeout", &options.read_timeout_seconds},
+                             {"http-write-timeout", &options.write_timeout_seconds}}) {
+    *value = args.get_double(name, *value);
+    CHECK(*value > 0 && *value <= 86400) << "--" << name << " must be in (0, 86400] seconds";
+  }
   const std::string thinking = args.get("default-thinking", "off");
   CHECK(thinking == "on" || thinking == "off") << "--default-thinking must be on or off";
   options.default_thinking = thinking == "on";
@@ -88,6 +97,8 @@ int cmd_serve(int argc, char** argv) {
   options.model_name = args.get("served-model-name",
                                 dir.empty() ? "deepinfer-tiny" : std::filesystem::path(dir).filename().string());
 
+  // Bound before the model loads: an address in use is reported at once.
+  server::ListeningSocket listener(options.host, options.port);
   auto engine = std::make_unique<Engine>(engine_args);
   // The engine's tokenizer (it lives as long as the engine, which outlives the server).
   const recipe::Tokenizer* tokenizer = engine->tokenizer();
@@ -111,7 +122,7 @@ int cmd_serve(int argc, char** argv) {
   async_options.max_live_requests =
       args.get_int("max-live-requests", std::max<int64_t>(1024, 4 * engine_args.max_num_seqs));
   AsyncEngine async_engine(make_step_engine(std::move(engine)), async_options);
-  server::Server server(options, *tokenizer, std::move(eos_ids), async_engine);
+  server::Server server(options, std::move(listener), *tokenizer, std::move(eos_ids), async_engine);
   server.run();
   return 0;
 }

@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace deepinfer::server {
 
@@ -18,6 +20,8 @@ struct ApiError : std::runtime_error {
   std::string type;   // "invalid_request_error", "authentication_error", ...
   std::string param;  // the offending field, "" for none
   std::string code;   // "" for none
+  // Response headers that belong to the refusal (Allow for 405, WWW-Authenticate for 401).
+  std::vector<std::pair<std::string, std::string>> headers;
 
   // The response body (JSON text).
   std::string body() const;

@@ -1,16 +1,23 @@
 #include "server/completion_generation.h"
 
+#include <utility>
+
 namespace deepinfer::server {
 
 CompletionGeneration::CompletionGeneration(const CompletionRequest& request, const ModelInfo& model)
-    : Generation(random_id("cmpl-"), "text_completion", model, request.sampling, /*keep_special=*/false) {
+    : Generation(random_id("cmpl-"), "text_completion", model, request.sampling,
+                 /*keep_special=*/!request.sampling.skip_special_tokens) {
   const int64_t max_model_len = model.max_model_len;
-  for (const std::vector<int32_t>& prompt : request.prompts) {
+  for (size_t p = 0; p < request.prompts.size(); ++p) {
+    const std::vector<int32_t>& prompt = request.prompts[p];
     const int64_t max_tokens = resolve_max_tokens(request.sampling, static_cast<int64_t>(prompt.size()),
                                                   max_model_len, kDefaultMaxTokens);
+    const std::string echo = request.echo ? request.prompt_texts.at(p) : std::string();
     for (int64_t j = 0; j < request.sampling.n; ++j) {
       add_choice(prompt, max_tokens, j == 0);
-      texts_.push_back(Text{StopMatcher(request.sampling.stop), "", Json(), 0});
+      // Non-streaming text starts with the echo; a stream sends it in the choice's first chunk.
+      texts_.push_back(Text{StopMatcher(request.sampling.stop), stream() ? "" : echo, Json(), 0,
+                            stream() ? echo : ""});
     }
   }
 }
@@ -34,7 +41,7 @@ Json CompletionGeneration::logprobs_of(Text& t, const RequestOutput& out) {
 void CompletionGeneration::handle_output(size_t i, const RequestOutput& out, const std::string& new_text,
                                          std::vector<Json>& chunks) {
   Text& t = texts_[i];
-  const std::string text = t.stop.feed(new_text);
+  const std::string text = std::exchange(t.echo, std::string()) + t.stop.feed(new_text);
   t.text += text;
   Json lp = nullptr;
   if (sampling_.n_logprobs >= 0 && !out.logprobs.empty()) {
@@ -57,7 +64,7 @@ void CompletionGeneration::handle_output(size_t i, const RequestOutput& out, con
 
 void CompletionGeneration::handle_finish(size_t i, std::string& reason, std::vector<Json>& chunks) {
   Text& t = texts_[i];
-  const std::string rest = t.stop.flush();
+  const std::string rest = std::exchange(t.echo, std::string()) + t.stop.flush();
   t.text += rest;
   if (stream()) {
     chunks.push_back({{"index", i}, {"text", rest}, {"logprobs", nullptr}, {"finish_reason", reason}});

@@ -1,7 +1,8 @@
 // CompletionGeneration: POST /v1/completions. Each prompt gets n choices (index =
 // prompt * n + j); stop strings are cut out of the text (the text before the first one is
 // returned, finish_reason "stop"); logprobs in the legacy form {tokens, token_logprobs,
-// top_logprobs, text_offset}. Thread-safety: see generation.h.
+// top_logprobs, text_offset}. With echo the text starts with the prompt's (not cut by stop
+// strings; a stream sends it in each choice's first chunk). Thread-safety: see generation.h.
 #pragma once
 
 #include <memory>
@@ -25,6 +26,7 @@ class CompletionGeneration final : public Generation {
     std::string text;
     Json logprobs;       // accumulated (non-streaming)
     int64_t offset = 0;  // text_offset of the next token
+    std::string echo;    // streaming: the prompt text still to send (echo)
   };
   void handle_output(size_t i, const RequestOutput& out, const std::string& text,
                      std::vector<Json>& chunks) override;

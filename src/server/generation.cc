@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include "recipe/chat_prompt.h"
+
 namespace deepinfer::server {
 namespace {
 
@@ -36,6 +38,16 @@ Generation::Generation(std::string id, std::string object, const ModelInfo& mode
   no_text_ids_ = model.eos_ids;
   no_text_ids_.insert(no_text_ids_.end(), sampling.params.stop_token_ids.begin(),
                       sampling.params.stop_token_ids.end());
+  if (keep_special && sampling.skip_special_tokens) {
+    // The chat parser reads its markers from the text; every other special token makes none.
+    const recipe::SpecialTokens markers;
+    for (const recipe::AddedToken& t : tokenizer_.added_tokens()) {
+      const bool marker = t.content.find(markers.thinking_start) != std::string::npos ||
+                          t.content.find(markers.thinking_end) != std::string::npos ||
+                          t.content.find(markers.dsml) != std::string::npos;
+      if (t.special && !marker) no_text_ids_.push_back(t.id);
+    }
+  }
   std::sort(no_text_ids_.begin(), no_text_ids_.end());
 }
 
@@ -77,7 +89,11 @@ std::vector<std::string> Generation::unfinished_ids() const {
 Json Generation::envelope(Json choices) const {
   Json chunk = {{"id", id_}, {"object", object_}, {"created", created_}, {"model", model_},
                 {"choices", std::move(choices)}};
-  if (sampling_.include_usage) chunk["usage"] = nullptr;
+  if (sampling_.continuous_usage_stats) {
+    chunk["usage"] = usage();  // so far
+  } else if (sampling_.include_usage) {
+    chunk["usage"] = nullptr;
+  }
   return chunk;
 }
 
@@ -138,7 +154,9 @@ void Generation::on_output(const RequestOutput& out, const std::string& error,
     }
   }
   early_.clear();
-  if (out.finished) finish_choice(i, out.finish_reason, chunks);
+  // The engine says "abort" for a request the server cut off (only a shutdown does so while the
+  // client still listens): not an OpenAI finish_reason; the output was truncated, as "length".
+  if (out.finished) finish_choice(i, out.finish_reason == "abort" ? "length" : out.finish_reason, chunks);
   if (stream()) {
     for (Json& c : chunks) events.push_back(dump(envelope(Json::array({std::move(c)}))));
   }

@@ -36,9 +36,11 @@ struct ModelInfo {
 
 class Generation {
  public:
-  // Text comes from the engine's tokens through one StreamDetokenizer per choice, special
+  // Text comes from the engine's tokens through one StreamDetokenizer per choice, added
   // tokens kept (`keep_special`, chat: the output parser needs "</think>" and DSML markers) or
-  // dropped; EOS ids and the request's stop_token_ids never become text.
+  // special ones dropped; EOS ids and the request's stop_token_ids never become text, nor, when
+  // the request skips special tokens (its default), special tokens other than those markers.
+  // Streaming with stream_options.continuous_usage_stats puts the usage so far in every chunk.
   Generation(std::string id, std::string object, const ModelInfo& model, const SamplingRequest& sampling,
              bool keep_special);
   virtual ~Generation() = default;

@@ -1,6 +1,8 @@
 #include "server/http_session.h"
 
+#include <cctype>
 #include <cstdio>
+#include <string_view>
 
 #include "base/logging.h"
 #include "server/chat_generation.h"
@@ -22,6 +24,10 @@ std::string chunk(const std::string& data) {
   return size + data + "\r\n";
 }
 
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
 bool is_client_gone(beast::error_code ec) {
   return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
          ec == beast::error::timeout || ec == net::error::operation_aborted;
@@ -36,22 +42,69 @@ bool same_secret(std::string_view given, std::string_view expected) {
   return diff == 0;
 }
 
+// "Bearer KEY", the scheme case-insensitive (RFC 7235), spaces after it tolerated.
+std::string_view std_view(beast::string_view s) { return {s.data(), s.size()}; }
+
+bool bearer_matches(std::string_view header, const std::string& key) {
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size() || header[kScheme.size()] != ' ') return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return false;
+  }
+  std::string_view given = header.substr(kScheme.size());
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  return same_secret(given, key);
+}
+
+ApiError method_not_allowed(const std::string& allow, const std::string& path) {
+  ApiError e(405, "use " + allow + " " + path, "invalid_request_error", "", "method_not_allowed");
+  e.headers.emplace_back("Allow", allow);
+  return e;
+}
+
+// Generation bodies are JSON: a body declared as anything else (text/plain, a form) is refused
+// rather than parsed as JSON. No Content-Type at all is read as JSON.
+void check_content_type(std::string_view value) {
+  const std::string_view media = value.substr(0, value.find(';'));
+  std::string type;
+  for (char c : media) {
+    if (c != ' ' && c != '\t') type += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  const bool json = type.empty() || type == "application/json" ||
+                    (type.rfind("application/", 0) == 0 && type.size() > 5 && type.ends_with("+json"));
+  if (!json) {
+    throw ApiError(415, "Content-Type must be application/json, got '" + std::string(value) + "'",
+                   "invalid_request_error", "Content-Type", "unsupported_media_type");
+  }
+}
+
 }  // namespace
 
 HttpSession::HttpSession(net::ip::tcp::socket&& socket, ServerState& state)
     : stream_(std::move(socket)), state_(state) {}
 
 void HttpSession::start() {
-  net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::read_header, shared_from_this()));
+  net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::await_request, shared_from_this()));
 }
 
-void HttpSession::read_header() {
+// The next request: parsed at once from bytes already buffered (pipelined requests), else
+// awaited for up to the idle timeout (the watch read; its first bytes start read_request).
+void HttpSession::await_request() {
+  if (closed_) return;
+  if (buffer_.size() > 0) return read_request();
+  stream_.expires_after(seconds(state_.options.idle_timeout_seconds));
+  watch();
+}
+
+// One deadline for the whole request, header and body: a client that sends it slowly (or
+// stops half-way) is disconnected when it passes.
+void HttpSession::read_request() {
   if (closed_) return;
   parser_.emplace();
   parser_->body_limit(state_.options.max_body_bytes);
   parser_->header_limit(kHeaderLimit);
-  stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(state_.options.idle_timeout_seconds)));
+  read_deadline_ = std::chrono::steady_clock::now() + seconds(state_.options.read_timeout_seconds);
+  stream_.expires_at(read_deadline_);
   http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
@@ -81,7 +134,10 @@ void HttpSession::on_header(beast::error_code ec) {
   method_ = std::string(req.method_string());
   target_ = std::string(req.target());
   keep_alive_ = req.keep_alive();
-  if (beast::iequals(req[http::field::expect], "100-continue")) write("HTTP/1.1 100 Continue\r\n\r\n");
+  if (beast::iequals(req[http::field::expect], "100-continue")) {
+    write("HTTP/1.1 100 Continue\r\n\r\n");
+    stream_.expires_at(read_deadline_);  // the write set both timers; the body keeps the request's
+  }
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
@@ -107,12 +163,12 @@ void HttpSession::route() {
   try {
     if (path == "/health") {
       endpoint_ = path;
-      if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
+      if (!get) throw method_not_allowed("GET", path);
       return respond(200, "application/json", "{\"status\":\"ok\"}");
     }
     if (path == "/metrics") {
       endpoint_ = path;
-      if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
+      if (!get) throw method_not_allowed("GET", path);
       return respond(200, "text/plain; version=0.0.4; charset=utf-8",
                      state_.metrics.render(state_.engine.stats()));
     }
@@ -121,14 +177,16 @@ void HttpSession::route() {
     if (known) endpoint_ = path;
     if (model_path) endpoint_ = "/v1/models/{id}";
     if (path.rfind("/v1/", 0) == 0 && !state_.options.api_key.empty() &&
-        !same_secret(std::string(req[http::field::authorization]), "Bearer " + state_.options.api_key)) {
-      throw ApiError(401, "Incorrect API key provided", "authentication_error", "", "invalid_api_key");
+        !bearer_matches(std_view(req[http::field::authorization]), state_.options.api_key)) {
+      ApiError e(401, "Incorrect API key provided", "authentication_error", "", "invalid_api_key");
+      e.headers.emplace_back("WWW-Authenticate", "Bearer");
+      throw e;
     }
     if (!known && !model_path) {
       throw ApiError(404, "no route for " + method_ + " " + path, "invalid_request_error", "", "not_found");
     }
     if (path == "/v1/models" || model_path) {
-      if (!get) throw ApiError(405, "use GET " + path, "invalid_request_error");
+      if (!get) throw method_not_allowed("GET", path);
       Json model = {{"id", state_.options.model_name},   {"object", "model"},
                     {"created", state_.created},          {"owned_by", "deepinfer"},
                     {"max_model_len", state_.options.max_model_len}};
@@ -138,10 +196,12 @@ void HttpSession::route() {
       check_model(Json{{"model", path.substr(std::string("/v1/models/").size())}}, state_.options.model_name);
       return respond(200, "application/json", dump(model));
     }
-    if (!post) throw ApiError(405, "use POST " + path, "invalid_request_error");
+    if (!post) throw method_not_allowed("POST", path);
+    check_content_type(std_view(req[http::field::content_type]));
     // Parsing, prompt rendering and tokenization run on the preparation pool so that a long
     // prompt does not stall the other connections of this io thread; the watch read notices a
-    // client that leaves meanwhile.
+    // client that leaves meanwhile. A generation may run for long: no read deadline.
+    stream_.expires_never();
     watch();
     auto executor = stream_.get_executor();
     net::post(*state_.prep_pool, [self = shared_from_this(), executor, body = std::move(parser_->get().body()),
@@ -193,12 +253,28 @@ void HttpSession::start_generation(std::shared_ptr<Generation> gen, const std::o
   gen_ = std::move(gen);
   std::weak_ptr<HttpSession> weak = weak_from_this();
   auto executor = stream_.get_executor();
+  std::vector<EngineRequest> requests = gen_->take_requests();
+  if (static_cast<int64_t>(requests.size()) > state_.engine.max_live_requests()) {
+    gen_.reset();  // would never be admitted: not a matter of retrying later
+    return respond_error(bad_request("this request needs " + std::to_string(requests.size()) +
+                                         " sequences (prompts times n), more than the server's limit of " +
+                                         std::to_string(state_.engine.max_live_requests()),
+                                     "n"));
+  }
+  LiveRequests& live = state_.live;
+  std::vector<std::string> ids;
+  for (const EngineRequest& r : requests) ids.push_back(r.id);
+  for (const std::string& id : ids) live.add(id);
   const AsyncEngine::Admission admission = state_.engine.submit(
-      gen_->take_requests(), [weak, executor](const RequestOutput& out, const std::string& error) {
+      std::move(requests), [weak, executor, &live](const RequestOutput& out, const std::string& error) {
+        if (out.finished) live.remove(out.id);
         net::post(executor, [weak, out, error] {
           if (auto self = weak.lock()) self->on_engine_output(out, error);
         });
       });
+  if (admission != AsyncEngine::Admission::kAccepted) {
+    for (const std::string& id : ids) live.remove(id);
+  }
   if (admission == AsyncEngine::Admission::kFull) {
     gen_.reset();
     return respond_error(ApiError(429, "the server is at capacity (" + std::to_string(state_.engine.max_live_requests()) +
@@ -261,7 +337,9 @@ void HttpSession::respond(int status, const std::string& content_type, std::stri
 }
 
 void HttpSession::respond_error(const ApiError& e, const Headers& extra) {
-  respond(e.status, "application/json", e.body(), extra);
+  Headers headers = e.headers;
+  headers.insert(headers.end(), extra.begin(), extra.end());
+  respond(e.status, "application/json", e.body(), headers);
 }
 
 void HttpSession::write(std::string data) {
@@ -272,6 +350,9 @@ void HttpSession::write(std::string data) {
 
 void HttpSession::do_write() {
   writing_ = true;
+  // A client that takes none of a response for this long is gone (a pending watch read keeps
+  // its own timer: with a read in flight this sets only the write timer).
+  stream_.expires_after(seconds(state_.options.write_timeout_seconds));
   net::async_write(stream_, net::buffer(writes_.front()),
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
 }
@@ -295,14 +376,20 @@ void HttpSession::end_exchange() {
   response_complete_ = false;
   gen_.reset();
   if (!keep_alive_) return linger_ ? linger_close() : close();
-  if (!watching_) read_header();
-  // else: the watch read is pending; on_watch starts the next exchange when bytes come.
+  if (!watching_) return await_request();
+  // The watch read of the generation is still pending, without a deadline. Cancel it: on_watch
+  // then starts the next request, from the bytes already buffered (pipelined requests, which
+  // would otherwise wait for more bytes that never come) or with the idle timeout.
+  resume_after_watch_ = true;
+  stream_.cancel();
 }
 
+// Reads whatever the client sends while no request is being read: during a generation (to
+// notice a client that leaves; bytes that arrive are kept for the next exchange) and while the
+// connection is idle (the idle timeout applies).
 void HttpSession::watch() {
   if (watching_ || closed_) return;
   watching_ = true;
-  if (exchange_active_) stream_.expires_never();
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->on_watch(ec, n);
   });
@@ -311,6 +398,8 @@ void HttpSession::watch() {
 void HttpSession::on_watch(beast::error_code ec, size_t n) {
   watching_ = false;
   if (closed_) return;
+  const bool resume = std::exchange(resume_after_watch_, false);
+  if (ec == net::error::operation_aborted && resume) return await_request();
   if (ec) {
     if (exchange_active_ && gen_) {
       LOG(INFO) << "client disconnected from " << gen_->id() << ": aborting " << gen_->unfinished_ids().size()
@@ -323,7 +412,7 @@ void HttpSession::on_watch(beast::error_code ec, size_t n) {
     if (buffer_.size() < kMaxPipelinedBytes) watch();
     return;
   }
-  read_header();
+  read_request();
 }
 
 // After refusing a body (413): stop sending, read and drop what the client still sends for a

@@ -2,11 +2,19 @@
 //
 // Exchange: read the header (Content-Length over the limit -> 413 before the body; "Expect:
 // 100-continue" answered), read the body, route, respond. Generation requests are parsed and
-// tokenized on the server's preparation pool, then submitted to the AsyncEngine; its outputs are posted back to the strand and written as they come (SSE
-// over chunked transfer encoding) or as one JSON body at the end. While a request generates, a
-// read on the socket watches for the client going away (EOF or error aborts the request's
-// engine requests); bytes that arrive meanwhile (a pipelined request) are kept for the next
-// exchange. Writes are queued, one in flight at a time.
+// tokenized on the server's preparation pool, then submitted to the AsyncEngine; its outputs
+// are posted back to the strand and written as they come (SSE over chunked transfer encoding)
+// or as one JSON body at the end. While a request generates, a read on the socket watches for
+// the client going away (EOF or error aborts the request's engine requests); bytes that arrive
+// meanwhile (pipelined requests) are kept, and once the response is written the next request
+// is parsed from them: pipelined requests are answered one after another, in order.
+// Writes are queued, one in flight at a time.
+//
+// Timeouts (ServerOptions): a connection with no request begun is closed after
+// idle_timeout_seconds; a request must arrive whole (header and body) within
+// read_timeout_seconds of its first byte being awaited, else the connection is closed
+// (slowloris); a write that the client does not take within write_timeout_seconds closes it.
+// A generation itself has no deadline.
 //
 // Thread-safety: every member runs on the session's strand.
 #pragma once
@@ -36,7 +44,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  private:
   using Headers = std::vector<std::pair<std::string, std::string>>;
 
-  void read_header();
+  void await_request();
+  void read_request();
   void on_header(boost::beast::error_code ec);
   void on_body(boost::beast::error_code ec);
   void route();
@@ -70,6 +79,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool watching_ = false;          // a watch read is in flight
   bool keep_alive_ = true;
   bool linger_ = false;            // drain unread input before closing (after 413)
+  bool resume_after_watch_ = false;  // the watch was cancelled to start the next request
+  std::chrono::steady_clock::time_point read_deadline_;  // of the request being read
 
   std::shared_ptr<Generation> gen_;
   std::string method_, target_, endpoint_;

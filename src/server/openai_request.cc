@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "grammar/compile.h"
+#include "server/structured_output.h"
 #include "recipe/chat_request.h"
 
 namespace deepinfer::server {
@@ -13,47 +13,7 @@ namespace {
 
 struct TooDeep {};
 
-const Json* find(const Json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::optional<double> get_number(const Json& obj, const char* key, double lo, double hi) {
-  const Json* v = find(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) throw bad_request(std::string(key) + " must be a number", key);
-  const double x = v->get<double>();
-  if (!(x >= lo && x <= hi)) {
-    throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
-                          std::to_string(hi) + "], got " + v->dump(),
-                      key);
-  }
-  return x;
-}
-
-std::optional<int64_t> get_int(const Json& obj, const char* key, int64_t lo, int64_t hi) {
-  const Json* v = find(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number_integer()) throw bad_request(std::string(key) + " must be an integer", key);
-  // Unsigned values above INT64_MAX read as negative through get<int64_t>.
-  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    throw bad_request(std::string(key) + " is out of range", key);
-  }
-  const int64_t x = v->get<int64_t>();
-  if (x < lo || x > hi) {
-    throw bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
-                          std::to_string(hi) + "], got " + std::to_string(x),
-                      key);
-  }
-  return x;
-}
-
-std::optional<bool> get_bool(const Json& obj, const char* key) {
-  const Json* v = find(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw bad_request(std::string(key) + " must be a boolean", key);
-  return v->get<bool>();
-}
+const Json* find(const Json& obj, const char* key) { return find_field(obj, key); }
 
 }  // namespace
 
@@ -135,15 +95,30 @@ SamplingRequest parse_sampling(const Json& r, bool chat, const RequestLimits& li
     if (!v->is_array()) throw bad_request("stop_token_ids must be an array of integers", "stop_token_ids");
     for (const Json& x : *v) {
       if (!x.is_number_integer()) throw bad_request("stop_token_ids must be integers", "stop_token_ids");
-      s.params.stop_token_ids.push_back(x.get<int32_t>());
+      // Range-checked before narrowing: 4294967297 must not wrap to 1 (the vocabulary check
+      // of check_token_ids follows).
+      const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                                               : x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX;
+      if (!fits) throw bad_request("stop_token_ids: " + x.dump() + " is not a token id", "stop_token_ids");
+      s.params.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
     }
   }
   s.stream = get_bool(r, "stream").value_or(false);
   if (const Json* so = find(r, "stream_options")) {
     if (!so->is_object()) throw bad_request("stream_options must be an object", "stream_options");
     if (!s.stream) throw bad_request("stream_options is only allowed with stream", "stream_options");
-    s.include_usage = get_bool(*so, "include_usage").value_or(false);
+    for (const auto& [key, value] : so->items()) {
+      if (key != "include_usage" && key != "continuous_usage_stats") {
+        throw bad_request("stream_options." + key + " is not supported", "stream_options." + key);
+      }
+    }
+    s.include_usage = get_bool(*so, "include_usage", "stream_options.include_usage").value_or(false);
+    s.continuous_usage_stats =
+        get_bool(*so, "continuous_usage_stats", "stream_options.continuous_usage_stats").value_or(false);
   }
+  s.skip_special_tokens = get_bool(r, "skip_special_tokens").value_or(true);
+  get_string(r, "user");  // OpenAI's end-user id: recorded nowhere, but it must be a string
+  refuse_unsupported_fields(r, chat);
   if (chat) {
     const bool logprobs = get_bool(r, "logprobs").value_or(false);
     const auto top = get_int(r, "top_logprobs", 0, limits.max_top_logprobs);
@@ -206,62 +181,11 @@ int64_t resolve_max_tokens(const SamplingRequest& s, int64_t n_prompt, int64_t m
 }
 
 Json parse_constraint(const Json& r, SamplingRequest& s) {
-  std::string kind, text;
-  Json for_encoder;  // deepseek-recipe's response_format form
-  if (const Json* rf = find(r, "response_format")) {
-    const Json* type = rf->is_object() ? find(*rf, "type") : nullptr;
-    if (!type || !type->is_string()) throw bad_request("response_format.type is required", "response_format");
-    const std::string t = type->get<std::string>();
-    auto field = [&](const char* a, const char* b) -> const Json* {
-      const Json* v = find(*rf, a);
-      return v ? v : find(*rf, b);
-    };
-    if (t == "json_object") {
-      kind = "json_object";
-      for_encoder = Json{{"type", "json_object"}};
-    } else if (t == "json_schema") {
-      // OpenAI: {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}.
-      const Json* js = find(*rf, "json_schema");
-      const Json* schema = js && js->is_object() ? find(*js, "schema") : find(*rf, "schema");
-      if (!schema || !(schema->is_object() || schema->is_boolean())) {
-        throw bad_request("response_format json_schema needs json_schema.schema (an object)", "response_format");
-      }
-      kind = "json_schema";
-      text = schema->dump();
-      for_encoder = Json{{"type", "json_schema"}, {"schema", *schema}};
-    } else if (t == "regex") {
-      const Json* v = field("regex", "pattern");
-      if (!v || !v->is_string()) throw bad_request("response_format regex needs \"regex\" (a string)", "response_format");
-      kind = "regex";
-      text = v->get<std::string>();
-      for_encoder = Json{{"type", "regex"}, {"regex", text}};
-    } else if (t == "ebnf" || t == "grammar") {
-      const Json* v = field("ebnf", "grammar");
-      if (!v || !v->is_string()) throw bad_request("response_format ebnf needs \"ebnf\" (a string)", "response_format");
-      kind = "ebnf";
-      text = v->get<std::string>();
-    } else if (t != "text") {
-      throw bad_request("unknown response_format type '" + t + "'", "response_format");
-    }
-  }
-  for (const auto& [key, k] : {std::pair<const char*, const char*>{"guided_json", "json_schema"},
-                               {"guided_regex", "regex"}, {"guided_grammar", "ebnf"}}) {
-    if (const Json* v = find(r, key)) {
-      if (!kind.empty()) throw bad_request(std::string("give one structured-output constraint, not ") + key + " too", key);
-      kind = k;
-      text = v->is_string() ? v->get<std::string>() : v->dump();
-    }
-  }
-  if (kind.empty()) return Json();
-  try {
-    grammar::build_grammar({kind, text});  // malformed or unsupported -> 400, before any work
-  } catch (const Error& e) {
-    throw ApiError(400, std::string("response_format: ") + e.what(), "invalid_request_error",
-                   "response_format", e.kind() == ErrorKind::kUnsupported ? "unsupported" : "");
-  }
-  s.constraint_kind = kind;
-  s.constraint = text;
-  return for_encoder;
+  Constraint c = parse_structured_output(r);
+  s.constraint_kind = std::move(c.kind);
+  s.constraint = std::move(c.text);
+  s.constraint_param = std::move(c.param);
+  return c.for_encoder;
 }
 
 void check_token_ids(const SamplingRequest& s, int64_t vocab_size) {
@@ -286,11 +210,14 @@ CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenize
   CompletionRequest c;
   c.sampling = parse_sampling(r, /*chat=*/false, limits);
   parse_constraint(r, c.sampling);
-  if (get_bool(r, "echo").value_or(false)) throw bad_request("echo is not supported", "echo");
-  if (find(r, "suffix")) throw bad_request("suffix is not supported", "suffix");
+  c.echo = get_bool(r, "echo").value_or(false);
+  if (c.echo && c.sampling.n_logprobs >= 0) {
+    throw bad_request("echo with logprobs needs the prompt's log-probabilities, which are not computed", "echo");
+  }
   const Json* p = find(r, "prompt");
   if (!p) throw bad_request("prompt is required", "prompt");
   auto encode = [&](const std::string& text) {
+    if (c.echo) c.prompt_texts.push_back(text);
     try {
       return tokenizer.encode(text, /*add_special_tokens=*/true);
     } catch (const Error& e) {
@@ -307,6 +234,7 @@ CompletionRequest parse_completion_request(const Json& r, const recipe::Tokenize
       }
       out.push_back(x.get<int32_t>());
     }
+    if (c.echo) c.prompt_texts.push_back(tokenizer.decode(out));
     return out;
   };
   if (p->is_string()) {
@@ -356,12 +284,31 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
     const Json& m = (*messages)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw bad_request(where + " must be an object", "messages");
+    const Json* role = find(m, "role");
+    if (role && *role == "user" && !find(m, "content")) {
+      throw bad_request(where + " (user) has no content", "messages");
+    }
     Json out = m;
     if (const Json* role = find(m, "role"); role && role->is_string() && role->get<std::string>() == "developer") {
       out["role"] = "system";
     }
     out.erase("name");
     msgs.push_back(std::move(out));
+  }
+  // vLLM's continue_final_message: the trailing assistant message is continued, not closed
+  // (the recipe's "prefix" message, as in DeepSeek's chat prefix completion).
+  const bool continue_final = get_bool(r, "continue_final_message").value_or(false);
+  if (auto add = get_bool(r, "add_generation_prompt"); add && *add == continue_final) {
+    throw bad_request(continue_final ? "continue_final_message needs add_generation_prompt false"
+                                     : "add_generation_prompt false is only supported with continue_final_message",
+                      "add_generation_prompt");
+  }
+  if (continue_final) {
+    if (msgs.back().value("role", "") != "assistant") {
+      throw bad_request("continue_final_message needs the last message to be an assistant message",
+                        "continue_final_message");
+    }
+    msgs.back()["prefix"] = true;
   }
   conv["messages"] = std::move(msgs);
 
@@ -390,6 +337,17 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   const Json* tools = find(r, "tools");
   Json tool_list = tools ? *tools : Json::array();
   if (tools && !tools->is_array()) throw bad_request("tools must be an array", "tools");
+  for (size_t i = 0; i < tool_list.size(); ++i) {
+    const Json& t = tool_list[i];
+    const Json* type = t.is_object() ? find(t, "type") : nullptr;
+    const Json* fn = t.is_object() ? find(t, "function") : nullptr;
+    const Json* name = fn && fn->is_object() ? find(*fn, "name") : nullptr;
+    if (!type || *type != "function" || !name || !name->is_string()) {
+      throw bad_request("tools[" + std::to_string(i) + "] must be {\"type\": \"function\", \"function\": {\"name\", ...}}",
+                        "tools");
+    }
+  }
+  get_bool(r, "parallel_tool_calls");  // type-checked; the model may call several tools either way
   if (const Json* tc = find(r, "tool_choice")) {
     if (tc->is_string()) {
       choice = tc->get<std::string>();
@@ -455,7 +413,7 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
     json_output = c.sampling.constraint_kind == "json_object" || c.sampling.constraint_kind == "json_schema";
     conv["response_format"] = for_encoder;
   } else if (!c.sampling.constraint_kind.empty() && thinking) {
-    throw bad_request("structured-output constraints cannot be combined with thinking", "response_format");
+    throw bad_request(c.sampling.constraint_param + " cannot be combined with thinking", c.sampling.constraint_param);
   }
   try {
     c.conversation = recipe::conversation_from_json(
@@ -468,7 +426,8 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   c.parser.parse_tool_calls = has_tools;
   c.parser.starts_in_tool_calls = has_tools && choice == "required";
   c.parser.parse_json_output = json_output;
-  c.parser.start = c.thinking ? recipe::ParseStart::kReasoningStart : recipe::ParseStart::kAnswer;
+  // Thinking starts in the reasoning, or continues a prefix message's reasoning or answer.
+  c.parser.start = recipe::parser_options_for(c.conversation).start;
   c.parser.stop_sequences = c.sampling.stop;
   return c;
 }

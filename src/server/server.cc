@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +18,48 @@
 namespace deepinfer::server {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+
+ListeningSocket::ListeningSocket(const std::string& host, uint16_t port) {
+  net::io_context ioc;
+  boost::system::error_code ec;
+  std::vector<tcp::endpoint> endpoints;
+  const net::ip::address address = net::ip::make_address(host, ec);
+  if (!ec) {
+    endpoints.emplace_back(address, port);
+  } else {
+    tcp::resolver resolver(ioc);
+    const auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+    CHECK(!ec && !results.empty()) << "--host '" << host << "' is neither an IP address nor a name that resolves"
+                                   << (ec ? ": " + ec.message() : std::string());
+    for (const auto& r : results) endpoints.push_back(r.endpoint());
+  }
+  tcp::acceptor acceptor(ioc);
+  std::string failures;
+  for (const tcp::endpoint& endpoint : endpoints) {
+    ec = {};
+    acceptor.open(endpoint.protocol(), ec);
+    if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+    if (!ec) {
+      v6_ = endpoint.protocol() == tcp::v6();
+      port_ = acceptor.local_endpoint().port();
+      fd_ = acceptor.release();
+      return;
+    }
+    failures += (failures.empty() ? "" : "; ") + endpoint.address().to_string() + ": " + ec.message();
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+  }
+  CHECK(false) << "cannot listen on " << host << ":" << port << " (" << failures << ")";
+}
+
+ListeningSocket::~ListeningSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ListeningSocket::ListeningSocket(ListeningSocket&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), v6_(other.v6_), port_(other.port_) {}
 
 struct Server::Impl {
   Impl(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
@@ -70,20 +113,35 @@ struct Server::Impl {
   }
 
   // Stops accepting; lets the engine drain on a helper thread (the io threads keep delivering
-  // outputs meanwhile), then stops the io_context once the final writes had a moment.
+  // outputs meanwhile), then stops the io_context once the final writes had a moment. Called
+  // again during the drain, it aborts every request still live (the drain ends at once).
   void begin_shutdown() {
-    if (shutting_down.exchange(true)) return;
-    LOG(INFO) << "shutting down: draining requests for up to " << state.options.drain_seconds << " s";
+    if (shutting_down.exchange(true)) return cut_drain();
+    LOG(INFO) << "shutting down: draining requests for up to " << state.options.drain_seconds
+              << " s (signal again to stop at once)";
     net::post(ioc, [this] {
       boost::system::error_code ec;
       acceptor.close(ec);
-      signals.cancel(ec);
       trim_timer.cancel();
     });
     drainer = std::thread([this] {
       state.engine.shutdown(state.options.drain_seconds);
       auto timer = std::make_shared<net::steady_timer>(ioc, std::chrono::milliseconds(300));
       timer->async_wait([this, timer](boost::system::error_code) { ioc.stop(); });
+    });
+  }
+
+  void cut_drain() {
+    std::vector<std::string> ids = state.live.snapshot();
+    LOG(INFO) << "shutting down now: aborting " << ids.size() << " live request(s)";
+    for (const std::string& id : ids) state.engine.abort(id);
+  }
+
+  void wait_signal() {
+    signals.async_wait([this](boost::system::error_code ec, int) {
+      if (ec) return;
+      begin_shutdown();
+      wait_signal();
     });
   }
 
@@ -98,25 +156,24 @@ struct Server::Impl {
   bool trim_due = false;
 };
 
-Server::Server(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
-               AsyncEngine& engine)
+Server::Server(ServerOptions options, ListeningSocket socket, const recipe::Tokenizer& tokenizer,
+               std::vector<int32_t> eos_ids, AsyncEngine& engine)
     : impl_(std::make_unique<Impl>(std::move(options), tokenizer, std::move(eos_ids), engine)) {
   const ServerOptions& o = impl_->state.options;
   CHECK(o.max_model_len > 0) << "max_model_len must be positive";
+  CHECK(socket.fd_ >= 0) << "the listening socket was moved from";
   impl_->state.created = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
   boost::system::error_code ec;
-  const net::ip::address address = net::ip::make_address(o.host, ec);
-  CHECK(!ec) << "--host '" << o.host << "' is not an IP address";
-  const tcp::endpoint endpoint(address, o.port);
-  auto& acceptor = impl_->acceptor;
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
-  CHECK(!ec) << "cannot listen on " << o.host << ":" << o.port << ": " << ec.message();
+  impl_->acceptor.assign(socket.v6_ ? tcp::v6() : tcp::v4(), socket.fd_, ec);
+  CHECK(!ec) << "cannot serve on " << o.host << ":" << socket.port_ << ": " << ec.message();
+  socket.fd_ = -1;  // the acceptor owns it now
 }
+
+Server::Server(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+               AsyncEngine& engine)
+    : Server(options, ListeningSocket(options.host, options.port), tokenizer, std::move(eos_ids), engine) {}
 
 Server::~Server() {
   if (impl_->drainer.joinable()) impl_->drainer.join();
@@ -129,9 +186,7 @@ void Server::run() {
   if (s.state.options.handle_signals) {
     s.signals.add(SIGINT);
     s.signals.add(SIGTERM);
-    s.signals.async_wait([&s](boost::system::error_code ec, int) {
-      if (!ec) s.begin_shutdown();
-    });
+    s.wait_signal();
   }
   s.accept();
   s.check_trim();

@@ -43,24 +43,50 @@ struct ServerOptions {
   int n_io_threads = 1;
   int n_prep_threads = 2;            // parse + tokenize requests off the io threads
   double drain_seconds = 30.0;       // graceful shutdown: let running requests finish this long
-  double idle_timeout_seconds = 120.0;
+  double idle_timeout_seconds = 60.0;   // keep-alive: no request begun for this long closes
+  double read_timeout_seconds = 30.0;   // a request's header and body must arrive within this
+  double write_timeout_seconds = 60.0;  // a response write the client does not take closes
   bool handle_signals = true;        // SIGINT/SIGTERM -> graceful shutdown
 };
 
 // What every connection shares.
 struct ServerState;
 
+// A socket bound to host:port and listening. `host` is an IP address or a name (resolved;
+// "localhost" binds the first of its addresses that can be bound); port 0 picks a free port.
+// Throws Error naming the address when it cannot bind (e.g. the port is in use). Made before
+// the model loads, it reports a bad address at once instead of after the load.
+class ListeningSocket {
+ public:
+  ListeningSocket(const std::string& host, uint16_t port);
+  ~ListeningSocket();
+  ListeningSocket(ListeningSocket&& other) noexcept;
+  ListeningSocket& operator=(ListeningSocket&&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  friend class Server;
+  int fd_ = -1;
+  bool v6_ = false;
+  uint16_t port_ = 0;
+};
+
 class Server {
  public:
-  // Binds the listening socket (throws Error naming the address when it cannot). `eos_ids`:
-  // the model's end-of-sequence ids (never part of response text).
+  // Serves on `socket` (the options' host and port are then only logged). `eos_ids`: the
+  // model's end-of-sequence ids (never part of response text).
+  Server(ServerOptions options, ListeningSocket socket, const recipe::Tokenizer& tokenizer,
+         std::vector<int32_t> eos_ids, AsyncEngine& engine);
+  // Binds options.host:options.port itself (ListeningSocket).
   Server(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
          AsyncEngine& engine);
   ~Server();
 
   uint16_t port() const;
   // Serves until stop() or a signal; then stops accepting, drains the engine
-  // (drain_seconds, then aborts) and returns once the final responses are written.
+  // (drain_seconds, then aborts) and returns once the final responses are written. A second
+  // signal (or stop()) during the drain aborts what still runs at once. Streams cut short
+  // by the shutdown end with finish_reason "length" (their output was truncated).
   void run();
   void stop();
 

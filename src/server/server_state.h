@@ -5,6 +5,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -16,6 +20,27 @@
 
 namespace deepinfer::server {
 
+// Engine request ids admitted and not yet finished (a second shutdown signal aborts them).
+class LiveRequests {
+ public:
+  void add(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids_.insert(id);
+  }
+  void remove(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids_.erase(id);
+  }
+  std::vector<std::string> snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {ids_.begin(), ids_.end()};
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<std::string> ids_;
+};
+
 struct ServerState {
   ServerOptions options;
   const recipe::Tokenizer& tokenizer;
@@ -25,6 +50,7 @@ struct ServerState {
   int64_t created = 0;  // unix seconds the server started (GET /v1/models)
   std::unique_ptr<boost::asio::thread_pool> prep_pool;  // request parsing, prompt tokenization
   std::atomic<int64_t> n_exchanges{0};  // requests read so far (the idle heap trim watches it)
+  LiveRequests live;
 };
 
 }  // namespace deepinfer::server

@@ -1,0 +1,34 @@
+// The structured-output constraint of a request (both endpoints), from any of its spellings:
+//   - OpenAI's response_format {"type": "json_object"} / {"type": "json_schema", "json_schema":
+//     {"schema"}}, and our extensions {"type": "regex", "regex"} / {"type": "ebnf", "ebnf"};
+//   - vLLM's guided_json (schema object or its text), guided_regex, guided_grammar (EBNF),
+//     guided_choice (a list of strings: the output is exactly one of them);
+//   - vLLM's newer structured_outputs {"json" | "regex" | "grammar" | "choice" |
+//     "json_object": true}.
+// At most one of them per request (else 400 naming the second). The constraint is compiled
+// once here: a malformed, unsupported or empty-language constraint is a 400 naming the field
+// it came from.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/request_fields.h"
+
+namespace deepinfer::server {
+
+struct Constraint {
+  std::string kind;   // EngineRequest::constraint_kind: "json_object", "json_schema", "regex", "ebnf"
+  std::string text;   // schema JSON, pattern or grammar
+  std::string param;  // the request field it came from ("response_format", "guided_choice", ...)
+  Json for_encoder;   // response_format in deepseek-recipe's form (only from response_format)
+};
+
+// The request's constraint, or kind "" for none.
+Constraint parse_structured_output(const Json& request);
+
+// A regex whose language is exactly the given strings (each matched literally).
+std::string choice_regex(const std::vector<std::string>& choices);
+
+}  // namespace deepinfer::server
