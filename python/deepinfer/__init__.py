@@ -125,7 +125,8 @@ class SamplingParams:
 
 class RequestOutput:
     """The result of one prompt: `text`, `token_ids`, `finish_reason` ("stop", "length",
-    "abort"), `stop_reason` (the stop string, if one ended it), `prompt_token_ids`,
+    "abort", or "error" with the reason in `error`: a failure of this request alone),
+    `stop_reason` (the stop string, if one ended it), `prompt_token_ids`,
     `logprobs` (per token: {token_id: logprob} of the chosen and top-k tokens, or None).
     Chat results also have `content`, `reasoning_content` and `tool_calls`.
     `outputs` lists the n completions (SamplingParams.n); the object itself is outputs[0]
@@ -141,6 +142,7 @@ class RequestOutput:
         self.finished = False
         self.finish_reason: Optional[str] = None
         self.stop_reason: Optional[str] = None
+        self.error: Optional[str] = None
         self.num_preemptions = 0
         self._choices: list["RequestOutput"] = [self]
 
@@ -163,6 +165,7 @@ class RequestOutput:
             self.finished = True
             self.finish_reason = o.finish_reason
             self.stop_reason = o.stop_reason or None
+            self.error = o.error or None
 
     def __repr__(self) -> str:
         return (f"RequestOutput(request_id={self.request_id!r}, text={self.text!r}, "
@@ -171,15 +174,17 @@ class RequestOutput:
 
 class StreamDelta:
     """One streamed piece of a request: the new `text` and `token_ids` since the previous
-    piece; the last piece has `finished` True and a `finish_reason`."""
+    piece; the last piece has `finished` True and a `finish_reason` (and with "error", the
+    reason in `error`)."""
 
     def __init__(self, request_id: str, text: str, token_ids: list[int], finished: bool,
-                 finish_reason: Optional[str]):
+                 finish_reason: Optional[str], error: Optional[str] = None):
         self.request_id = request_id
         self.text = text
         self.token_ids = token_ids
         self.finished = finished
         self.finish_reason = finish_reason
+        self.error = error
 
     def __repr__(self) -> str:
         return (f"StreamDelta(text={self.text!r}, token_ids={self.token_ids!r}, "
@@ -301,7 +306,7 @@ class LLM:
                 for o in pending:
                     finished = finished or o.finished
                     yield StreamDelta(r.id, o.new_text, list(o.new_tokens), o.finished,
-                                      o.finish_reason if o.finished else None)
+                                      o.finish_reason if o.finished else None, o.error or None)
         finally:
             with self._lock:
                 if not finished:

@@ -138,6 +138,9 @@ void AsyncEngine::loop() {
       const auto t0 = std::chrono::steady_clock::now();
       try {
         outputs = engine_->step();
+      } catch (const Error& e) {
+        step_error = e.what();
+        LOG(ERROR) << "engine step failed: " << step_error << " [" << e.where() << "]";
       } catch (const std::exception& e) {
         step_error = e.what();
         LOG(ERROR) << "engine step failed: " << step_error;
@@ -175,7 +178,7 @@ void AsyncEngine::loop() {
       if (stats_.n_live == 0) drained_.notify_all();
     }
     for (size_t i = 0; i < rejected.size(); ++i) (*rejected[i].first)(rejected[i].second, rejected_errors[i]);
-    for (auto& [cb, out] : deliveries) (*cb)(out, std::string());
+    for (auto& [cb, out] : deliveries) (*cb)(out, out.error);  // error: that request failed alone
     if (!step_error.empty()) {
       fail_all(step_error);
       busy = engine_->has_unfinished();

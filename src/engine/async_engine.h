@@ -13,7 +13,8 @@
 // callback with `finished` true, which is its last:
 //   - the engine finished it ("stop", "length"), or
 //   - it was aborted (abort(), shutdown) and finish_reason is "abort", or
-//   - the engine rejected it or failed: finish_reason "error", the message in `error`.
+//   - the engine rejected it, it failed on its own (RequestOutput::error) or the whole step
+//     failed: finish_reason "error", the message in `error`.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once

@@ -17,6 +17,7 @@
 #include "engine/step_worker.h"
 #include "engine/text_stream.h"
 #include "io/config_parser.h"
+#include "model/tiny_model.h"
 #include "ops/sampling/token_bitmask.h"
 #include "recipe/tokenizer.h"
 #include "runtime/cpu_runner.h"
@@ -64,10 +65,35 @@ std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
   return make_model_runner(r);
 }
 
+// A row's grammar mask must allow something (a token, or the end where the output may end):
+// a constraint the vocabulary cannot continue is that request's failure, not a token to guess.
+void check_mask_allows_something(const uint32_t* mask, size_t n_words) {
+  bool any = false;
+  for (size_t w = 0; w < n_words && !any; ++w) any = mask[w] != 0;
+  CHECK(any) << "the structured-output constraint cannot be continued: no token of the model's "
+                "vocabulary (nor the end of the output) is allowed after the output so far";
+}
+
+// The message a failed request ends with; the log also gets where it was thrown.
+std::string row_failure(const std::string& id) {
+  std::string what = "unknown failure", where;
+  try {
+    throw;
+  } catch (const Error& e) {
+    what = e.what();
+    where = e.where();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  LOG(WARNING) << "engine: request " << id << " failed: " << what << (where.empty() ? "" : " [" + where + "]");
+  return what;
+}
+
 std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs& args) {
   std::string path = args.tokenizer_path;
   if (path.empty()) {
-    if (!args.model_dir.empty()) {
+    if (!is_builtin_model(args.model_dir) || std::filesystem::exists(args.model_dir)) {
       path = args.model_dir + "/tokenizer.json";
     } else if (const char* env = std::getenv("DEEPINFER_TINY_TOKENIZER")) {
       path = env;
@@ -115,6 +141,17 @@ struct Engine::Impl {
     std::vector<grammar::GrammarMatcher*> launch_matchers;
     std::vector<uint32_t> launch_masks;
     size_t launch_mask_words = 0;
+    // Per chunk: why launch() could not compute its row's mask ("" if it could). Such a row's
+    // mask allows every token (the runner samples something) and sample() fails the request.
+    std::vector<std::string> launch_errors;
+    std::vector<std::string> launch_ids;  // per chunk: the request id of a constrained kSample row
+  };
+  // sample()'s result: tokens per chunk, and the requests whose rows failed (scheduler id,
+  // message). A failed row gets a placeholder token so that a step scheduled meanwhile has an
+  // input; update() ends the request before the scheduler sees that token.
+  struct Sampled {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::pair<int64_t, std::string>> failed;
   };
 
   EngineArgs args;
@@ -148,8 +185,17 @@ struct Engine::Impl {
   void launch(InFlight& f) {
     runner->launch(f.chunks, f.rows, [&f] {
       size_t k = 0;
-      for (grammar::GrammarMatcher* m : f.launch_matchers) {
-        if (m != nullptr) m->fill_next_token_bitmask(f.launch_masks.data() + f.launch_mask_words * k++);
+      for (size_t i = 0; i < f.launch_matchers.size(); ++i) {
+        grammar::GrammarMatcher* m = f.launch_matchers[i];
+        if (m == nullptr) continue;
+        uint32_t* mask = f.launch_masks.data() + f.launch_mask_words * k++;
+        try {
+          m->fill_next_token_bitmask(mask);
+          check_mask_allows_something(mask, f.launch_mask_words);
+        } catch (...) {
+          std::fill(mask, mask + f.launch_mask_words, ~0u);
+          f.launch_errors[i] = row_failure(f.launch_ids[i]);
+        }
       }
     });
   }
@@ -161,12 +207,13 @@ struct Engine::Impl {
     ++stats.n_steps_done;
     stats.busy_seconds = runner->busy_seconds();
   }
-  std::vector<std::vector<int32_t>> sample(const InFlight& f);
+  Sampled sample(const InFlight& f);
   void precompute_masks(InFlight& f);
   // `precomputed`: the request's grammar bitmask from precompute_masks(), or null.
   int32_t sample_one(Live& l, const Request& r, const float* logits, const uint32_t* precomputed);
-  void update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
-              std::vector<RequestOutput>& out);
+  void update(const InFlight& f, const Sampled& sampled, std::vector<RequestOutput>& out);
+  // Ends a live request with finish_reason "error" (a failure of its own, `message`).
+  void fail(int64_t num, const std::string& message, std::vector<RequestOutput>& out);
   RequestOutput emit(Live& l, std::span<const int32_t> outputs, std::optional<FinishReason> reason,
                      int64_t n_preemptions);
   void retire(int64_t num);
@@ -340,6 +387,11 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     const auto n_constrained = std::count_if(f->launch_matchers.begin(), f->launch_matchers.end(),
                                              [](const grammar::GrammarMatcher* m) { return m != nullptr; });
     f->launch_masks.resize(n_words * size_t(n_constrained));
+    f->launch_errors.assign(n, std::string());
+    f->launch_ids.assign(n, std::string());  // copies: the worker must not read `live`
+    for (size_t i = 0; i < n; ++i) {
+      if (f->launch_matchers[i] != nullptr) f->launch_ids[i] = live.at(f->sched.scheduled[i].request_id).id;
+    }
     size_t k = 0;
     for (size_t i = 0; i < n; ++i) {
       if (f->launch_matchers[i] != nullptr) f->rows[i].bitmask = f->launch_masks.data() + n_words * k++;
@@ -397,6 +449,7 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
       l.matcher->fill_next_token_bitmask(mask.data());
       allowed = mask.data();
     }
+    check_mask_allows_something(allowed, size_t(structured->n_mask_words()));
     apply_token_bitmask_ref(row.data(), allowed, nullptr, 1, int64_t(row.size()));
   } else if (position < l.params.min_tokens || l.params.ignore_eos) {
     for (int64_t eos : cfg.eos_token_ids) row[size_t(eos)] = -INFINITY;
@@ -414,11 +467,13 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
 }
 
 // Rows are independent (each request owns its matcher, logprobs and RNG stream), so they are
-// sampled in parallel; the tokens do not depend on the split. The first failing row's error
-// (lowest index) is rethrown. The on_logits hook is called from one thread.
-std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
+// sampled in parallel; the tokens do not depend on the split. A failing row fails its request
+// only (Sampled::failed). The on_logits hook is called from one thread.
+Engine::Impl::Sampled Engine::Impl::sample(const InFlight& f) {
   const int64_t V = runner->config().vocab_size;
-  std::vector<std::vector<int32_t>> sampled(f.sched.scheduled.size());
+  Sampled result;
+  std::vector<std::vector<int32_t>>& sampled = result.tokens;
+  sampled.resize(f.sched.scheduled.size());
   struct Row {
     size_t i;
     Live* live;
@@ -434,13 +489,19 @@ std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
     rows.push_back({i, &it->second, r});
   }
   std::vector<int32_t> tokens(rows.size());
-  std::vector<std::exception_ptr> errors(rows.size());
+  std::vector<std::string> errors(rows.size());
+  std::vector<uint8_t> failed(rows.size(), 0);
   auto run_rows = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const Row& w = rows[size_t(k)];
       const uint32_t* mask = w.i < f.has_mask.size() && f.has_mask[w.i]
                                  ? f.masks.data() + w.i * size_t(structured->n_mask_words())
                                  : nullptr;
+      if (w.i < f.launch_errors.size() && !f.launch_errors[w.i].empty()) {
+        errors[size_t(k)] = f.launch_errors[w.i];
+        failed[size_t(k)] = 1;
+        continue;
+      }
       try {
         if (f.rows[w.i].mode == RowMode::kSample) {
           const int32_t token = f.result.tokens[w.i];
@@ -457,17 +518,22 @@ std::vector<std::vector<int32_t>> Engine::Impl::sample(const InFlight& f) {
           tokens[size_t(k)] = sample_one(*w.live, *w.request, f.result.logits.f32() + row * V, mask);
         }
       } catch (...) {
-        errors[size_t(k)] = std::current_exception();
+        errors[size_t(k)] = row_failure(w.live->id);
+        failed[size_t(k)] = 1;
       }
     }
   };
   if (args.on_logits) run_rows(0, int64_t(rows.size()));
   else parallel_for(int64_t(rows.size()), run_rows, 4);
   for (size_t k = 0; k < rows.size(); ++k) {
-    if (errors[k]) std::rethrow_exception(errors[k]);
-    sampled[rows[k].i].push_back(tokens[k]);
+    if (failed[k]) {
+      sampled[rows[k].i].push_back(0);  // placeholder (Sampled)
+      result.failed.emplace_back(f.sched.scheduled[rows[k].i].request_id, std::move(errors[k]));
+    } else {
+      sampled[rows[k].i].push_back(tokens[k]);
+    }
   }
-  return sampled;
+  return result;
 }
 
 RequestOutput Engine::Impl::emit(Live& l, std::span<const int32_t> outputs,
@@ -499,8 +565,26 @@ RequestOutput Engine::Impl::emit(Live& l, std::span<const int32_t> outputs,
   return o;
 }
 
-void Engine::Impl::update(const InFlight& f, const std::vector<std::vector<int32_t>>& sampled,
-                          std::vector<RequestOutput>& out) {
+void Engine::Impl::fail(int64_t num, const std::string& message, std::vector<RequestOutput>& out) {
+  auto it = live.find(num);
+  if (it == live.end()) return;
+  const std::optional<FinishedRequest> fin = scheduler->finish(num, FinishReason::kAbort);
+  RequestOutput o;
+  o.id = it->second.id;
+  o.finished = true;
+  o.finish_reason = "error";
+  o.error = message;
+  o.n_prompt_tokens = it->second.n_prompt;
+  o.n_output_tokens = it->second.n_emitted;
+  o.n_preemptions = fin ? fin->num_preemptions : 0;
+  out.push_back(std::move(o));
+  retire(num);
+}
+
+// Failed requests end first, so the scheduler drops their placeholder samples.
+void Engine::Impl::update(const InFlight& f, const Sampled& s, std::vector<RequestOutput>& out) {
+  for (const auto& [num, message] : s.failed) fail(num, message, out);
+  const std::vector<std::vector<int32_t>>& sampled = s.tokens;
   std::vector<FinishedRequest> finished = scheduler->update(f.sched, sampled);
   std::unordered_map<int64_t, const FinishedRequest*> done;
   for (const FinishedRequest& fr : finished) done[fr.id] = &fr;
@@ -511,15 +595,20 @@ void Engine::Impl::update(const InFlight& f, const std::vector<std::vector<int32
     if (it == live.end()) continue;
     Live& l = it->second;
     RequestOutput o;
-    auto d = done.find(num);
-    if (d != done.end()) {
-      o = emit(l, d->second->output_token_ids, d->second->reason, d->second->num_preemptions);
-    } else {
-      const Request* r = scheduler->find(num);
-      ICHECK(r != nullptr);
-      const std::span<const int32_t> outputs(r->token_ids.data() + r->num_prompt_tokens,
-                                             size_t(r->num_output_tokens()));
-      o = emit(l, outputs, std::nullopt, r->num_preemptions);
+    try {
+      auto d = done.find(num);
+      if (d != done.end()) {
+        o = emit(l, d->second->output_token_ids, d->second->reason, d->second->num_preemptions);
+      } else {
+        const Request* r = scheduler->find(num);
+        ICHECK(r != nullptr);
+        const std::span<const int32_t> outputs(r->token_ids.data() + r->num_prompt_tokens,
+                                               size_t(r->num_output_tokens()));
+        o = emit(l, outputs, std::nullopt, r->num_preemptions);
+      }
+    } catch (...) {
+      fail(num, row_failure(l.id), out);
+      continue;
     }
     const bool fin = o.finished;
     if (!o.new_tokens.empty() || fin) out.push_back(std::move(o));
@@ -714,8 +803,8 @@ std::vector<RequestOutput> Engine::step() {
     const auto sampled = m.sample(*m.inflight);
     if (launched == nullptr && !next.scheduled.empty()) {
       std::unordered_map<int64_t, int32_t> samples;
-      for (size_t i = 0; i < sampled.size(); ++i) {
-        if (!sampled[i].empty()) samples[m.inflight->sched.scheduled[i].request_id] = sampled[i][0];
+      for (size_t i = 0; i < sampled.tokens.size(); ++i) {
+        if (!sampled.tokens[i].empty()) samples[m.inflight->sched.scheduled[i].request_id] = sampled.tokens[i][0];
       }
       launched = m.prepare(std::move(next), samples);
       m.worker->submit([&m, f = launched.get()] { m.launch(*f); });

@@ -36,6 +36,12 @@
 // Sampling: penalties see the request's output tokens (as generate_loop does); EOS is masked
 // before min_tokens outputs and with ignore_eos; the RNG position is the output index.
 //
+// Failures of one request: an exception while sampling its row or computing its grammar mask,
+// a grammar mask that allows nothing, a backend token its matcher refuses, or a failure while
+// its output is detokenized end that request with finish_reason "error" (RequestOutput::error)
+// in the step's outputs; every other request of the step continues as if it were not there.
+// Failures of the step itself (the forward, the scheduler) still throw from step().
+//
 // Determinism: a request's sampled tokens depend only on its prompt, parameters and seed
 // (the sampler's RNG is keyed by (seed, output index)); with ModelOptions::batch_invariant
 // its logits are bitwise the same in any batch composition, chunking or after preemption.
@@ -122,7 +128,11 @@ struct RequestOutput {
   std::string new_text;                // their detokenized text (complete UTF-8 only)
   std::vector<TokenLogprob> logprobs;  // one per new token when requested
   bool finished = false;
-  std::string finish_reason;           // "stop", "length", "abort" when finished
+  std::string finish_reason;           // "stop", "length", "abort" or "error" when finished
+  // finish_reason "error": why this request failed inside its own sampling, grammar matching or
+  // detokenization. Such a failure ends that request only; the others keep running. Names no
+  // source location (it may reach a client).
+  std::string error;
   std::string stop_reason;             // the stop string that ended it, if one did
   int64_t n_prompt_tokens = 0;
   int64_t n_output_tokens = 0;         // outputs so far, all outputs included

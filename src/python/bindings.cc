@@ -108,6 +108,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("finished", &RequestOutput::finished)
       .def_readonly("finish_reason", &RequestOutput::finish_reason)
       .def_readonly("stop_reason", &RequestOutput::stop_reason)
+      .def_readonly("error", &RequestOutput::error)
       .def_readonly("n_prompt_tokens", &RequestOutput::n_prompt_tokens)
       .def_readonly("n_output_tokens", &RequestOutput::n_output_tokens)
       .def_readonly("n_preemptions", &RequestOutput::n_preemptions);

@@ -168,6 +168,7 @@ int64_t resolve_max_tokens(const SamplingRequest& s, int64_t n_prompt, int64_t m
                           std::to_string(max_model_len) + " tokens",
                       "messages");
   }
+  int64_t max_tokens = std::min(default_max, room);
   if (s.max_tokens) {
     if (*s.max_tokens > room) {
       throw bad_request("max_tokens " + std::to_string(*s.max_tokens) + " + " + std::to_string(n_prompt) +
@@ -175,9 +176,15 @@ int64_t resolve_max_tokens(const SamplingRequest& s, int64_t n_prompt, int64_t m
                             " tokens",
                         "max_tokens");
     }
-    return *s.max_tokens;
+    max_tokens = *s.max_tokens;
   }
-  return std::min(default_max, room);
+  // Refused here, while the request is prepared: a stream must not start and then fail.
+  if (s.params.min_tokens > max_tokens) {
+    throw bad_request("min_tokens " + std::to_string(s.params.min_tokens) + " exceeds max_tokens " +
+                          std::to_string(max_tokens) + (s.max_tokens ? "" : " (the default here)"),
+                      "min_tokens");
+  }
+  return max_tokens;
 }
 
 Json parse_constraint(const Json& r, SamplingRequest& s) {
