@@ -32,13 +32,13 @@ LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions&
   LoadedModel loaded;
   const auto t0 = std::chrono::steady_clock::now();
   std::string tokenizer_path;
-  if (model_dir.empty()) {
-    const ModelConfig config = tiny_model_config();
+  if (is_builtin_model(model_dir) && (model_dir.empty() || !std::filesystem::exists(model_dir))) {
+    const ModelConfig config = builtin_model_config(model_dir);
     auto source = random_weights(config, kTinySeed);
     loaded.model = Model::from_source(config, *source, options);
     tokenizer_path = tiny_tokenizer_path();
-    LOG(INFO) << "built-in tiny model (random weights, seed " << kTinySeed << "), numerics "
-              << numerics_name(options.numerics);
+    LOG(INFO) << "built-in " << builtin_model_label(model_dir) << " model (random weights, seed "
+              << kTinySeed << "), numerics " << numerics_name(options.numerics);
   } else {
     loaded.model = Model::load(model_dir, options);
     tokenizer_path = model_dir + "/tokenizer.json";

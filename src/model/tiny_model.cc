@@ -1,5 +1,8 @@
 #include "model/tiny_model.h"
 
+#include "base/error.h"
+#include "io/config_parser.h"
+
 namespace deepinfer {
 
 ModelConfig tiny_model_config() {
@@ -29,7 +32,41 @@ ModelConfig tiny_model_config() {
   c.max_position_embeddings = 65536;
   c.bos_token_id = 0;
   c.eos_token_ids = {1};
+  complete_model_config(&c);
   return c;
+}
+
+ModelConfig tiny_v41_model_config() {
+  ModelConfig c = tiny_model_config();
+  c.model_type = "deepseek_v41";
+  c.num_layers = 8;
+  c.rms_norm_eps = 1e-20;
+  c.index_topk = 16;
+  c.compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1};
+  c.hash_layers.assign(8, false);
+  c.kv_source_layer_ids = {2, 4};
+  c.index_source_layer_ids = {2, 4, 6};
+  c.candidate_source_layer_id = 4;
+  c.candidate_topk_blocks = 8;
+  c.candidate_block_size = 8;
+  c.num_nextn_predict_layers = 0;
+  c.mtp_compress_ratios.clear();
+  complete_model_config(&c);
+  return c;
+}
+
+bool is_builtin_model(const std::string& name) {
+  return name.empty() || name == "tiny" || name == "tiny-v4" || name == "tiny-v4.1";
+}
+
+ModelConfig builtin_model_config(const std::string& name) {
+  CHECK(is_builtin_model(name)) << "'" << name
+                                << "' is not a built-in model (tiny, tiny-v4 or tiny-v4.1)";
+  return name == "tiny-v4.1" ? tiny_v41_model_config() : tiny_model_config();
+}
+
+std::string builtin_model_label(const std::string& name) {
+  return name == "tiny-v4.1" ? "deepinfer-tiny-v4.1" : "deepinfer-tiny";
 }
 
 }  // namespace deepinfer

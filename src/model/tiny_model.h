@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "io/model_config.h"
 
@@ -13,5 +14,18 @@ namespace deepinfer {
 constexpr uint64_t kTinySeed = 20261129;
 
 ModelConfig tiny_model_config();
+
+// The built-in tiny DeepSeek-V4.1: every V4.1 role in 8 layers (0-1 window only with
+// Engram before layer 1, 2 ratio-2 KV+index source, 3 its reuse layer, 4 ratio-1 source
+// and candidate source, 5 reuse, 6 reindex inside layer 4's candidates, 7 reuse of
+// layer 6's top-k), single-pass mHC, no hash layers, the real vocabulary.
+ModelConfig tiny_v41_model_config();
+
+// Names accepted for --model / LLM(model=...) that select a built-in model instead of a
+// checkpoint directory: "tiny" (the default, V4), "tiny-v4", "tiny-v4.1". Empty = default.
+bool is_builtin_model(const std::string& name);
+// Throws kInvalidInput for a name that is not built in.
+ModelConfig builtin_model_config(const std::string& name);
+std::string builtin_model_label(const std::string& name);  // e.g. "deepinfer-tiny-v4.1"
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 #include "runtime/runner_factory.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "base/error.h"
 #include "base/logging.h"
@@ -20,12 +21,19 @@ struct Source {
   std::unique_ptr<WeightSource> weights;
 };
 
+// A built-in model name ("", tiny, tiny-v4, tiny-v4.1) unless a directory of that name exists.
+bool builtin(const RunnerArgs& args) {
+  return is_builtin_model(args.model_dir) &&
+         (args.model_dir.empty() || !std::filesystem::exists(args.model_dir));
+}
+
 Source open_source(const RunnerArgs& args) {
   Source s;
-  if (args.model_dir.empty()) {
-    s.config = tiny_model_config();
+  if (builtin(args)) {
+    s.config = builtin_model_config(args.model_dir);
     s.weights = random_weights(s.config, kTinySeed);
-    LOG(INFO) << "engine: built-in tiny model (random weights, seed " << kTinySeed << ")";
+    LOG(INFO) << "engine: built-in " << builtin_model_label(args.model_dir)
+              << " model (random weights, seed " << kTinySeed << ")";
   } else if (args.dummy_weights) {
     s.config = load_model_config(args.model_dir + "/config.json");
     s.weights = random_weights(s.config, args.dummy_seed);
@@ -61,7 +69,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       << "engine: kv_cache_dtype and cuda_graphs are settings of device cuda";
   if (args.device == "cpu") {
     std::unique_ptr<Model> model;
-    if (args.model_dir.empty() || args.dummy_weights) {
+    if (builtin(args) || args.dummy_weights) {
       Source s = open_source(args);
       model = Model::from_source(s.config, *s.weights, args.model_options);
     } else {
@@ -88,8 +96,14 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     if (args.max_context > 0) return args.max_context;
     return limit > 0 ? std::min(limit, kDefaultGpuContext) : kDefaultGpuContext;
   };
-  if (args.dummy_weights && !args.model_dir.empty()) {
+  auto check_family = [](const ModelConfig& c) {
+    CHECK_KIND(kUnsupported, !c.is_v41())
+        << "engine: DeepSeek-V4.1 runs on device cpu only for now (the CUDA backend has no V4.1 "
+           "kernels yet)";
+  };
+  if (args.dummy_weights && !builtin(args)) {
     const ModelConfig config = load_model_config(args.model_dir + "/config.json");
+    check_family(config);
     const bool hashed = std::find(config.hash_layers.begin(), config.hash_layers.end(), true) !=
                         config.hash_layers.end();
     if (!hashed) {
@@ -102,9 +116,10 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
   }
   Source s = open_source(args);
+  check_family(s.config);
   o.max_context = context(s.config);
   // Quantised routed experts go to the device from their checkpoint codes (FP4: exact FP8).
-  if (!args.model_dir.empty() && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
+  if (!builtin(args) && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
   const ModelWeights weights = load_model_weights(s.config, *s.weights);
   return std::make_unique<CudaRunner>(s.config, weights, o);
 #else

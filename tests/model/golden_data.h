@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -48,6 +49,25 @@ inline RecordedForward record_forward(Model& model, const std::vector<int32_t>& 
   model.set_decision_trace(nullptr);
   r.logits.assign(l.f32(), l.f32() + l.numel());
   return r;
+}
+
+// Per-position check: max |ours - ref| over the row <= 1e-4 * max |ref| over the row.
+inline void expect_rows_match(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab,
+                       const std::string& what) {
+  ASSERT_EQ(ours.size(), ref.size()) << what;
+  const int64_t rows = static_cast<int64_t>(ref.size()) / vocab;
+  int n_bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float diff = 0.0f, scale = 0.0f;
+    for (int64_t v = 0; v < vocab; ++v) {
+      diff = std::max(diff, std::abs(ours[r * vocab + v] - ref[r * vocab + v]));
+      scale = std::max(scale, std::abs(ref[r * vocab + v]));
+    }
+    if (diff > 1e-4f * scale && ++n_bad <= 5) {
+      ADD_FAILURE() << what << ": position " << r << " max|diff| " << diff << " > 1e-4 * " << scale;
+    }
+  }
+  EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions out of tolerance";
 }
 
 // Names of the golden variants that have a reference.safetensors, sorted.

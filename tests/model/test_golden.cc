@@ -27,25 +27,7 @@ using testing::golden_models;
 using testing::kGoldenDir;
 using testing::read_f32;
 using testing::read_ids;
-
-// Per-position check: max |ours - ref| over the row <= 1e-4 * max |ref| over the row.
-void expect_rows_match(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab,
-                       const std::string& what) {
-  ASSERT_EQ(ours.size(), ref.size()) << what;
-  const int64_t rows = static_cast<int64_t>(ref.size()) / vocab;
-  int n_bad = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    float diff = 0.0f, scale = 0.0f;
-    for (int64_t v = 0; v < vocab; ++v) {
-      diff = std::max(diff, std::abs(ours[r * vocab + v] - ref[r * vocab + v]));
-      scale = std::max(scale, std::abs(ref[r * vocab + v]));
-    }
-    if (diff > 1e-4f * scale && ++n_bad <= 5) {
-      ADD_FAILURE() << what << ": position " << r << " max|diff| " << diff << " > 1e-4 * " << scale;
-    }
-  }
-  EXPECT_EQ(n_bad, 0) << what << ": " << n_bad << " of " << rows << " positions out of tolerance";
-}
+using testing::expect_rows_match;
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
