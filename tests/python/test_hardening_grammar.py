@@ -157,3 +157,20 @@ def test_satisfiable_constraint_still_served(server):
     assert choice["finish_reason"] == "stop", choice
     value = json.loads(choice["text"])
     assert isinstance(value, str) and len(value) == 2, choice["text"]
+
+
+def test_python_api_refuses_empty_constraints():
+    """The Python API raises a clear error for the same constraints, and a batch that holds one
+    is refused before anything runs; the engine then serves the next batch normally."""
+    deepinfer = pytest.importorskip("deepinfer")
+    llm = deepinfer.LLM()
+    cases = [{"json_schema": s} for s in EMPTY_SCHEMAS] + [
+        {"regex": "[^\\s\\S]"}, {"grammar": "root ::= a\na ::= root"}]
+    for c in cases:
+        with pytest.raises(ValueError, match="matches no string") as e:
+            llm.generate(["Answer:", "Answer:"],
+                         [deepinfer.SamplingParams(max_tokens=8, seed=1),
+                          deepinfer.SamplingParams(max_tokens=8, **c)])
+        assert not SOURCE_PATH.search(str(e.value)), str(e.value)
+    out = llm.generate(["Answer:"], deepinfer.SamplingParams(max_tokens=8, seed=1, ignore_eos=True))
+    assert out[0].finish_reason == "length" and out[0].error is None
