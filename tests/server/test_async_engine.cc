@@ -20,7 +20,8 @@ namespace deepinfer {
 namespace {
 
 // Each request produces one token per step (token = step index) until params.max_tokens.
-// A step can be made to block until released, and ids starting with "bad" are rejected.
+// A step can be made to block until released, ids starting with "bad" are rejected, and those
+// starting with "fail" fail on their own at their second token (RequestOutput::error).
 class ScriptedEngine : public StepEngine {
  public:
   struct Shared {
@@ -63,6 +64,11 @@ class ScriptedEngine : public StepEngine {
       o.n_output_tokens = it->second.produced;
       o.finished = it->second.produced >= it->second.max_tokens;
       if (o.finished) o.finish_reason = "length";
+      if (it->first.rfind("fail", 0) == 0 && it->second.produced == 2) {
+        o.finished = true;
+        o.finish_reason = "error";
+        o.error = "scripted row failure";
+      }
       outs.push_back(o);
       it = o.finished ? live_.erase(it) : std::next(it);
     }
@@ -225,6 +231,26 @@ TEST(AsyncEngine, RejectedRequestEndsWithError) {
   EXPECT_NE(c.errors["bad-1"].find("rejected bad-1"), std::string::npos);
   EXPECT_EQ(c.reasons["good"], "length");
   EXPECT_EQ(engine.stats().n_live, 0);
+}
+
+TEST(AsyncEngine, RequestFailureEndsThatRequestOnly) {
+  auto shared = std::make_shared<ScriptedEngine::Shared>();
+  AsyncEngine engine(std::make_unique<ScriptedEngine>(shared), {.max_live_requests = 8});
+  Collector c;
+  ASSERT_EQ(engine.submit({request("fail-1", 5), request("good", 4)}, c.callback()),
+            AsyncEngine::Admission::kAccepted);
+  ASSERT_EQ(engine.submit({request("other", 6)}, c.callback()), AsyncEngine::Admission::kAccepted);
+  ASSERT_TRUE(c.wait_finished(3));
+  std::lock_guard<std::mutex> lock(c.mu);
+  EXPECT_EQ(c.reasons["fail-1"], "error");
+  EXPECT_EQ(c.errors["fail-1"], "scripted row failure");
+  EXPECT_EQ(c.tokens["fail-1"].size(), 2u);
+  EXPECT_EQ(c.reasons["good"], "length");
+  EXPECT_EQ(c.reasons["other"], "length");
+  EXPECT_EQ(c.tokens["good"].size(), 4u);
+  EXPECT_EQ(c.tokens["other"].size(), 6u);
+  EXPECT_EQ(c.errors.count("good") + c.errors.count("other"), 0u);
+  EXPECT_EQ(c.n_finished["fail-1"], 1);
 }
 
 TEST(AsyncEngine, StepFailureFailsLiveRequestsAndKeepsServing) {
