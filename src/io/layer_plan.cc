@@ -88,9 +88,9 @@ void plan_v41(ModelConfig* c) {
     if (index.count(l)) {
       p.index_keys_from =
           latest(l, [&](int64_t j) { return kv.count(j) != 0 && index.count(j) != 0; });
-      CHECK(p.index_keys_from >= 0)
-          << "config: index source layer " << l << " ('index_source_layer_ids') has no layer "
-          << "at or before it that is both a kv and an index source to make its index keys";
+      // The first ratio>0 layer must be a kv source (kv_from) and an index source (the
+      // topk_from of the layers after it), so every index source has a key owner.
+      ICHECK(p.index_keys_from >= 0) << "layer " << l;
       CHECK(p.index_keys_from == p.kv_from)
           << "config: index source layer " << l << " would score the index keys of layer "
           << p.index_keys_from << " but attend the entries of layer " << p.kv_from

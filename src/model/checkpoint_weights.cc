@@ -1,5 +1,8 @@
 // WeightSource over a checkpoint directory: io::WeightStore dequantises FP8/FP4/BF16 to
 // fp32 under native names, whichever naming the files use.
+#include <cstdlib>
+#include <filesystem>
+
 #include "io/config_parser.h"
 #include "io/weight_loader.h"
 #include "model/model.h"
@@ -11,7 +14,15 @@ namespace {
 class CheckpointWeights : public WeightSource {
  public:
   CheckpointWeights(const std::string& dir, const ModelConfig& config)
-      : store_(WeightStore::load(dir, config)) {}
+      : dir_(dir), store_(WeightStore::load(dir, config)) {}
+
+  std::string engram_token_map_path() const override {
+    const std::string beside = dir_ + "/engram_token_map.bin";
+    if (std::getenv("DEEPINFER_ENGRAM_TOKEN_MAP") == nullptr && std::filesystem::exists(beside)) {
+      return beside;
+    }
+    return WeightSource::engram_token_map_path();
+  }
 
   Tensor take(const std::string& name, const Shape& shape) override {
     const bool is_table = name.size() >= 7 && name.compare(name.size() - 7, 7, "tid2eid") == 0;
@@ -25,6 +36,7 @@ class CheckpointWeights : public WeightSource {
   std::vector<std::string> untaken() const override { return store_.untaken_excluding("mtp."); }
 
  private:
+  std::string dir_;
   WeightStore store_;
 };
 

@@ -54,7 +54,9 @@ Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
       options_(options),
       gemm_mode_(options.batch_invariant ? GemmMode::kFixedOrder : GemmMode::kBlas),
       rope_main_(rope_params(config_, false)),
-      rope_compress_(rope_params(config_, true)) {}
+      rope_compress_(rope_params(config_, true)) {
+  if (config_.engram.enabled()) engram_tables_ = engram_primes(config_.engram);
+}
 
 std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSource& source,
                                           const ModelOptions& options) {

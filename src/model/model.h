@@ -19,6 +19,7 @@
 #include "model/weights.h"
 #include "ops/linear/linear.h"
 #include "model/decision_trace.h"
+#include "ops/engram/engram.h"
 #include "ops/rope/rope.h"
 #include "tensor/tensor.h"
 
@@ -87,6 +88,8 @@ class Model {
   GemmMode gemm_mode_;
   RopeTable rope_main_, rope_compress_;
   DecisionTrace* trace_ = nullptr;
+  // Engram hash constants, one per engram layer in config order (ops/engram/engram.h).
+  std::vector<EngramLayerTables> engram_tables_;
 };
 
 }  // namespace deepinfer

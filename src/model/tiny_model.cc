@@ -51,6 +51,16 @@ ModelConfig tiny_v41_model_config() {
   c.candidate_block_size = 8;
   c.num_nextn_predict_layers = 0;
   c.mtp_compress_ratios.clear();
+  // Engram before layers 1 and 4 with small tables (the prime walk from 4095 gives 16466 and
+  // 16582 rows) and the shipped vocabulary's compressed token map.
+  c.engram.layer_ids = {1, 4};
+  c.engram.num_embeddings = {16466, 16582};
+  c.engram.max_ngram_size = 3;
+  c.engram.vocab_size = 4096;
+  c.engram.n_heads = 2;
+  c.engram.head_dim = 64;
+  c.engram.pad_token_id = 2;
+  c.engram.compressed_vocab_size = 99092;
   complete_model_config(&c);
   return c;
 }

@@ -18,7 +18,8 @@ ModelConfig tiny_model_config();
 // The built-in tiny DeepSeek-V4.1: every V4.1 role in 8 layers (0-1 window only with
 // Engram before layer 1, 2 ratio-2 KV+index source, 3 its reuse layer, 4 ratio-1 source
 // and candidate source, 5 reuse, 6 reindex inside layer 4's candidates, 7 reuse of
-// layer 6's top-k), single-pass mHC, no hash layers, the real vocabulary.
+// layer 6's top-k; Engram before layers 1 and 4), single-pass mHC, no hash layers, the
+// real vocabulary.
 ModelConfig tiny_v41_model_config();
 
 // Names accepted for --model / LLM(model=...) that select a built-in model instead of a

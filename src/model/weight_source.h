@@ -26,7 +26,13 @@ class WeightSource {
   virtual Tensor take_raw(const std::string& name, const Shape& shape, DType dtype) {
     THROW(kNotFound) << "missing tensor '" << name << "' (" << dtype_name(dtype) << " "
                      << shape_str(shape) << ")";
+    return Tensor();  // not reached: THROW throws
   }
+  // The Engram compressed token map (io/engram_token_map.h) that goes with this model's
+  // tokenizer: `engram_token_map.bin` beside a checkpoint if it has one, else the map of the
+  // shipped DeepSeek-V4 / V4.1 vocabulary (models/engram/token_map.bin; env
+  // DEEPINFER_ENGRAM_TOKEN_MAP overrides both).
+  virtual std::string engram_token_map_path() const;
   // Names present in the source that nobody took (excluding drafter `mtp.*` tensors,
   // which are kept for speculative decoding).
   virtual std::vector<std::string> untaken() const = 0;

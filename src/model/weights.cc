@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "io/config_parser.h"
@@ -47,6 +48,11 @@ ExpertWeightsT take_expert(WeightSource& src, const std::string& prefix, int64_t
 }
 
 }  // namespace
+
+std::string WeightSource::engram_token_map_path() const {
+  if (const char* env = std::getenv("DEEPINFER_ENGRAM_TOKEN_MAP")) return env;
+  return std::string(DEEPINFER_SOURCE_DIR) + "/" + kEngramTokenMapPath;
+}
 
 ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
   ModelConfig cfg = config;
@@ -117,6 +123,18 @@ ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
                                       cfg.moe_intermediate_size, D));
     }
     m.shared = take_expert(src, fp + "shared_experts.", cfg.moe_intermediate_size * cfg.n_shared_experts, D);
+  }
+  if (cfg.engram.enabled()) {
+    const std::string path = src.engram_token_map_path();
+    w.engram_map = load_engram_token_map(path);
+    CHECK(static_cast<int64_t>(w.engram_map.ids.size()) >= V)
+        << "Engram token map " << path << " covers " << w.engram_map.ids.size()
+        << " token ids but the vocabulary has " << V << " (make one for this tokenizer with "
+        << "tools/make_engram_tables.py and put it beside the checkpoint as engram_token_map.bin)";
+    CHECK(w.engram_map.compressed_vocab_size == cfg.engram.compressed_vocab_size)
+        << "config: 'engram_compressed_vocab_size' is " << cfg.engram.compressed_vocab_size
+        << " but the Engram token map " << path << " has " << w.engram_map.compressed_vocab_size
+        << " compressed ids";
   }
   const std::vector<std::string> extra = src.untaken();
   CHECK(extra.empty()) << "unexpected tensor '" << extra.front() << "' in checkpoint ("

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "io/engram_token_map.h"
 #include "io/model_config.h"
 #include "model/weight_source.h"
 #include "tensor/tensor.h"
@@ -74,6 +75,8 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
+  // Engram models only: raw token id -> compressed id (covers ids < vocab_size).
+  EngramTokenMap engram_map;
   Tensor embed;  // [V, D]
   Tensor head;   // [V, D]
   Tensor norm;   // [D]

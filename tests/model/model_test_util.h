@@ -39,6 +39,32 @@ inline ModelConfig small_config() {
   return c;
 }
 
+// A small V4.1 config with every role: 0-1 window only (Engram before 1), 2 ratio-2 source,
+// 3 reuse, 4 ratio-1 source + candidate source (blocks of 4, 2 kept), 5 reuse, 6 reindex
+// inside 4's candidates; Engram before 1 and 3 (prime walks from 499: 2056 and 2208 rows).
+inline ModelConfig small_v41_config() {
+  ModelConfig c = small_config();
+  c.model_type = "deepseek_v41";
+  c.num_layers = 7;
+  c.rms_norm_eps = 1e-20;
+  c.compress_ratios = {0, 0, 2, 2, 1, 1, 1};
+  c.hash_layers.assign(7, false);
+  c.kv_source_layer_ids = {2, 4};
+  c.index_source_layer_ids = {2, 4, 6};
+  c.candidate_source_layer_id = 4;
+  c.candidate_topk_blocks = 2;
+  c.candidate_block_size = 4;
+  c.engram.layer_ids = {1, 3};
+  c.engram.num_embeddings = {2056, 2208};
+  c.engram.max_ngram_size = 3;
+  c.engram.vocab_size = 500;
+  c.engram.n_heads = 2;
+  c.engram.head_dim = 32;
+  c.engram.pad_token_id = 2;
+  c.engram.compressed_vocab_size = 99092;
+  return c;
+}
+
 inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));

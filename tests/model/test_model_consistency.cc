@@ -13,12 +13,19 @@ namespace {
 using testing::max_abs;
 using testing::random_tokens;
 using testing::run_chunked;
-using testing::small_config;
 
-std::unique_ptr<Model> make_model(Numerics numerics, bool batch_invariant = false) {
-  auto source = random_weights(small_config(), 7);
-  return Model::from_source(small_config(), *source, {numerics, batch_invariant});
-}
+// Every check runs on a V4 config (sliding, CSA, HCA, hash MoE) and a V4.1 one (ratio-2
+// and ratio-1 sources, reuse, reindex, candidates, Engram, single-pass mHC).
+class ModelFamily : public ::testing::TestWithParam<std::string> {
+ protected:
+  ModelConfig config() const {
+    return GetParam() == "v41" ? testing::small_v41_config() : testing::small_config();
+  }
+  std::unique_ptr<Model> make_model(Numerics numerics, bool batch_invariant = false) const {
+    auto source = random_weights(config(), 7);
+    return Model::from_source(config(), *source, {numerics, batch_invariant});
+  }
+};
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, float rel) {
   ASSERT_EQ(a.size(), b.size());
@@ -26,7 +33,7 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, floa
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], bound) << "at element " << i;
 }
 
-TEST(Model, ChunkedPrefillAndDecodeMatchOneShot) {
+TEST_P(ModelFamily, ChunkedPrefillAndDecodeMatchOneShot) {
   // Default (BLAS) GEMMs: fp32 rounding differs with the chunk shape, so compare within
   // tolerance in reference numerics (official numerics round to FP4/FP8, where a last-bit
   // difference can flip a rounding; the batch-invariant test below covers it exactly).
@@ -40,7 +47,7 @@ TEST(Model, ChunkedPrefillAndDecodeMatchOneShot) {
   }
 }
 
-TEST(Model, ChunkingIsBitwiseExactInBatchInvariantMode) {
+TEST_P(ModelFamily, ChunkingIsBitwiseExactInBatchInvariantMode) {
   for (Numerics numerics : {Numerics::kOfficial, Numerics::kReference}) {
     auto model = make_model(numerics, /*batch_invariant=*/true);
     const auto tokens = random_tokens(300, 300, 1);
@@ -54,7 +61,7 @@ TEST(Model, ChunkingIsBitwiseExactInBatchInvariantMode) {
   }
 }
 
-TEST(Model, BatchOfSequencesEqualsSoloRuns) {
+TEST_P(ModelFamily, BatchOfSequencesEqualsSoloRuns) {
   // Default (BLAS) GEMMs round differently with the batch shape; reference numerics keep
   // that at fp32 level (official numerics can flip an FP8/FP4 rounding, which is why the
   // exact batch check below runs in batch-invariant mode).
@@ -72,7 +79,7 @@ TEST(Model, BatchOfSequencesEqualsSoloRuns) {
   expect_close(got_b, solo_b, 1e-5f);
 }
 
-TEST(Model, BatchInvariantModeIsBitwiseBatchIndependent) {
+TEST_P(ModelFamily, BatchInvariantModeIsBitwiseBatchIndependent) {
   auto model = make_model(Numerics::kOfficial, /*batch_invariant=*/true);
   const auto a = random_tokens(40, 300, 4);
   const auto solo = run_chunked(*model, a, a.size());
@@ -87,7 +94,7 @@ TEST(Model, BatchInvariantModeIsBitwiseBatchIndependent) {
   }
 }
 
-TEST(Model, CausalityFutureTokensDoNotChangePastLogits) {
+TEST_P(ModelFamily, CausalityFutureTokensDoNotChangePastLogits) {
   // Batch-invariant GEMMs, so the comparison can be exact (in the default mode a changed
   // token changes which rows share an expert GEMM, and so the fp32 rounding of others).
   auto model = make_model(Numerics::kOfficial, /*batch_invariant=*/true);
@@ -102,13 +109,14 @@ TEST(Model, CausalityFutureTokensDoNotChangePastLogits) {
   EXPECT_GT(diff, 0.0f);
 }
 
-TEST(Model, OfficialAndReferenceNumericsStayClose) {
+TEST_P(ModelFamily, OfficialAndReferenceNumericsStayClose) {
   // Random weights make every discrete choice fragile, so remove them: index_topk above
   // the entry count (the FP4 indexer rounding cannot change which entries are attended)
   // and every expert selected (no routing flips). What remains is the FP8 KV rounding,
   // which must perturb the logits, but only a little.
-  ModelConfig cfg = small_config();
+  ModelConfig cfg = config();
   cfg.index_topk = 1000;
+  if (cfg.candidate_topk_blocks > 0) cfg.candidate_topk_blocks = 1000;
   cfg.n_experts_per_tok = cfg.n_routed_experts;
   auto src = random_weights(cfg, 7);
   auto official = Model::from_source(cfg, *src, {Numerics::kOfficial, false});
@@ -117,12 +125,14 @@ TEST(Model, OfficialAndReferenceNumericsStayClose) {
   const auto lo = run_chunked(*official, a, a.size()), lr = run_chunked(*reference, a, a.size());
   float diff = 0.0f;
   for (size_t i = 0; i < lo.size(); ++i) diff = std::max(diff, std::abs(lo[i] - lr[i]));
-  // The QAT roundings perturb the logits, but only slightly.
+  // The QAT roundings perturb the logits, but only slightly. V4.1 keeps compressed entries
+  // in FP4 (e2m1: 3 significant bits, steps up to 1/3 of a block's amax / 6), so it moves
+  // more than V4's FP8 (measured on these weights: 6.2% of max|logit| against V4's < 5%).
   EXPECT_GT(diff, 0.0f);
-  EXPECT_LT(diff, 0.05f * max_abs(lr));
+  EXPECT_LT(diff, (GetParam() == "v41" ? 0.1f : 0.05f) * max_abs(lr));
 }
 
-TEST(Model, BadInputFailsWithoutChangingState) {
+TEST_P(ModelFamily, BadInputFailsWithoutChangingState) {
   auto model = make_model(Numerics::kOfficial);
   auto state = model->new_state();
   std::vector<int32_t> bad = {1, 2, 300};
@@ -131,8 +141,8 @@ TEST(Model, BadInputFailsWithoutChangingState) {
   EXPECT_EQ(state->n_tokens, 0);
 }
 
-TEST(Model, PromptBeyondTheContextLimitIsRejected) {
-  ModelConfig cfg = small_config();
+TEST_P(ModelFamily, PromptBeyondTheContextLimitIsRejected) {
+  ModelConfig cfg = config();
   cfg.max_position_embeddings = 16;
   auto src = random_weights(cfg, 7);
   auto model = Model::from_source(cfg, *src, {});
@@ -153,22 +163,27 @@ class ExtraTensorSource : public WeightSource {
  public:
   explicit ExtraTensorSource(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)) {}
   Tensor take(const std::string& name, const Shape& shape) override { return inner_->take(name, shape); }
+  Tensor take_raw(const std::string& name, const Shape& shape, DType dtype) override {
+    return inner_->take_raw(name, shape, dtype);
+  }
   std::vector<std::string> untaken() const override { return {"layers.0.attn.unknown.weight"}; }
 
  private:
   std::unique_ptr<WeightSource> inner_;
 };
 
-TEST(Model, UnexpectedTensorIsNamed) {
-  ExtraTensorSource src(random_weights(small_config(), 7));
+TEST_P(ModelFamily, UnexpectedTensorIsNamed) {
+  ExtraTensorSource src(random_weights(config(), 7));
   try {
-    load_model_weights(small_config(), src);
+    load_model_weights(config(), src);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unexpected tensor 'layers.0.attn.unknown.weight'"),
               std::string::npos) << e.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, ModelFamily, ::testing::Values("v4", "v41"));
 
 }  // namespace
 }  // namespace deepinfer

@@ -30,7 +30,13 @@ EngramConfig real_config() {
   EngramConfig c;
   c.layer_ids = {1, 14};
   c.num_embeddings = {384006168, 384016682};
-  return c;  // defaults: max n-gram 4, vocab 16000000, 8 heads, head_dim 256, pad 2, C 99092
+  c.max_ngram_size = 4;
+  c.vocab_size = 16000000;
+  c.n_heads = 8;
+  c.head_dim = 256;
+  c.pad_token_id = 2;
+  c.compressed_vocab_size = 99092;
+  return c;
 }
 
 const EngramTokenMap& shipped_map() {
@@ -69,13 +75,13 @@ struct Fixture {
   nlohmann::json meta(const std::string& key) const { return nlohmann::json::parse(f->metadata().at(key)); }
   EngramConfig config() const {
     EngramConfig c;
-    c.layer_ids = meta("layer_ids").get<std::vector<int>>();
-    c.max_ngram = meta("max_ngram").get<int>();
+    c.layer_ids = meta("layer_ids").get<std::vector<int64_t>>();
+    c.max_ngram_size = meta("max_ngram").get<int>();
     c.vocab_size = meta("vocab_size").get<int64_t>();
     c.n_heads = meta("n_heads").get<int>();
     c.head_dim = meta("head_dim").get<int>();
     c.compressed_vocab_size = meta("compressed_vocab_size").get<int64_t>();
-    for (int l : c.layer_ids) {
+    for (int64_t l : c.layer_ids) {
       int64_t sum = 0;
       for (int64_t p : read<int64_t>(*f, "layer" + std::to_string(l) + ".primes")) sum += p;
       c.num_embeddings.push_back(sum);
@@ -150,7 +156,7 @@ TEST(Engram, WrongNumEmbeddingsIsAnErrorNamingTheKey) {
   c.head_dim = 48;
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("engram_head_dim"), std::string::npos);
   c = real_config();
-  c.max_ngram = 9;
+  c.max_ngram_size = 9;
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("engram_max_ngram_size"), std::string::npos);
 }
 
@@ -237,7 +243,7 @@ TEST(Engram, MatchesTheFloat64ReferenceOnTheFixture) {
   const int hc = fx.hc();
   const int64_t d = fx.dim(), n = static_cast<int64_t>(tokens.size());
   ASSERT_EQ(static_cast<int64_t>(x0.size()), n * hc * d);
-  const auto rows = batch_rows(tokens, lens, cfg.max_ngram);
+  const auto rows = batch_rows(tokens, lens, static_cast<int>(cfg.max_ngram_size));
 
   for (const EngramLayerTables& t : tables) {
     const std::string p = "layer" + std::to_string(t.layer_id) + ".";

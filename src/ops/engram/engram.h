@@ -12,14 +12,14 @@
 // model from the config; the token map from load_engram_token_map() (io/engram_token_map.h).
 // Typical integration, per engram layer l of the config (index li in engram_layer_ids):
 //
-//   auto tables = engram_primes(cfg);                 // at load; throws on a bad config
+//   auto tables = engram_primes(cfg.engram);          // at load; throws on a bad config
 //   ... per step, for the N rows of the batch:
 //   engram_ngram_rows(seq_tokens, pos_begin, pos_end, max_ngram, rows);   // per sequence
 //   engram_hash_ids({&tables[li], map.data(), n_map, C, pad_token_id}, rows, N, ids);
 //   engram_layer_ref({N, n_hc, D, &tables[li], ids, embed, embed_scale, n_table_rows,
 //                     wkv_f32, q_weight, k_weight, 1e-20f, 1e-6f, nullptr, false}, X);
 //
-// No dependency on model/ or io/: plain pointers and sizes. Errors are deepinfer::Error
+// Depends on io only for EngramConfig; otherwise plain pointers and sizes. Errors are deepinfer::Error
 // (kInvalidInput for bad config / data, kNotFound for a missing multiplier row).
 // All functions are thread-safe (no shared state; engram_layer_ref parallelises internally).
 #pragma once
@@ -27,19 +27,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "io/model_config.h"
+
 namespace deepinfer {
 
-// The Engram keys of a V4.1 config.json's text_config, as plain values.
-struct EngramConfig {
-  std::vector<int> layer_ids;               // engram_layer_ids, e.g. {1, 14}
-  std::vector<int64_t> num_embeddings;      // engram_num_embeddings: table rows per layer
-  int max_ngram = 4;                        // engram_max_ngram_size (2..kEngramMaxNgram)
-  int64_t vocab_size = 16000000;            // engram_vocab_size: the primes start above it - 1
-  int n_heads = 8;                          // engram_n_heads
-  int head_dim = 256;                       // engram_head_dim (multiple of 32: one scale per 32)
-  int pad_token_id = 2;                     // engram_pad_token_id (a raw token id)
-  int64_t compressed_vocab_size = 99092;    // engram_compressed_vocab_size
-};
+// The Engram keys of the config: EngramConfig (io/model_config.h).
 
 constexpr int kEngramMaxNgram = 8;  // multiplier rows committed per layer (engram_multipliers.inc)
 

@@ -95,15 +95,18 @@ std::vector<int64_t> engram_multipliers(int layer_id, int64_t compressed_vocab_s
 }
 
 std::vector<EngramLayerTables> engram_primes(const EngramConfig& cfg) {
+  const int max_ngram = static_cast<int>(cfg.max_ngram_size);
+  const int n_heads = static_cast<int>(cfg.n_heads);
+  const int head_dim = static_cast<int>(cfg.head_dim);
   CHECK(!cfg.layer_ids.empty()) << "engram_layer_ids is empty";
   CHECK(cfg.num_embeddings.size() == cfg.layer_ids.size())
       << "engram_num_embeddings has " << cfg.num_embeddings.size() << " entries, engram_layer_ids "
       << cfg.layer_ids.size();
-  CHECK(cfg.max_ngram >= 2 && cfg.max_ngram <= kEngramMaxNgram)
-      << "engram_max_ngram_size " << cfg.max_ngram << " outside [2, " << kEngramMaxNgram << "]";
-  CHECK(cfg.n_heads > 0) << "engram_n_heads " << cfg.n_heads << " must be positive";
-  CHECK(cfg.head_dim > 0 && cfg.head_dim % 32 == 0)
-      << "engram_head_dim " << cfg.head_dim << " must be a positive multiple of 32";
+  CHECK(max_ngram >= 2 && max_ngram <= kEngramMaxNgram)
+      << "engram_max_ngram_size " << max_ngram << " outside [2, " << kEngramMaxNgram << "]";
+  CHECK(n_heads > 0) << "engram_n_heads " << n_heads << " must be positive";
+  CHECK(head_dim > 0 && head_dim % 32 == 0)
+      << "engram_head_dim " << head_dim << " must be a positive multiple of 32";
   CHECK(cfg.vocab_size > 1) << "engram_vocab_size " << cfg.vocab_size << " must exceed 1";
   CHECK(cfg.compressed_vocab_size > 0)
       << "engram_compressed_vocab_size " << cfg.compressed_vocab_size << " must be positive";
@@ -114,13 +117,13 @@ std::vector<EngramLayerTables> engram_primes(const EngramConfig& cfg) {
   for (size_t li = 0; li < cfg.layer_ids.size(); ++li) {
     EngramLayerTables t;
     t.layer_id = cfg.layer_ids[li];
-    t.max_ngram = cfg.max_ngram;
-    t.n_heads = cfg.n_heads;
-    t.head_dim = cfg.head_dim;
-    t.n_cols = (cfg.max_ngram - 1) * cfg.n_heads;
-    for (int n = 0; n + 1 < cfg.max_ngram; ++n) {
+    t.max_ngram = max_ngram;
+    t.n_heads = n_heads;
+    t.head_dim = head_dim;
+    t.n_cols = (max_ngram - 1) * n_heads;
+    for (int n = 0; n + 1 < max_ngram; ++n) {
       int64_t cur = cfg.vocab_size - 1;
-      for (int h = 0; h < cfg.n_heads; ++h) {
+      for (int h = 0; h < n_heads; ++h) {
         int64_t p = next_prime(cur);
         while (used.count(p)) p = next_prime(p);
         used.insert(p);
@@ -133,8 +136,8 @@ std::vector<EngramLayerTables> engram_primes(const EngramConfig& cfg) {
     CHECK(t.n_rows == cfg.num_embeddings[li])
         << "engram_num_embeddings[" << li << "] = " << cfg.num_embeddings[li] << " but the prime walk"
         << " of engram layer " << t.layer_id << " (engram_vocab_size " << cfg.vocab_size << ", "
-        << cfg.n_heads << " heads, max n-gram " << cfg.max_ngram << ") sums to " << t.n_rows;
-    t.multipliers = engram_multipliers(t.layer_id, cfg.compressed_vocab_size, cfg.max_ngram);
+        << n_heads << " heads, max n-gram " << max_ngram << ") sums to " << t.n_rows;
+    t.multipliers = engram_multipliers(t.layer_id, cfg.compressed_vocab_size, max_ngram);
     t.compressed_vocab_size = cfg.compressed_vocab_size;
     out.push_back(std::move(t));
   }
