@@ -29,6 +29,14 @@ Weights are drawn with numpy from fixed seeds and rounded to their storage forma
 tensors to their block formats, BF16 tensors to bf16, F32 to fp32); the rounded values are the model's
 weights everywhere, so the bf16 and fp8 files hold the same numbers and one reference serves both.
 The safetensors writer and the FP8/FP4 quantisers are those of tools/make_goldens.py (imported).
+
+The `engram` model has Engram layers, which mlx-lm lacks (it refuses configs with engram_layer_ids).
+Its reference is composed (run_reference_engram): mlx's model is built with engram_layer_ids=(),
+`loop_forward` writes TextModel.__call__ out (embed, the mlx DecoderLayer objects with their caches
+and shared dict, collapse by pre_mix, norm, lm_head) and inserts the float64 NumPy Engram of
+tools/engram_reference.py (cast to float32) on the streams entering each engram layer. With Engram
+off the loop reproduces mlx's own forward exactly (checked). The Engram part is therefore this
+repository's own reference, not an independent implementation.
 """
 
 import argparse
@@ -42,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_goldens as mg  # noqa: E402  (writer, quantisers, bf16 rounding)
+import engram_reference as ER  # noqa: E402  (float64 NumPy Engram, MODEL_SPEC §C.8)
 
 BLOCK = 32  # V4.1 weight block (32x32 FP8, 1x32 FP4)
 
@@ -112,6 +121,17 @@ MODELS = [
          covers="no SWA layer (layer 0 is the ratio-1 KV+index+candidate source, as V4-Pro starts "
                 "compressed); two reindex layers (1, 3) each followed by a reuse layer (2, 4), both "
                 "consuming layer 0's candidates"),
+    # Engram (MODEL_SPEC §C.8) at layers 1 and 4: mlx-lm has no Engram, so its reference is mlx's
+    # backbone driven layer by layer with the NumPy Engram of tools/engram_reference.py inserted
+    # (run_reference_engram). Six layers, not seven, to keep the two files small.
+    dict(name="engram", seed=4105, ratios=[0, 2, 2, 1, 1, 1], kv=[1, 3], index=[1, 3, 5], cand=3,
+         seq_len=80, stages=0, fp8_stress=False,
+         engram=dict(layers=[1, 4], max_ngram=3, n_heads=2, head_dim=64, vocab=128, pad=2,
+                     compressed_vocab=99092, table_std=1.0, wkv_std=0.1, q_std=1.0, k_std=0.5),
+         covers="Engram before layer 1 (the ratio-2 KV+index source) and before layer 4 (ratio-1 reuse "
+                "of 3); backbone as base without its last layer: SWA (0), ratio-2 source (1), reuse (2), "
+                "ratio-1 KV+index+candidate source (3), reuse (4), reindex consuming 3's candidates (5); "
+                "the inputs repeat n-grams (within a row, across rows, at the sequence start)"),
 ]
 
 GREEDY_STEPS = 8
@@ -264,6 +284,49 @@ def gen_weights(spec, cfg):
     return w
 
 
+def engram_primes(e):
+    return ER.prime_walk(len(e["layers"]), e["vocab"], e["n_heads"], e["max_ngram"])
+
+
+def engram_num_embeddings(e):
+    """Table rows per engram layer = the sum of that layer's bucket primes (§C.8.3)."""
+    return [ER.column_offsets(p)[1] for p in engram_primes(e)]
+
+
+def gen_engram(w, spec, cfg):
+    """layers.N.engram.*: FP8 e4m3 table with one e8m0 scale per 1x32 group (kind "e4m3_rows"),
+    wkv (bf16 / FP8 32x32), q_weight and k_weight (F32). Drawn from their own rng (seed + 50)."""
+    e = spec["engram"]
+    rng = np.random.default_rng(spec["seed"] + 50)
+    D, hc, hd = cfg["hidden_size"], cfg["hc_mult"], e["head_dim"]
+    n_cols = (e["max_ngram"] - 1) * e["n_heads"]
+    for layer, rows in zip(e["layers"], engram_num_embeddings(e)):
+        p = f"layers.{layer}.engram."
+        # O(1) values; each 32-column group scaled by 2^k, k in [-1, 1], so the two e8m0 scales of a
+        # row usually differ (a scale-index bug changes the values)
+        tab = mg.draw(rng, (rows, hd), e["table_std"])
+        tab *= np.repeat(2.0 ** rng.integers(-1, 2, size=(rows, hd // BLOCK)), BLOCK, axis=1)
+        w.add(p + "embed.weight", "e4m3_rows", tab)
+        w.add(p + "wkv.weight", "fp8", mg.draw(rng, ((hc + 1) * D, n_cols * hd), e["wkv_std"]))
+        w.add(p + "q_weight", "f32", mg.draw(rng, (hc, D), e["q_std"]))
+        w.add(p + "k_weight", "f32", mg.draw(rng, (hc, D), e["k_std"], 1.0))
+
+
+def quantize_e4m3_rows(v):
+    """v [R, K] -> (e4m3 codes uint8 [R, K], e8m0 uint8 [R, K/32], dequantised float64): one
+    2^ceil(log2(amax/448)) scale per 1x32 group, amax floored at 1e-4, e4m3 RNE."""
+    n, k = v.shape
+    vb = v.reshape(n, k // BLOCK, BLOCK)
+    amax = np.maximum(np.abs(vb).max(axis=-1), 1e-4)
+    ex = mg.pow2_scale_exponent(amax, 448.0)
+    s = np.ldexp(1.0, ex)[..., None]
+    y = np.clip(vb / s, -448.0, 448.0)
+    mag, neg = mg._round_to_table(y, mg.E4M3_VALUES)
+    codes = (mag | (neg.astype(np.uint8) << 7)).reshape(n, k)
+    deq = (np.where(neg, -1, 1) * mg.E4M3_VALUES[mag] * s).reshape(n, k)
+    return codes, (ex + 127).astype(np.uint8), deq
+
+
 def finalize(weights):
     """Round every tensor to its storage format.
 
@@ -277,6 +340,12 @@ def finalize(weights):
         elif kind == "bf16":
             val = mg.round_bf16(v)
             e = [mg.np_tensor(name, val, "BF16")]
+            out[name] = (kind, val, e, e)
+        elif kind == "e4m3_rows":  # Engram table: the same FP8 bytes in both files
+            codes, scales, val = quantize_e4m3_rows(v)
+            assert np.array_equal(mg.round_bf16(val), val), name
+            e = [mg.np_tensor(name, codes, "F8_E4M3"),
+                 mg.np_tensor(name[: -len(".weight")] + ".scale", scales, "F8_E8M0")]
             out[name] = (kind, val, e, e)
         elif kind in ("fp8", "fp4"):
             if kind == "fp8":
@@ -307,6 +376,16 @@ def text_config(spec):
     c["index_source_layer_ids"] = list(spec["index"])
     c["candidate_source_layer_id"] = spec["cand"]
     c["num_nextn_predict_layers"] = spec["stages"]
+    if spec.get("engram"):
+        e = spec["engram"]
+        c["engram_layer_ids"] = list(e["layers"])
+        c["engram_num_embeddings"] = engram_num_embeddings(e)
+        c["engram_max_ngram_size"] = e["max_ngram"]
+        c["engram_vocab_size"] = e["vocab"]
+        c["engram_n_heads"] = e["n_heads"]
+        c["engram_head_dim"] = e["head_dim"]
+        c["engram_pad_token_id"] = e["pad"]
+        c["engram_compressed_vocab_size"] = e["compressed_vocab"]
     if spec["stages"]:
         c.update(DSPARK)
         c["dspark_noise_token_id"] = COMMON["vocab_size"] - 1
@@ -518,6 +597,288 @@ def run_reference(spec, final, out_dir, mlxr):
 
 
 # --------------------------------------------------------------------------------------------
+# Engram model: mlx backbone driven layer by layer + the NumPy Engram
+# --------------------------------------------------------------------------------------------
+
+TOKEN_MAP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "models", "engram", "token_map.bin")
+
+
+def load_token_map():
+    import make_engram_tables as MT  # decode_map only
+    with open(TOKEN_MAP, "rb") as f:
+        data = f.read()
+    tm, c = MT.decode_map(data)
+    return tm, c, hashlib.sha256(data).hexdigest()
+
+
+class EngramRef:
+    """tools/engram_reference.py for one model: per engram layer the hash ids of a sequence and
+    the update X_k += gamma_k * value (float64; the caller casts the result to float32)."""
+
+    def __init__(self, spec, final, token_map):
+        e = spec["engram"]
+        self.e, self.layers, self.mg = e, list(e["layers"]), e["max_ngram"]
+        self.token_map = token_map
+        self.primes = engram_primes(e)
+        self.mult = [ER.hash_multipliers(l, e["compressed_vocab"], self.mg) for l in self.layers]
+        self.w = []
+        for l in self.layers:
+            p = f"layers.{l}.engram."
+            ents = {n: (dt, sh, raw) for n, dt, sh, raw in final[p + "embed.weight"][2]}
+            table = np.frombuffer(ents[p + "embed.weight"][2], np.uint8).reshape(ents[p + "embed.weight"][1])
+            scale = np.frombuffer(ents[p + "embed.scale"][2], np.uint8).reshape(ents[p + "embed.scale"][1])
+            assert np.array_equal(ER.gather_rows(table, scale, np.arange(len(table))[:, None]),
+                                  final[p + "embed.weight"][1])
+            self.w.append(dict(table=table, scale=scale, wkv=final[p + "wkv.weight"][1],
+                               q=final[p + "q_weight"][1], k=final[p + "k_weight"][1]))
+        self.forget_history = False
+        self.active = set(self.layers)  # sensitivity variants switch layers off
+        self.record = None  # when a list: per applied layer its ids, gamma and magnitudes
+
+    def ids(self, slot, seq, begin, end):
+        if self.forget_history:  # sensitivity variant only
+            seq, begin, end = seq[begin:end], 0, end - begin
+        rows = ER.ngram_rows(np.asarray(seq), self.mg, begin, end)
+        return ER.hash_ids(rows, self.token_map, self.e["pad"], self.primes[slot], self.mult[slot])
+
+    def apply(self, layer, x, seqs, begin, end):
+        """x [B, n, hc, D] (float64) streams of positions begin..end-1 of each sequence."""
+        slot = self.layers.index(layer)
+        B, n, hc, D = x.shape
+        ids = np.concatenate([self.ids(slot, s, begin, end) for s in seqs])
+        w = self.w[slot]
+        out, gamma = ER.engram_layer(x.reshape(B * n, hc, D), ids, w["table"], w["scale"], w["wkv"],
+                                     w["q"], w["k"])
+        if self.record is not None:
+            value = (ER.gather_rows(w["table"], w["scale"], ids) @ w["wkv"].T)[:, hc * D:]
+            self.record.append(dict(layer=layer, ids=ids.reshape(B, n, -1), gamma=gamma,
+                                    value_rms=float(np.sqrt((value ** 2).mean())),
+                                    x_rms=float(np.sqrt((x ** 2).mean()))))
+        return out.reshape(B, n, hc, D)
+
+
+def loop_forward(mlxr, model, ids, engram=None, chunks=None):
+    """TextModel.__call__ of mlx-lm written out (single pipeline stage): embed, the DecoderLayer
+    objects with their caches and one shared dict per call, collapse by the last pre_mix, norm,
+    lm_head. With `engram`, the streams entering each engram layer get the NumPy Engram update
+    (float64, cast to float32). `chunks`: consecutive calls with one cache (default: one call).
+    Returns float64 logits [B, T, V]."""
+    mx, M = mlxr.mx, mlxr.M
+    tm, args = model.model, model.model.args
+    ids = np.asarray(ids, dtype=np.int32)
+    B, T = ids.shape
+    cache = tm.make_cache()
+    outs, pos = [], 0
+    for n in chunks or [T]:
+        h = tm.embed_tokens(mx.array(ids[:, pos:pos + n]))
+        start_pos = cache[0].offset
+        assert start_pos == pos
+        previous = 0 if cache[0].window is None else cache[0].window.shape[1]
+        window_idx = M._window_indices(previous=previous, length=n, window=args.sliding_window)
+        window_idx = mx.broadcast_to(window_idx, (B, *window_idx.shape))
+        streams = mx.broadcast_to(h[:, :, None, :], (B, n, args.hc_mult, args.hidden_size))
+        pre_mix = mx.zeros((B, n, args.hc_mult), dtype=mx.float32)
+        pre_mix[..., 0] = 1.0
+        shared = {}
+        for li, (layer, lc) in enumerate(zip(tm.pipeline_layers, cache, strict=True)):
+            if engram is not None and li in engram.active:
+                x = np.array(streams.astype(mx.float32)).astype(np.float64)
+                x = engram.apply(li, x, ids, pos, pos + n)
+                streams = mx.array(x.astype(np.float32))
+            streams, pre_mix = layer(streams, pre_mix, start_pos=start_pos, window_idx=window_idx,
+                                     cache=lc, shared=shared)
+        logits = model.lm_head(tm.norm(M._collapse(streams, pre_mix)))
+        mx.eval(logits)
+        outs.append(np.array(logits.astype(mx.float32)))
+        pos += n
+    assert pos == T
+    return np.concatenate(outs, axis=1).astype(np.float64)
+
+
+def engram_inputs(spec):
+    """Random ids as the other models, then n-grams repeated: inside row a (8 tokens), from row a
+    into row b (10 tokens), and row b starting with row a's first 4 tokens (pad-filled shifts)."""
+    T, V = spec["seq_len"], COMMON["vocab_size"]
+    a = np.random.default_rng(spec["seed"] + 7).integers(2, V, size=T).astype(np.int32)
+    b = np.random.default_rng(spec["seed"] + 8).integers(2, V, size=T).astype(np.int32)
+    a[40:48] = a[8:16]
+    a[70:73] = a[30:33]
+    b[20:30] = a[50:60]
+    b[0:4] = a[0:4]
+    return a, b
+
+
+def run_reference_engram(spec, final, out_dir, mlxr):
+    import copy
+    cfg = config(spec, fp8=False)
+    T, V = spec["seq_len"], COMMON["vocab_size"]
+    e = spec["engram"]
+    ids_a, ids_b = engram_inputs(spec)
+    tm_full, C, tm_sha = load_token_map()
+    assert C == e["compressed_vocab"]
+    token_map = tm_full[:V]  # the shipped map restricted to the model's ids
+    pad = int(token_map[e["pad"]])
+    eng = EngramRef(spec, final, token_map)
+    backbone = {n: v for n, v in final.items() if ".engram." not in n}
+    no_engram = {"engram_layer_ids": []}  # mlx refuses Engram configs
+    rep = {"seed": spec["seed"], "input_seeds": [spec["seed"] + 7, spec["seed"] + 8],
+           "seq_len": T, "greedy_steps": GREEDY_STEPS, "covers": spec["covers"],
+           "compress_ratios": text_config(spec)["compress_ratios"], "kv_source_layer_ids": spec["kv"],
+           "index_source_layer_ids": spec["index"], "candidate_source_layer_id": spec["cand"],
+           "roles": roles_of(spec), "coverage": coverage(spec, T)}
+    n_cols = (e["max_ngram"] - 1) * e["n_heads"]
+    rep["engram"] = {
+        "reference": "mlx-lm DecoderLayer objects driven by tools/make_goldens_v41.py loop_forward "
+                     "(mlx built with engram_layer_ids=()) + tools/engram_reference.py engram_layer "
+                     "(float64, result cast to float32) applied to the streams entering each engram "
+                     "layer; not an independent Engram implementation",
+        "layer_ids": e["layers"], "max_ngram_size": e["max_ngram"], "n_heads": e["n_heads"],
+        "head_dim": e["head_dim"], "vocab_size": e["vocab"], "pad_token_id": e["pad"],
+        "pad_compressed_id": pad, "compressed_vocab_size": C, "n_cols": n_cols,
+        "token_map": "models/engram/token_map.bin restricted to ids < vocab_size (identity on 0..63)"
+                     if np.array_equal(token_map, np.arange(V)) else "models/engram/token_map.bin[:vocab_size]",
+        "token_map_bin_sha256": tm_sha,
+        "primes": eng.primes, "column_offsets": [ER.column_offsets(p)[0] for p in eng.primes],
+        "num_embeddings": engram_num_embeddings(e), "multipliers": eng.mult,
+        "weight_draw": {k: e[k] for k in ("table_std", "wkv_std", "q_std", "k_std")},
+    }
+
+    mlxr.numerics("reference")
+    model, info = mlxr.build(cfg, backbone, overrides=no_engram)
+    rep.update(info)
+    rep["engram_tensors_not_given_to_mlx"] = sorted(n for n in final if ".engram." in n)
+    both_ids = np.stack([ids_a, ids_b])
+    checks = {}
+    # 1. the loop is mlx's own forward when Engram is off
+    own = mlxr.forward(model, both_ids)
+    mine = loop_forward(mlxr, model, both_ids)
+    checks["loop_vs_mlx_forward_engram_off_maxdiff_abs"] = float(np.abs(mine - own).max())
+    own_c = mlxr.cached(model, ids_a, [T // 2 - 1] + [1] * (T - T // 2 + 1))
+    mine_c = loop_forward(mlxr, model, ids_a[None], chunks=[T // 2 - 1] + [1] * (T - T // 2 + 1))[0]
+    checks["loop_vs_mlx_cached_prefill_decode_engram_off_maxdiff_abs"] = float(np.abs(mine_c - own_c).max())
+    # 2. Engram on: the goldens
+    mlxr.rec.records = []
+    eng.record = []
+    both = loop_forward(mlxr, model, both_ids, engram=eng)
+    rec = eng.record
+    eng.record = None
+    rep["topk_boundary_min_gap_reference"] = boundary_gaps(mlxr.rec.records, COMMON["n_routed_experts"])
+    mlxr.rec.records = None
+    ref_a, ref_b = both[0], both[1]
+    single = loop_forward(mlxr, model, ids_a[None], engram=eng)[0]
+    checks["batch2_row0_vs_single_maxdiff_rel"] = rel(ref_a, single)
+    checks["engram_on_vs_off_maxdiff_abs"] = float(np.abs(ref_a - own[0]).max())
+    checks["engram_on_vs_off_maxdiff_rel"] = rel(own[0], ref_a)
+    checks["engram_on_vs_off_maxdiff_rel_b"] = rel(own[1], ref_b)
+    checks["engram_on_vs_off_argmax_agree"] = f"{int((own[0].argmax(-1) == ref_a.argmax(-1)).sum())}/{T}"
+    checks["logits_margin_min"] = float(top2_margin(ref_a).min())
+    checks["logits_margin_min_b"] = float(top2_margin(ref_b).min())
+    checks["max_abs_logit"] = float(np.abs(ref_a).max())
+    gate = {}
+    for r in rec:
+        g, ids = r["gamma"], r["ids"]
+        first = {}
+        repeats = 0
+        for row in ids.reshape(-1, n_cols):
+            key = tuple(row.tolist())
+            repeats += key in first
+            first[key] = 1
+        ab = set(map(tuple, ids[0].tolist())) & set(map(tuple, ids[1].tolist()))
+        gate[f"layer{r['layer']}"] = {
+            "gamma_min": float(g.min()), "gamma_max": float(g.max()), "gamma_mean": float(g.mean()),
+            # gamma = sigmoid(sign(d) sqrt(max(|d|, 1e-6))), so |d| = logit(gamma)^2 unless clamped
+            "delta_abs_min": float((np.log(g / (1 - g)) ** 2).min()),
+            "delta_abs_max": float((np.log(g / (1 - g)) ** 2).max()),
+            "positions_streams_at_clamp": int((np.abs(np.log(g / (1 - g))) <= 1e-3 + 1e-9).sum()),
+            "value_rms": r["value_rms"], "streams_rms": r["x_rms"],
+            "positions_whose_id_tuple_repeats_an_earlier_one": repeats,
+            "id_tuples_shared_by_rows_a_and_b": len(ab),
+            "distinct_table_rows_used": int(len(np.unique(ids))),
+        }
+    checks["engram_gate_and_rows_batch2"] = gate
+    # the loop's own incremental path (Engram n-grams reach back into earlier chunks)
+    P = T // 2 - 1
+    dec = loop_forward(mlxr, model, ids_a[None], engram=eng, chunks=[P] + [1] * (T - P))[0]
+    checks["loop_cache_prefill_then_decode_vs_full_maxdiff_rel"] = rel(dec, ref_a)
+    checks["loop_cache_prefill_then_decode_prefill_len"] = P
+    ch7 = [7] * (T // 7) + ([T % 7] if T % 7 else [])
+    checks["loop_cache_chunks7_vs_full_maxdiff_rel"] = rel(
+        loop_forward(mlxr, model, ids_a[None], engram=eng, chunks=ch7)[0], ref_a)
+    checks["loop_cache_decode_argmax_agree"] = f"{int((dec.argmax(-1) == ref_a.argmax(-1)).sum())}/{T}"
+    # greedy continuation, each step one full forward
+    seq, g_ids, g_m = list(ids_a), [], []
+    for _ in range(GREEDY_STEPS):
+        lg = loop_forward(mlxr, model, np.array(seq, dtype=np.int32)[None], engram=eng)[0, -1]
+        nxt = int(lg.argmax())
+        g_ids.append(nxt)
+        g_m.append(float(top2_margin(lg)))
+        seq.append(nxt)
+    checks["greedy_margin_min"] = float(min(g_m))
+    # Engram sensitivity (same weights, one piece of the Engram changed)
+    sens = {}
+
+    def variant(name, change, chunks=None):
+        v = copy.deepcopy(eng)
+        change(v)
+        sens[name] = rel(loop_forward(mlxr, model, ids_a[None], engram=v, chunks=chunks)[0], ref_a)
+
+    def swap_scale_columns(v):  # the e8m0 of columns 32..63 used for 0..31 and vice versa
+        for w in v.w:
+            w["scale"] = w["scale"][:, ::-1].copy()
+
+    def slot_multipliers(v):  # multipliers seeded by the config slot (0, 1), not the layer id
+        v.mult = [ER.hash_multipliers(i, C, v.mg) for i in range(len(v.layers))]
+
+    def pad_zero(v):  # pad = map[0] instead of map[2]
+        v.e["pad"] = 0
+
+    def forget(v):  # each chunk's n-grams start fresh (no max_ngram-1 tokens kept between calls)
+        v.forget_history = True
+
+    for l in e["layers"]:
+        variant(f"only_layer_{l}", lambda v, l=l: setattr(v, "active", {l}))
+    variant("table_scale_columns_swapped", swap_scale_columns)
+    variant("multipliers_of_config_slot_not_layer_id", slot_multipliers)
+    variant("pad_is_map_of_token_0", pad_zero)
+    variant("chunks7_ngrams_without_history", forget, chunks=ch7)
+    checks["engram_sensitivity_maxdiff_rel"] = sens
+    # backbone sensitivity, as the other models
+    bsens = {}
+    for key, val in [("sliding_window", COMMON["sliding_window"] - 1),
+                     ("index_topk", COMMON["index_topk"] - 1),
+                     ("candidate_block_size", 2 * COMMON["candidate_block_size"]),
+                     ("candidate_topk_blocks", 1000), ("hc_sinkhorn_iters", 19)]:
+        mp, _ = mlxr.build(cfg, backbone, overrides={**no_engram, key: val})
+        bsens[f"{key}->{val}"] = rel(loop_forward(mlxr, mp, ids_a[None], engram=eng)[0], ref_a)
+    checks["sensitivity_maxdiff_rel"] = bsens
+
+    # official numerics (QAT fake-quants on), same loop and Engram
+    mlxr.numerics("official")
+    mo, _ = mlxr.build(cfg, backbone, overrides=no_engram)
+    off = loop_forward(mlxr, mo, ids_a[None], engram=eng)[0]
+    checks["official_loop_vs_mlx_forward_engram_off_maxdiff_abs"] = float(
+        np.abs(loop_forward(mlxr, mo, ids_a[None])[0] - mlxr.forward(mo, ids_a[None])[0]).max())
+    checks["official_vs_reference_maxdiff_rel"] = rel(off, ref_a)
+    checks["official_vs_reference_argmax_agree"] = f"{int((off.argmax(-1) == ref_a.argmax(-1)).sum())}/{T}"
+    dec_o = loop_forward(mlxr, mo, ids_a[None], engram=eng, chunks=[P] + [1] * (T - P))[0]
+    checks["official_loop_cache_prefill_then_decode_vs_full_maxdiff_rel"] = rel(dec_o, off)
+    mlxr.numerics("reference")
+    rep["checks"] = checks
+
+    tensors = [mg.np_tensor("input_ids", ids_a, "I32"),
+               mg.np_tensor("logits_reference", ref_a, "F32"),
+               mg.np_tensor("logits_official", off, "F32"),
+               mg.np_tensor("greedy_ids", np.array(g_ids, dtype=np.int32), "I32"),
+               mg.np_tensor("greedy_margins", np.array(g_m), "F32"),
+               mg.np_tensor("input_ids_b", ids_b, "I32"),
+               mg.np_tensor("logits_reference_b", ref_b, "F32")]
+    mg.write_safetensors(os.path.join(out_dir, spec["name"], "reference.safetensors"), tensors)
+    rep["greedy_ids"] = g_ids
+    return rep
+
+
+# --------------------------------------------------------------------------------------------
 # Checkpoints and self-checks of the files
 # --------------------------------------------------------------------------------------------
 
@@ -548,6 +909,16 @@ def dequant_file_check(d, final):
 
     n_q = 0
     for name, (kind, val, _, _) in final.items():
+        if kind == "e4m3_rows":  # F8_E4M3 rows x F8_E8M0 per 1x32 group, in both files
+            sname = name[: -len(".weight")] + ".scale"
+            for f in (bf, q8):
+                assert f[name][0] == "F8_E4M3" and f[sname][0] == "F8_E8M0", name
+                codes = np.frombuffer(f[name][2], np.uint8).reshape(f[name][1])
+                sc = np.frombuffer(f[sname][2], np.uint8).reshape(f[sname][1])
+                got = e4m3[codes] * np.repeat(np.ldexp(1.0, sc.astype(np.int64) - 127), BLOCK, 1)
+                assert np.array_equal(got, val), name
+            n_q += 1
+            continue
         assert np.array_equal(dec(bf[name]), val), name
         if kind == "fp8":
             codes = np.frombuffer(q8[name][2], np.uint8).reshape(q8[name][1])
@@ -571,7 +942,10 @@ def dequant_file_check(d, final):
 
 def build_checkpoint(spec, out_dir):
     cfg = {**COMMON}
-    final = finalize(gen_weights(spec, cfg))
+    w = gen_weights(spec, cfg)
+    if spec.get("engram"):
+        gen_engram(w, spec, cfg)
+    final = finalize(w)
     d = os.path.join(out_dir, spec["name"])
     for sub, fp8 in (("bf16", False), ("fp8", True)):
         mg.write_json(os.path.join(d, sub, "config.json"), config(spec, fp8))
@@ -621,8 +995,13 @@ def main():
             continue
         final = build_checkpoint(spec, args.out)
         d = os.path.join(args.out, spec["name"])
-        rep = run_reference(spec, final, args.out, mlxr)
+        run = run_reference_engram if spec.get("engram") else run_reference
+        rep = run(spec, final, args.out, mlxr)
         rep["file_checks"] = dequant_file_check(d, final)
+        if spec.get("engram"):
+            for sub, i in (("bf16", 2), ("fp8", 3)):
+                rep[f"engram_tensor_list_{sub}"] = [f"{e[0]} {e[1]} {list(e[2])}" for n, v in final.items()
+                                                    if ".engram." in n for e in v[i]]
         if spec["stages"]:
             rep["fp8_tensor_list"] = [f"{e[0]} {e[1]} {list(e[2])}" for v in final.values() for e in v[3]]
         report[spec["name"]] = rep
