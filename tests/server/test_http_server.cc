@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +15,7 @@
 #include "engine/async_engine.h"
 #include "recipe/tokenizer.h"
 #include "server/server.h"
+#include "script_engine.h"
 
 namespace deepinfer::server {
 namespace {
@@ -23,44 +23,6 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-
-const recipe::Tokenizer& tokenizer() {
-  static const recipe::Tokenizer t = recipe::Tokenizer::from_file("models/tiny/tokenizer.json");
-  return t;
-}
-
-const std::string kScript = " Hello world, this is the scripted engine speaking.";
-
-// Every request yields the tokens of kScript in order, one per step, up to max_tokens.
-// While `hold` is set, steps wait (requests stay live).
-class ScriptEngine : public StepEngine {
- public:
-  explicit ScriptEngine(std::atomic<bool>* hold) : hold_(hold), script_(tokenizer().encode(kScript, false)) {}
-  void add_request(EngineRequest r) override { live_[r.id] = {r.params.max_tokens, 0}; }
-  bool abort(const std::string& id) override { return live_.erase(id) > 0; }
-  std::vector<RequestOutput> step() override {
-    while (hold_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::vector<RequestOutput> outs;
-    for (auto it = live_.begin(); it != live_.end();) {
-      auto& [max_tokens, produced] = it->second;
-      RequestOutput o;
-      o.id = it->first;
-      o.new_tokens = {script_[static_cast<size_t>(produced) % script_.size()]};
-      ++produced;
-      o.finished = produced >= max_tokens;
-      if (o.finished) o.finish_reason = "length";
-      outs.push_back(o);
-      it = o.finished ? live_.erase(it) : std::next(it);
-    }
-    return outs;
-  }
-  bool has_unfinished() const override { return !live_.empty(); }
-
- private:
-  std::atomic<bool>* hold_;
-  std::vector<int32_t> script_;
-  std::map<std::string, std::pair<int64_t, int64_t>> live_;
-};
 
 class HttpServerTest : public ::testing::Test {
  protected:
