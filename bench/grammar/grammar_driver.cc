@@ -2,8 +2,11 @@
 //
 //   grammar_driver [tokenizer.json] [n_vocab]
 //   {"op":"compile","kind":"json_schema"|"regex"|"ebnf","grammar":"...","max_whitespace":0}
-//       -> {"ok":true,"id":1,"compile_us":..,"n_rules":..,"n_dfas":..}
-//        | {"ok":false,"error_kind":"unsupported"|"invalid_input"|...,"error":"..."}
+//        optional "limits":{"max_states":..,"max_memory_mb":..,"timeout_ms":..} (0: off; absent:
+//        the defaults of grammar/budget.h)
+//       -> {"ok":true,"id":1,"compile_us":..,"n_rules":..,"n_dfas":..,"usage":{..}}
+//        | {"ok":false,"error_kind":"unsupported"|"invalid_input"|...,"error":"...","usage":{..}}
+//      usage: {"states":..,"peak_bytes":..,"elapsed_ms":..} as the budget counted them.
 //   {"op":"match","id":1,"strings":["..",..]}        -> {"ok":true,"results":[true,false,..]}
 //   {"op":"generate","id":1,"seed":7,"n":2,"random_tokens":64,"max_tokens":400}
 //       -> {"ok":true,"outputs":[{"text":"..","terminated":true,"n_tokens":..}],
@@ -108,11 +111,29 @@ int main(int argc, char** argv) {
         spec.text = req.at("grammar");
         spec.max_whitespace = req.value("max_whitespace", 0);
         spec.allow_empty_language = true;  // conformance: the language itself, empty or not
+        if (req.contains("limits")) {
+          const json& l = req["limits"];
+          spec.limits.max_states = l.value("max_states", spec.limits.max_states);
+          spec.limits.max_memory_bytes = l.value("max_memory_mb", spec.limits.max_memory_bytes >> 20) << 20;
+          spec.limits.timeout_ms = l.value("timeout_ms", spec.limits.timeout_ms);
+        }
+        CompileUsage usage;
+        auto usage_json = [&] {
+          return json{{"states", usage.states}, {"peak_bytes", usage.peak_bytes}, {"elapsed_ms", usage.elapsed_ms}};
+        };
         double t0 = now_us();
-        auto g = compile_grammar(spec, vocab);
+        std::shared_ptr<const CompiledGrammar> g;
+        try {
+          g = compile_grammar(spec, vocab, &usage);
+        } catch (const Error& e) {
+          reply = {{"ok", false}, {"error_kind", error_kind_name(e.kind())}, {"error", e.what()},
+                   {"compile_us", now_us() - t0}, {"usage", usage_json()}};
+          std::cout << reply.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+          continue;
+        }
         double dt = now_us() - t0;
         grammars[next_id] = g;
-        reply = {{"ok", true}, {"id", next_id++}, {"compile_us", dt},
+        reply = {{"ok", true}, {"id", next_id++}, {"compile_us", dt}, {"usage", usage_json()},
                  {"n_rules", g->grammar().n_rules()}, {"n_dfas", g->grammar().dfas.size()}};
       } else if (op == "match") {
         auto g = grammars.at(req.at("id"));

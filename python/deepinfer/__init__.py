@@ -12,7 +12,8 @@ weight_format ("fp32" | "fp8", cuda only), kv_cache_dtype ("auto" | "fp8" | "bf1
 only), cuda_graphs (cuda only),
 batch_invariant, numerics ("official" | "reference"), dummy_weights, dummy_seed, max_num_seqs,
 max_num_batched_tokens, max_model_len, state_budget_bytes, overlap, priority, tokenizer_path,
-block_size (see src/engine/engine.h).
+block_size, grammar_max_states, grammar_max_memory_mb, grammar_timeout_ms (budgets of each
+structured-output compilation, 0: off; see src/grammar/budget.h) (see src/engine/engine.h).
 
 The C++ core is `deepinfer._core`; with a source checkout, set PYTHONPATH=python and
 DEEPINFER_BUILD=<cmake build dir> to use the extension built there.

@@ -27,7 +27,9 @@ void serve_usage() {
                "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
                "         [--default-thinking on|off] [--scheduling-policy fcfs|priority]\n"
                "         [--state-budget-mib N] [--no-overlap] [--http-idle-timeout S]\n"
-               "         [--http-read-timeout S] [--http-write-timeout S]\n"
+               "         [--http-read-timeout S] [--http-write-timeout S] [--grammar-threads N]\n"
+               "         [--grammar-max-states N] [--grammar-max-memory-mb N] [--grammar-timeout-ms N]\n"
+               "         [--max-prompt-schema-bytes N]\n"
                "%s"
                "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
                kDeviceUsage);
@@ -43,7 +45,8 @@ int cmd_serve(int argc, char** argv) {
   std::set<std::string> names = {"model", "host", "port", "api-key", "served-model-name", "max-model-len",
                                  "max-num-seqs", "max-num-batched-tokens", "max-live-requests",
                                  "max-body-bytes", "chat-encoding", "numerics", "io-threads",
-                                 "prep-threads", "drain-seconds", "default-thinking",
+                                 "prep-threads", "drain-seconds", "default-thinking", "grammar-threads", "grammar-max-states",
+                                 "grammar-max-memory-mb", "grammar-timeout-ms", "max-prompt-schema-bytes",
                                  "scheduling-policy", "state-budget-mib", "http-idle-timeout",
                                  "http-read-timeout", "http-write-timeout"};
   names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
@@ -82,6 +85,20 @@ int cmd_serve(int argc, char** argv) {
   CHECK(options.n_io_threads >= 1 && options.n_io_threads <= 256) << "--io-threads must be in 1..256";
   options.n_prep_threads = static_cast<int>(args.get_int("prep-threads", options.n_prep_threads));
   CHECK(options.n_prep_threads >= 1 && options.n_prep_threads <= 256) << "--prep-threads must be in 1..256";
+  options.n_grammar_threads = static_cast<int>(args.get_int("grammar-threads", options.n_grammar_threads));
+  CHECK(options.n_grammar_threads >= 1 && options.n_grammar_threads <= 256) << "--grammar-threads must be in 1..256";
+  // Budgets of every constraint compilation (grammar/budget.h); 0 turns one off. The server's
+  // check and the engine's compilation use the same limits.
+  grammar::CompileLimits& gl = options.limits.grammar;
+  gl.max_states = args.get_int("grammar-max-states", gl.max_states);
+  gl.max_memory_bytes = args.get_int("grammar-max-memory-mb", gl.max_memory_bytes >> 20) << 20;
+  gl.timeout_ms = args.get_int("grammar-timeout-ms", gl.timeout_ms);
+  CHECK(gl.max_states >= 0 && gl.max_memory_bytes >= 0 && gl.timeout_ms >= 0)
+      << "--grammar-max-states, --grammar-max-memory-mb and --grammar-timeout-ms must be >= 0";
+  engine_args.grammar_limits = gl;
+  options.limits.max_prompt_schema_bytes =
+      args.get_int("max-prompt-schema-bytes", options.limits.max_prompt_schema_bytes);
+  CHECK(options.limits.max_prompt_schema_bytes >= 0) << "--max-prompt-schema-bytes must be >= 0";
   options.drain_seconds = args.get_double("drain-seconds", options.drain_seconds);
   // Connection timeouts (server.h): idle keep-alive, a request's arrival, a response's take-up.
   for (auto [name, value] : {std::pair<const char*, double*>{"http-idle-timeout", &options.idle_timeout_seconds},

@@ -690,7 +690,8 @@ void Engine::add_request(EngineRequest request) {
     if (!m.structured) {
       std::vector<int32_t> stops;
       for (int64_t eos : cfg.eos_token_ids) stops.push_back(int32_t(eos));
-      m.structured = std::make_unique<StructuredOutput>(*m.tokenizer, cfg.vocab_size, stops);
+      m.structured = std::make_unique<StructuredOutput>(*m.tokenizer, cfg.vocab_size, stops, 256,
+                                                        m.args.grammar_limits);
     }
     matcher = m.structured->make_matcher(request.constraint_kind, request.constraint);
   }

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/budget.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
 
@@ -94,6 +95,9 @@ struct EngineArgs {
   std::string tokenizer_path;
   int64_t block_size = 64;             // state-cache block, in entries
   uint64_t dummy_seed = 0;             // seed of the --dummy-weights random weights
+  // Budgets of each structured-output compilation (grammar/budget.h): a constraint over them
+  // is refused (kResourceExhausted naming the budget) after bounded time and memory.
+  grammar::CompileLimits grammar_limits;
   // Test/debug hook: sees the raw fp32 logits row (before penalties) every time a request
   // samples, with the index of the output token being sampled.
   std::function<void(const std::string& id, int64_t output_index, std::span<const float> logits)>

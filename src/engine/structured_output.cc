@@ -8,8 +8,9 @@
 namespace deepinfer {
 
 StructuredOutput::StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t vocab_size,
-                                   std::vector<int32_t> stop_token_ids, size_t capacity)
-    : capacity_(std::max<size_t>(capacity, 1)) {
+                                   std::vector<int32_t> stop_token_ids, size_t capacity,
+                                   grammar::CompileLimits limits)
+    : capacity_(std::max<size_t>(capacity, 1)), limits_(limits) {
   // Every model id gets its decoded bytes; special (control) tokens are not text and can
   // never be produced inside a constrained output, so they get no bytes.
   std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
@@ -26,7 +27,9 @@ std::unique_ptr<grammar::GrammarMatcher> StructuredOutput::make_matcher(const st
   auto key = std::make_pair(kind, text);
   auto it = cache_.find(key);
   if (it == cache_.end()) {
-    auto compiled = grammar::compile_grammar({kind, text}, vocab_);  // throws before any change
+    grammar::GrammarSpec spec{kind, text};
+    spec.limits = limits_;
+    auto compiled = grammar::compile_grammar(spec, vocab_);  // throws before any change
     if (cache_.size() >= capacity_) {
       cache_.erase(cache_.find(*uses_.back()));
       uses_.pop_back();

@@ -25,11 +25,14 @@ class Tokenizer;
 class StructuredOutput {
  public:
   // `stop_token_ids`: the tokens that end a constrained output (the model's EOS ids).
+  // `limits`: the budgets of each compilation (grammar/budget.h).
   StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t vocab_size,
-                   std::vector<int32_t> stop_token_ids, size_t capacity = 256);
+                   std::vector<int32_t> stop_token_ids, size_t capacity = 256,
+                   grammar::CompileLimits limits = {});
 
   // Compiles (or reuses) the constraint; throws Error naming an unsupported feature or a
-  // malformed schema / pattern / grammar.
+  // malformed schema / pattern / grammar, or kResourceExhausted naming the budget it exceeds
+  // (a compilation stops within about limits.timeout_ms; refusals are not cached).
   std::unique_ptr<grammar::GrammarMatcher> make_matcher(const std::string& kind,
                                                         const std::string& text);
 
@@ -44,6 +47,7 @@ class StructuredOutput {
   };
   std::shared_ptr<const grammar::Vocabulary> vocab_;
   size_t capacity_;
+  grammar::CompileLimits limits_;
   std::map<Key, Entry> cache_;
   std::list<const Key*> uses_;
 };

@@ -43,17 +43,35 @@ bool vocab_spells_every_byte(const Grammar& g, const Vocabulary& vocab) {
   return true;
 }
 
-}  // namespace
+// Reports the budget's usage when the scope ends, normally or by an exception.
+struct UsageReport {
+  BudgetScope& scope;
+  CompileUsage* out;
+  ~UsageReport() {
+    if (out) *out = scope.budget().usage();
+  }
+};
 
-Grammar build_grammar(const GrammarSpec& spec) {
+Grammar build_unscoped(const GrammarSpec& spec) {
   Grammar g = build_front_end(spec);
   if (!spec.allow_empty_language) check_language_nonempty(g, describe(spec));
   return g;
 }
 
+}  // namespace
+
+Grammar build_grammar(const GrammarSpec& spec, CompileUsage* usage) {
+  BudgetScope scope(spec.limits, describe(spec));
+  UsageReport report{scope, usage};
+  return build_unscoped(spec);
+}
+
 std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec,
-                                                       std::shared_ptr<const Vocabulary> vocab) {
-  auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec), std::move(vocab));
+                                                       std::shared_ptr<const Vocabulary> vocab,
+                                                       CompileUsage* usage) {
+  BudgetScope scope(spec.limits, describe(spec));
+  UsageReport report{scope, usage};
+  auto compiled = std::make_shared<const CompiledGrammar>(build_unscoped(spec), std::move(vocab));
   if (!spec.allow_empty_language && !vocab_spells_every_byte(compiled->grammar(), compiled->vocab())) {
     // Some byte has no token of its own: the language may still be out of the vocabulary's
     // reach at its very start (the engine ends a request whose matcher later gets stuck).

@@ -7,7 +7,8 @@
 // (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule "root").
 // Errors: kInvalidInput (malformed; or unsatisfiable: a constraint whose language is empty, or
 // one no token of the vocabulary can begin, is refused here, see language.h), kUnsupported
-// (feature named in the message).
+// (feature named in the message), kResourceExhausted (a budget of GrammarSpec::limits was hit
+// while building; the message names it, budget.h).
 // Compiled grammars are immutable apart from their internally synchronised mask cache: cache
 // them by (kind, text) and share them across requests and threads.
 #pragma once
@@ -15,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "grammar/budget.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_matcher.h"
@@ -29,10 +31,15 @@ struct GrammarSpec {
   // Keep grammars whose language is empty (conformance tools that check the language itself);
   // constraints for generation leave it false.
   bool allow_empty_language = false;
+  // Budgets of this compilation (budget.h): enforced while the automata are built, and for
+  // compile_grammar while the first token mask is computed.
+  CompileLimits limits;
 };
 
-Grammar build_grammar(const GrammarSpec& spec);
+// `usage`, when given, receives what the compilation used (also when it throws).
+Grammar build_grammar(const GrammarSpec& spec, CompileUsage* usage = nullptr);
 std::shared_ptr<const CompiledGrammar> compile_grammar(const GrammarSpec& spec,
-                                                       std::shared_ptr<const Vocabulary> vocab);
+                                                       std::shared_ptr<const Vocabulary> vocab,
+                                                       CompileUsage* usage = nullptr);
 
 }  // namespace deepinfer::grammar

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "grammar/budget.h"
 
 namespace deepinfer::grammar {
 
@@ -68,10 +69,15 @@ struct Nfa {
   std::vector<std::vector<int32_t>> eps;
   std::vector<std::vector<Edge>> edges;
   const std::string* what;
+  // Two vectors per state plus a few edges: counted as the NFA grows (budget.h).
+  static constexpr int64_t kStateBytes = 2 * sizeof(std::vector<int32_t>) + 2 * sizeof(Edge);
+  ScopedBytes bytes;
 
   int32_t add() {
     CHECK_KIND(kUnsupported, static_cast<int32_t>(eps.size()) < kMaxNfaStates)
         << *what << " is too large to compile (more than " << kMaxNfaStates << " NFA states)";
+    budget_states(1);
+    bytes.grow(kStateBytes);
     eps.emplace_back();
     edges.emplace_back();
     return static_cast<int32_t>(eps.size()) - 1;
@@ -255,6 +261,8 @@ std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
     for (int c = 0; c < 256; ++c)
       if (a.at(s, c) != kDead && b.at(b.start, c) != kDead) return std::nullopt;
   }
+  budget_states(na + b.n_states());
+  ScopedBytes work(static_cast<int64_t>(na + b.n_states()) * 256 * static_cast<int64_t>(sizeof(int32_t)));
   Dfa d;
   d.start = a.start;
   d.next.assign(static_cast<size_t>(na + b.n_states()) * 256, kDead);
@@ -386,15 +394,20 @@ Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
   };
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
   std::vector<std::vector<int32_t>> sets;
+  // The sets (stored twice: as the index key and in `sets`) and the wide table are what grows
+  // without bound on nested counted repetition: each is charged before it is kept.
+  ScopedBytes work(static_cast<int64_t>(mark.size()));
   Dfa d;
   std::vector<int32_t> init{s0};
   nfa.closure(init, mark);
   ids[init] = 0;
   sets.push_back(init);
   for (size_t i = 0; i < sets.size(); ++i) {
+    work.grow(256 * sizeof(int32_t) + 1);
     d.next.resize((i + 1) * 256, kDead);
     d.accept.push_back(std::binary_search(sets[i].begin(), sets[i].end(), end));
     for (size_t k = 0; k < reps.size(); ++k) {
+      budget_tick();
       int lo = reps[k], hi = (k + 1 < reps.size()) ? reps[k + 1] - 1 : 255;
       std::vector<int32_t> move;
       for (int32_t s : sets[i])
@@ -411,6 +424,10 @@ Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
       if (it == ids.end()) {
         CHECK_KIND(kUnsupported, static_cast<int32_t>(sets.size()) < kMaxDfaStates)
             << what << " is too complex (more than " << kMaxDfaStates << " automaton states)";
+        // A subset state costs the NFA states it holds: that is the determinisation's work,
+        // quadratic in the NFA on nested counted repetition ((a{1,30}){1,30}){1,30}).
+        budget_states(static_cast<int64_t>(move.size()));
+        work.grow(static_cast<int64_t>(2 * (move.size() * sizeof(int32_t) + sizeof(move)) + 32));
         id = static_cast<int32_t>(sets.size());
         ids.emplace(move, id);
         sets.push_back(std::move(move));
@@ -496,7 +513,9 @@ Dfa minimize_dfa(const Dfa& d) {
   std::vector<int32_t> cls(n);
   for (int32_t s = 0; s < n; ++s) cls[s] = d.accept[s];
   int32_t n_cls = 0;
+  ScopedBytes work(static_cast<int64_t>(n) * static_cast<int64_t>(4 * reps.size() + 64));
   for (int round = 0; round < 32; ++round) {
+    budget_tick();
     std::unordered_map<std::string, int32_t> sig_ids;
     std::vector<int32_t> next_cls(n);
     std::string sig;
@@ -558,7 +577,10 @@ Dfa product(const Dfa& a, const Dfa& b, bool subtract, const std::string& what) 
     d.n_classes = static_cast<int32_t>(reps.size());
   }
   const int32_t nc = d.n_classes;
+  ScopedBytes work;
   for (size_t i = 0; i < pairs.size(); ++i) {
+    budget_states(1);
+    work.grow(static_cast<int64_t>(nc * sizeof(int32_t) + 3 * sizeof(uint64_t) + 1));
     auto [x, y] = pairs[i];
     d.next.resize((i + 1) * nc, kDead);
     bool acc_b = y != kDead && b.accept[y];
@@ -592,7 +614,11 @@ Dfa repeat_prefix_free_dfa(const Dfa& unit, int32_t min, int32_t max, const std:
   const int32_t top = max == kUnbounded ? min : max;
   const int32_t n_unit = unit.n_states();
   // States (c, u) for u != accepting units; finishing a unit moves to (c + 1, start).
-  std::vector<int32_t> id(static_cast<size_t>(top + 1) * n_unit, -1);
+  // Charged before anything is allocated: the counter is the user's number.
+  const int64_t n_cells = (static_cast<int64_t>(top) + 1) * n_unit;
+  budget_states(n_cells);
+  ScopedBytes work(n_cells * static_cast<int64_t>(sizeof(int32_t) + 256 * sizeof(int32_t) + 1));
+  std::vector<int32_t> id(static_cast<size_t>(n_cells), -1);
   Dfa d;
   int32_t n = 0;
   for (int32_t c = 0; c <= top; ++c)

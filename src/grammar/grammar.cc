@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "grammar/budget.h"
 
 namespace deepinfer::grammar {
 
@@ -40,6 +41,9 @@ void GrammarBuilder::define(int32_t rule, ExprPtr body) {
 }
 
 int32_t GrammarBuilder::new_rule(std::string name) {
+  // Counted repetition of sub-rules becomes one rule per count (aux_rule): a rule is a state.
+  budget_states(1);
+  ScopedBytes(static_cast<int64_t>(sizeof(std::vector<int32_t>) + name.size() + 64)).keep();
   g_.rule_alts.emplace_back();
   g_.rule_names.push_back(std::move(name));
   return g_.n_rules() - 1;
@@ -53,6 +57,8 @@ int32_t GrammarBuilder::add_dfa(const ExprPtr& e, bool& empty_language) {
     if (g_.dfas[id].next == d.next && g_.dfas[id].accept == d.accept && g_.dfas[id].start == d.start &&
         g_.dfas[id].byte_class == d.byte_class)
       return id;
+  // The grammar keeps its automata: charged for the rest of the compilation.
+  ScopedBytes(static_cast<int64_t>(d.next.size() * sizeof(int32_t) + 2 * d.accept.size() + sizeof(Dfa))).keep();
   g_.dfas.push_back(std::move(d));
   int32_t id = static_cast<int32_t>(g_.dfas.size()) - 1;
   dfa_ids_[fp].push_back(id);
@@ -119,6 +125,7 @@ int32_t GrammarBuilder::aux_rule(const ExprPtr& e) {
 // ids <= -2 are already-lowered internal rules (id = -2 - rule).
 std::vector<Element> GrammarBuilder::lower_seq(const ExprPtr& e, bool& empty_language) {
   std::vector<Element> out;
+  budget_tick();
   if (e->kind == ExprKind::kNothing) { empty_language = true; return out; }
   if (!has_refs(*e)) {
     if (e->kind == ExprKind::kEpsilon) return out;
@@ -188,6 +195,7 @@ Grammar GrammarBuilder::build(int32_t root) {
   for (bool changed = true; changed;) {
     changed = false;
     for (int32_t r = 0; r < n; ++r) {
+      budget_tick();
       if (productive[r]) continue;
       for (int32_t a : g_.rule_alts[r]) {
         bool ok = true;
@@ -218,6 +226,7 @@ Grammar GrammarBuilder::build(int32_t root) {
   for (bool changed = true; changed;) {
     changed = false;
     for (int32_t r = 0; r < n; ++r) {
+      budget_tick();
       if (nullable[r]) continue;
       for (int32_t a : g_.rule_alts[r]) {
         bool all = true;
@@ -247,6 +256,7 @@ Grammar GrammarBuilder::build(int32_t root) {
       while (!work.empty()) {
         int32_t x = work.back();
         work.pop_back();
+        budget_tick();
         CHECK_KIND(kUnsupported, x != r)
             << what_ << ": left recursion in rule '" << g_.rule_names[r]
             << "' is not supported (rewrite it with repetition)";

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "grammar/budget.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -45,6 +46,7 @@ bool language_is_empty(const Grammar& g) {
   for (bool changed = true; changed && !rule_ok[g.root];) {
     changed = false;
     for (int32_t r = 0; r < g.n_rules(); ++r) {
+      budget_tick();
       if (rule_ok[r]) continue;
       for (int32_t a : g.rule_alts[r]) {
         if (alt_ok(a)) {

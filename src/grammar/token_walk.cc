@@ -1,6 +1,7 @@
 #include "grammar/token_walk.h"
 
 #include "base/error.h"
+#include "grammar/budget.h"
 
 namespace deepinfer::grammar {
 
@@ -59,8 +60,11 @@ int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool
     for (int32_t k = from; k < to; ++k) uncertain->push_back(tokens[k]);
   };
   int64_t visited = 0;
+  // Compilation walks the first mask under the request's budget; serving-time walks have none.
+  CompileBudget* budget = active_budget();
   int32_t i = 1;
   while (i < n_nodes) {
+    if (budget) budget->tick();
     const auto& node = trie[i];
     if (skip_chars && (*skip_chars)[i] <= skip_k) {
       i = node.end;

@@ -76,6 +76,15 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("overlap", &EngineArgs::overlap)
       .def_readwrite("priority", &EngineArgs::priority)
       .def_readwrite("tokenizer_path", &EngineArgs::tokenizer_path)
+      .def_property(
+          "grammar_max_states", [](const EngineArgs& a) { return a.grammar_limits.max_states; },
+          [](EngineArgs& a, int64_t v) { a.grammar_limits.max_states = v; })
+      .def_property(
+          "grammar_max_memory_mb", [](const EngineArgs& a) { return a.grammar_limits.max_memory_bytes >> 20; },
+          [](EngineArgs& a, int64_t v) { a.grammar_limits.max_memory_bytes = v << 20; })
+      .def_property(
+          "grammar_timeout_ms", [](const EngineArgs& a) { return a.grammar_limits.timeout_ms; },
+          [](EngineArgs& a, int64_t v) { a.grammar_limits.timeout_ms = v; })
       .def_readwrite("block_size", &EngineArgs::block_size);
 
   py::class_<EngineRequest>(m, "EngineRequest")

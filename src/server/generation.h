@@ -47,6 +47,7 @@ class Generation {
 
   const std::string& id() const { return id_; }
   bool stream() const { return sampling_.stream; }
+  const SamplingRequest& sampling() const { return sampling_; }
   // The engine requests to submit (moved out once).
   std::vector<EngineRequest> take_requests() { return std::move(requests_); }
 

@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "server/chat_generation.h"
 #include "server/completion_generation.h"
+#include "server/structured_output.h"
 
 namespace deepinfer::server {
 namespace net = boost::asio;
@@ -214,6 +215,23 @@ void HttpSession::route() {
         error = e;
       } catch (const std::exception& e) {
         error = ApiError(500, e.what(), "server_error");
+      }
+      // A constraint is compiled (within its budgets) on the grammar pool: requests without
+      // one never queue behind a compilation.
+      if (gen && !gen->sampling().constraint_kind.empty()) {
+        net::post(*self->state_.grammar_pool, [self, executor, gen] {
+          std::optional<ApiError> error;
+          const SamplingRequest& s = gen->sampling();
+          try {
+            check_constraint(s.constraint_kind, s.constraint, s.constraint_param, self->state_.options.limits.grammar);
+          } catch (const ApiError& e) {
+            error = e;
+          } catch (const std::exception& e) {
+            error = ApiError(500, e.what(), "server_error");
+          }
+          net::post(executor, [self, gen = error ? nullptr : gen, error] { self->start_generation(gen, error); });
+        });
+        return;
       }
       net::post(executor, [self, gen, error] { self->start_generation(gen, error); });
     });

@@ -418,7 +418,15 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
       }
     }
     json_output = c.sampling.constraint_kind == "json_object" || c.sampling.constraint_kind == "json_schema";
-    conv["response_format"] = for_encoder;
+    // deepseek-recipe's encoders (V4 and V4.1) paste the whole schema after "You MUST strictly
+    // adhere to the following schema to reply:", with no bound: a 2000-property schema became
+    // 21k prompt tokens. Past max_prompt_schema_bytes we keep the Response Format section the
+    // encoding requires but in its json_object form (V4: "Reply with JSON object ONLY."; V4.1:
+    // the schema {"type": "json_object"}); the grammar still enforces the full schema.
+    const bool schema_too_long =
+        c.sampling.constraint_kind == "json_schema" &&
+        static_cast<int64_t>(c.sampling.constraint.size()) > limits.max_prompt_schema_bytes;
+    conv["response_format"] = schema_too_long ? Json{{"type", "json_object"}} : for_encoder;
   } else if (!c.sampling.constraint_kind.empty() && thinking) {
     throw bad_request(c.sampling.constraint_param + " cannot be combined with thinking", c.sampling.constraint_param);
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/budget.h"
 #include "recipe/chat_encoding.h"
 #include "recipe/messages.h"
 #include "recipe/output_parser.h"
@@ -35,6 +36,12 @@ struct RequestLimits {
   int64_t max_stop = 16;
   int64_t max_top_logprobs = 20;
   int64_t max_logit_bias = 1024;  // logit_bias entries per request
+  // Structured-output constraints are compiled within these budgets (grammar/budget.h).
+  grammar::CompileLimits grammar;
+  // A response_format json_schema is shown to the model in the prompt only up to this many
+  // bytes of its JSON text; a larger one is announced as "reply with a JSON object" (the
+  // grammar still enforces the whole schema). 0: never shown.
+  int64_t max_prompt_schema_bytes = 8192;
 };
 
 // Parses the body; malformed JSON, a non-object or nesting deeper than max_json_depth -> 400.

@@ -64,7 +64,7 @@ ListeningSocket::ListeningSocket(ListeningSocket&& other) noexcept
 struct Server::Impl {
   Impl(ServerOptions options, const recipe::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
        AsyncEngine& engine)
-      : state{std::move(options), tokenizer, engine, {}, {}, 0, nullptr},
+      : state{std::move(options), tokenizer, engine, {}, {}, 0, nullptr, nullptr},
         ioc(std::max(1, state.options.n_io_threads)),
         acceptor(ioc),
         signals(ioc),
@@ -75,6 +75,7 @@ struct Server::Impl {
     state.model.eos_ids = std::move(eos_ids);
     state.model.chat_version = state.options.chat_version;
     state.prep_pool = std::make_unique<net::thread_pool>(std::max(1, state.options.n_prep_threads));
+    state.grammar_pool = std::make_unique<net::thread_pool>(std::max(1, state.options.n_grammar_threads));
   }
 
   void accept() {
@@ -205,6 +206,8 @@ void Server::run() {
   for (std::thread& t : threads) t.join();
   s.state.prep_pool->stop();  // before the io_context goes: its jobs post to it
   s.state.prep_pool->join();
+  s.state.grammar_pool->stop();  // after the preparation pool: its jobs post here
+  s.state.grammar_pool->join();
   if (s.drainer.joinable()) s.drainer.join();
   LOG(INFO) << "server stopped";
 }

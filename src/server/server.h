@@ -42,6 +42,9 @@ struct ServerOptions {
   bool default_thinking = false;     // chat requests that do not say (vLLM/SGLang: off)
   int n_io_threads = 1;
   int n_prep_threads = 2;            // parse + tokenize requests off the io threads
+  // Compile structured-output constraints (within limits.grammar): a queue of their own, so a
+  // request without a constraint never waits behind a compilation.
+  int n_grammar_threads = 2;
   double drain_seconds = 30.0;       // graceful shutdown: let running requests finish this long
   double idle_timeout_seconds = 60.0;   // keep-alive: no request begun for this long closes
   double read_timeout_seconds = 30.0;   // a request's header and body must arrive within this

@@ -49,6 +49,7 @@ struct ServerState {
   Metrics metrics;
   int64_t created = 0;  // unix seconds the server started (GET /v1/models)
   std::unique_ptr<boost::asio::thread_pool> prep_pool;  // request parsing, prompt tokenization
+  std::unique_ptr<boost::asio::thread_pool> grammar_pool;  // constraint compilation (budgeted)
   std::atomic<int64_t> n_exchanges{0};  // requests read so far (the idle heap trim watches it)
   LiveRequests live;
 };

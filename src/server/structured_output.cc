@@ -138,14 +138,22 @@ Constraint parse_structured_output(const Json& r) {
       }
     }
   }
-  if (c.kind.empty()) return c;
-  try {
-    grammar::build_grammar({c.kind, c.text});  // malformed, unsupported or empty -> 400, before any work
-  } catch (const Error& e) {
-    throw ApiError(400, c.param + ": " + e.what(), "invalid_request_error", c.param,
-                   e.kind() == ErrorKind::kUnsupported ? "unsupported" : "");
-  }
   return c;
+}
+
+void check_constraint(const std::string& kind, const std::string& text, const std::string& param,
+                      const grammar::CompileLimits& limits) {
+  if (kind.empty()) return;
+  grammar::GrammarSpec spec{kind, text};
+  spec.limits = limits;
+  try {
+    grammar::build_grammar(spec);  // malformed, unsupported, empty or over budget -> 400, before any work
+  } catch (const Error& e) {
+    const char* code = e.kind() == ErrorKind::kUnsupported         ? "unsupported"
+                       : e.kind() == ErrorKind::kResourceExhausted ? "grammar_too_complex"
+                                                                   : "";
+    throw ApiError(400, param + ": " + e.what(), "invalid_request_error", param, code);
+  }
 }
 
 }  // namespace deepinfer::server

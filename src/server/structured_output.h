@@ -5,15 +5,18 @@
 //     guided_choice (a list of strings: the output is exactly one of them);
 //   - vLLM's newer structured_outputs {"json" | "regex" | "grammar" | "choice" |
 //     "json_object": true}.
-// At most one of them per request (else 400 naming the second). The constraint is compiled
-// once here: a malformed, unsupported or empty-language constraint is a 400 naming the field
-// it came from.
+// At most one of them per request (else 400 naming the second). parse_structured_output only
+// reads the fields; check_constraint compiles the constraint under the request's budgets
+// (grammar/budget.h): a malformed, unsupported, empty-language or over-budget constraint is a
+// 400 naming the field it came from (and the budget). The server runs check_constraint on its
+// own grammar pool, never on the preparation pool that requests without constraints use.
 // Thread-safety: pure functions.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "grammar/budget.h"
 #include "server/request_fields.h"
 
 namespace deepinfer::server {
@@ -25,8 +28,13 @@ struct Constraint {
   Json for_encoder;   // response_format in deepseek-recipe's form (only from response_format)
 };
 
-// The request's constraint, or kind "" for none.
+// The request's constraint, or kind "" for none (not compiled: see check_constraint).
 Constraint parse_structured_output(const Json& request);
+
+// Compiles (kind, text) within `limits`; throws ApiError 400 naming `param` when it cannot be
+// used. Takes at most about limits.timeout_ms.
+void check_constraint(const std::string& kind, const std::string& text, const std::string& param,
+                      const grammar::CompileLimits& limits);
 
 // A regex whose language is exactly the given strings (each matched literally).
 std::string choice_regex(const std::vector<std::string>& choices);
