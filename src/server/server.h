@@ -4,10 +4,14 @@
 // POST /v1/chat/completions (stream and non-stream; SSE `data: {...}\n\n` ... `data: [DONE]\n\n`).
 // Asynchronous (Boost.Asio/Beast): `n_io_threads` threads serve every connection, one strand
 // per connection; the engine runs on the AsyncEngine's own thread.
-// Errors use the OpenAI format: 400 malformed/invalid, 401 wrong API key, 404 unknown model or
-// path, 405 method, 413 body over max_body_bytes, 429 (Retry-After) when the engine's admission
-// is full, 503 while shutting down, 500 engine failure. A client that disconnects has its
-// requests aborted. One log line per request.
+// Errors use the OpenAI format: 400 malformed/invalid (also a request needing more sequences
+// than the engine admits at all), 401 wrong API key (WWW-Authenticate: Bearer; the scheme is
+// case-insensitive), 404 unknown model or path, 405 method (with Allow), 413 body over
+// max_body_bytes, 415 a body whose Content-Type is not JSON, 429 (Retry-After) when the
+// engine's admission is full, 503 while shutting down, 500 engine failure. A client that
+// disconnects has its requests aborted. Pipelined requests are answered in order; idle,
+// slow-to-send and not-reading clients are disconnected (ServerOptions' timeouts,
+// http_session.h). One log line per request.
 // Memory: every request's allocations are freed when it ends (the engine's per-request states
 // included, even when no request follows); the heap is trimmed once the server is quiet (no
 // request began for half a second, nothing live in the engine; AsyncEngine also trims after
