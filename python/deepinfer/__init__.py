@@ -317,13 +317,16 @@ class LLM:
     # -- chat ------------------------------------------------------------------------------
     def chat(self, messages: Union[Sequence[dict], Sequence[Sequence[dict]]],
              sampling_params: Optional[SamplingParams] = None, *, thinking: bool = False,
-             tools: Optional[Sequence[dict]] = None, chat_version: str = "v4",
+             tools: Optional[Sequence[dict]] = None, chat_version: Optional[str] = None,
              **request_fields: Any) -> list[RequestOutput]:
         """Chat completion through the DeepSeek V4/V4.1 chat encoding. `messages` is one
         conversation (a list of {"role", "content", ...}) or a list of them. Further
         request fields (tool_choice, reasoning_effort, response_format, ...) are those of
         recipe/chat_request.h. Each output also has `content`, `reasoning_content` and
-        `tool_calls` ([{"name", "arguments"}]) parsed from the completion."""
+        `tool_calls` ([{"name", "arguments"}]) parsed from the completion. `chat_version`
+        ("v4" or "v4.1") defaults to the model's: V4.1 for model_type deepseek_v41*."""
+        if chat_version is None:
+            chat_version = "v4.1" if self._engine.model_type.startswith("deepseek_v41") else "v4"
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         params = sampling_params or SamplingParams()
         reqs, prompts = [], []

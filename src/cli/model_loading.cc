@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "model/tiny_model.h"
 #include "recipe/detokenizer.h"
+#include "recipe/v41_tokenizer.h"
 
 namespace deepinfer {
 
@@ -45,7 +46,10 @@ LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions&
     LOG(INFO) << "loaded " << model_dir << ", numerics " << numerics_name(options.numerics);
   }
   if (std::filesystem::exists(tokenizer_path)) {
-    loaded.tokenizer = std::make_unique<recipe::Tokenizer>(recipe::Tokenizer::from_file(tokenizer_path));
+    const bool v41_builtin = model_dir == "tiny-v4.1" && !std::filesystem::exists(model_dir);
+    loaded.tokenizer = std::make_unique<recipe::Tokenizer>(
+        v41_builtin ? recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(tokenizer_path))
+                    : recipe::Tokenizer::from_file(tokenizer_path));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   LOG(INFO) << "model ready in " << secs << " s";

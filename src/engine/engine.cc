@@ -14,12 +14,14 @@
 #include "cache/cache_layout.h"
 #include "cache/pool_plan.h"
 #include "engine/logprobs.h"
+#include "engine/model_cache_layout.h"
 #include "engine/step_worker.h"
 #include "engine/text_stream.h"
 #include "io/config_parser.h"
 #include "model/tiny_model.h"
 #include "ops/sampling/token_bitmask.h"
 #include "recipe/tokenizer.h"
+#include "recipe/v41_tokenizer.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/runner_factory.h"
 #include "scheduler/scheduler.h"
@@ -104,6 +106,11 @@ std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs&
       LOG(INFO) << "engine: no tokenizer at " << path << " (token ids only)";
       return nullptr;
     }
+  }
+  if (args.model_dir == "tiny-v4.1" && !std::filesystem::exists(args.model_dir) &&
+      args.tokenizer_path.empty()) {
+    return std::make_shared<const recipe::Tokenizer>(
+        recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(path)));
   }
   return std::make_shared<const recipe::Tokenizer>(recipe::Tokenizer::from_file(path));
 }
@@ -238,9 +245,8 @@ void Engine::Impl::init() {
   CHECK(args.max_num_seqs > 0 && args.max_num_batched_tokens > 0 && args.block_size > 0)
       << "engine: max_num_seqs, max_num_batched_tokens and block_size must be positive";
   const int64_t f32 = int64_t(sizeof(float));
-  CacheLayout layout = v4_cache_layout(cfg.compress_ratios, cfg.sliding_window, args.block_size,
-                                       cfg.head_dim, cfg.index_head_dim, cfg.head_dim * f32,
-                                       cfg.head_dim * f32, cfg.index_head_dim * f32);
+  CacheLayout layout = model_cache_layout(cfg, args.block_size, cfg.head_dim * f32,
+                                         cfg.head_dim * f32, cfg.index_head_dim * f32);
   PoolPlanOptions po;
   po.max_num_seqs = std::min(args.max_num_seqs, cap.max_sequences);
   po.max_num_batched_tokens = args.max_num_batched_tokens;

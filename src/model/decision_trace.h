@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "io/config_parser.h"
 #include "io/model_config.h"
 
 namespace deepinfer {
@@ -30,9 +31,11 @@ struct DecisionTrace {
   std::vector<std::vector<int32_t>> experts, picks;
 
   DecisionTrace() = default;
-  DecisionTrace(const ModelConfig& cfg, int64_t max_positions)
-      : top_k(cfg.n_experts_per_tok), index_topk(cfg.index_topk), max_positions(max_positions),
-        experts(cfg.num_layers), picks(cfg.num_layers) {
+  DecisionTrace(const ModelConfig& config, int64_t max_positions)
+      : top_k(config.n_experts_per_tok), index_topk(config.index_topk), max_positions(max_positions),
+        experts(config.num_layers), picks(config.num_layers) {
+    ModelConfig cfg = config;
+    complete_model_config(&cfg);  // the plan of a config built in code
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       if (!cfg.is_hash_layer(l)) experts[l].assign(max_positions * top_k, -1);
       if (cfg.plan[l].scores()) picks[l].assign(max_positions * index_topk, -1);

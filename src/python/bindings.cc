@@ -130,6 +130,7 @@ PYBIND11_MODULE(_core, m) {
       .def("has_unfinished", &Engine::has_unfinished)
       .def("generate", &Engine::generate, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("vocab_size", [](const Engine& e) { return e.model_config().vocab_size; })
+      .def_property_readonly("model_type", [](const Engine& e) { return e.model_config().model_type; })
       .def_property_readonly("max_position_embeddings",
                              [](const Engine& e) { return e.model_config().max_position_embeddings; })
       .def_property_readonly("eos_token_ids",
