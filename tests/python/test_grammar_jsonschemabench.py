@@ -29,7 +29,9 @@ def test_jsonschemabench_sample():
         text = path.read_text()
         r = d.compile("json_schema", text)
         if not r["ok"]:
-            assert r["error_kind"] in ("unsupported", "invalid_input"), (path.name, r)
+            # "resource exhausted": over a default compilation budget (grammar/budget.h); in
+            # this sample only o48427, which the front end refuses anyway after 7.6 s.
+            assert r["error_kind"] in ("unsupported", "invalid_input", "resource exhausted"), (path.name, r)
             stats["unsupported" if r["error_kind"] == "unsupported" else "invalid"] += 1
             continue
         stats["compiled"] += 1
