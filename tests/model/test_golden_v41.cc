@@ -40,28 +40,10 @@ using testing::read_ids;
 
 constexpr const char* kDir = "tests/data/golden_v41";
 
-std::vector<std::string> v41_models() {
-  std::vector<std::string> names;
-  if (!fs::exists(kDir)) return names;
-  for (const auto& entry : fs::directory_iterator(kDir)) {
-    if (fs::exists(entry.path() / "reference.safetensors")) names.push_back(entry.path().filename());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> v41_models() { return testing::golden_models(kDir); }
 
-// Positions whose max|diff| exceeds 1e-4 * max|ref| (the bound of expect_rows_match).
 int64_t bad_rows(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab) {
-  int64_t n_bad = 0;
-  for (size_t r = 0; r < ref.size() / vocab; ++r) {
-    float diff = 0, scale = 0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      diff = std::max(diff, std::abs(ours[r * vocab + v] - ref[r * vocab + v]));
-      scale = std::max(scale, std::abs(ref[r * vocab + v]));
-    }
-    n_bad += diff > 1e-4f * scale;
-  }
-  return n_bad;
+  return testing::rows_out_of_tolerance(ours, ref, vocab);
 }
 
 class GoldenV41 : public ::testing::TestWithParam<std::string> {
@@ -103,24 +85,9 @@ TEST_P(GoldenV41, PrefillChunkedBatchedAndGreedyMatchMlx) {
     expect_rows_match(out_a, logits, V, "batched, sequence a");
     expect_rows_match(out_b, logits_b, V, "batched, sequence b");
 
-    // Greedy continuation of input_ids, teacher-forced on the reference's tokens.
-    const auto greedy = read_ids(*r, "greedy_ids");
-    const auto margins = read_f32(*r, "greedy_margins");
-    auto state = model->new_state();
-    SequenceChunk c{state.get(), tokens, false};
-    Tensor out = model->forward(std::span<const SequenceChunk>(&c, 1));
-    int checked = 0;
-    for (size_t i = 0; i < greedy.size(); ++i) {
-      const float* row = out.f32();
-      const int32_t ours = static_cast<int32_t>(std::max_element(row, row + V) - row);
-      if (margins[i] > 1e-4f) {
-        EXPECT_EQ(ours, greedy[i]) << "greedy step " << i << " (reference margin " << margins[i] << ")";
-        ++checked;
-      }
-      SequenceChunk step{state.get(), std::span<const int32_t>(&greedy[i], 1), false};
-      out = model->forward(std::span<const SequenceChunk>(&step, 1));
-    }
-    EXPECT_GT(checked, static_cast<int>(greedy.size()) / 2) << "too few greedy steps had a clear margin";
+    // Greedy continuation of input_ids.
+    testing::expect_greedy_matches(*model, tokens, read_ids(*r, "greedy_ids"),
+                                   read_f32(*r, "greedy_margins"));
   }
 }
 
