@@ -7,6 +7,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/language.h"
 #include "grammar/regex_parser.h"
+#include "grammar/tool_calls.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -15,6 +16,7 @@ std::string describe(const GrammarSpec& spec) {
   if (spec.kind == "json_schema") return "the JSON schema";
   if (spec.kind == "regex") return "the regex";
   if (spec.kind == "ebnf") return "the EBNF grammar";
+  if (spec.kind == "tool_calls") return "the tool-call grammar";
   return "the " + spec.kind + " constraint";
 }
 
@@ -27,6 +29,7 @@ Grammar build_front_end(const GrammarSpec& spec) {
   if (spec.kind == "json_object") return json_schema_grammar(R"({"type": "object"})", jopt);
   if (spec.kind == "regex") return regex_grammar(spec.text);
   if (spec.kind == "ebnf") return ebnf_grammar(spec.text);
+  if (spec.kind == "tool_calls") return tool_calls_grammar(spec.text, jopt);
   THROW(kInvalidInput) << "unknown grammar kind '" << spec.kind << "'";
 }
 

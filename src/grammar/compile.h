@@ -4,7 +4,8 @@
 //   auto g = compile_grammar({"json_schema", schema_text}, vocab);           // once per schema
 //   GrammarMatcher m(g);                                                      // once per request
 // Kinds: "json_schema" (json_schema.h), "json_object" (any JSON object; text ignored), "regex"
-// (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule "root").
+// (regex_parser.h, whole-string match), "ebnf" (ebnf_parser.h, GBNF dialect, root rule "root"),
+// "tool_calls" (tool_calls.h: tool calls whose arguments follow each tool's JSON schema).
 // Errors: kInvalidInput (malformed; or unsatisfiable: a constraint whose language is empty, or
 // one no token of the vocabulary can begin, is refused here, see language.h), kUnsupported
 // (feature named in the message), kResourceExhausted (a budget of GrammarSpec::limits was hit
@@ -25,7 +26,7 @@
 namespace deepinfer::grammar {
 
 struct GrammarSpec {
-  std::string kind;  // "json_schema", "json_object", "regex", "ebnf"
+  std::string kind;  // "json_schema", "json_object", "regex", "ebnf", "tool_calls"
   std::string text;
   int32_t max_whitespace = 0;  // JSON kinds: whitespace policy (json_schema.h)
   // Keep grammars whose language is empty (conformance tools that check the language itself);

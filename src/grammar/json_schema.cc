@@ -1,6 +1,7 @@
 // JSON Schema -> Grammar. Each distinct (sub)schema becomes one rule, memoised by its canonical
 // text, so $ref recursion closes naturally and equal subschemas share rules (and mask caches).
 #include "grammar/json_schema.h"
+#include "grammar/json_schema_rules.h"
 
 #include <charconv>
 #include <cmath>
@@ -54,8 +55,9 @@ Dfa multiple_of_dfa(int64_t k) {
 
 class JsonSchemaCompiler {
  public:
-  JsonSchemaCompiler(const json& root, const JsonSchemaOptions& options)
-      : root_(root), options_(options), b_("JSON Schema") {}
+  // `shared`: rules go into that builder (JsonSchemaRules), else into one of our own.
+  JsonSchemaCompiler(const json& root, const JsonSchemaOptions& options, GrammarBuilder* shared = nullptr)
+      : root_(root), options_(options), own_("JSON Schema"), b_(shared ? *shared : own_) {}
 
   Grammar compile() {
     if (root_.is_object() && root_.contains("$schema")) {
@@ -77,7 +79,8 @@ class JsonSchemaCompiler {
  private:
   const json& root_;
   JsonSchemaOptions options_;
-  GrammarBuilder b_;
+  GrammarBuilder own_;
+  GrammarBuilder& b_;
   std::map<std::string, int32_t> memo_;
   int32_t any_rule_ = -1;
 
@@ -468,6 +471,7 @@ class JsonSchemaCompiler {
 
   friend Grammar deepinfer::grammar::json_schema_grammar(std::string_view, const JsonSchemaOptions&);
   friend Grammar deepinfer::grammar::json_value_grammar(const JsonSchemaOptions&);
+  friend class deepinfer::grammar::JsonSchemaRules;
 };
 
 }  // namespace
@@ -492,6 +496,31 @@ Grammar json_value_grammar(const JsonSchemaOptions& options) {
   json root = true;
   JsonSchemaCompiler c(root, options);
   return c.compile_any();
+}
+
+}  // namespace deepinfer::grammar
+
+namespace deepinfer::grammar {
+
+struct JsonSchemaRules::Impl {
+  json root;
+  JsonSchemaCompiler compiler;
+  Impl(json r, const JsonSchemaOptions& options, GrammarBuilder& b)
+      : root(std::move(r)), compiler(root, options, &b) {}
+};
+
+JsonSchemaRules::JsonSchemaRules(GrammarBuilder& builder, const nlohmann::ordered_json& root,
+                                 const JsonSchemaOptions& options)
+    : impl_(std::make_unique<Impl>(root, options, builder)) {}
+JsonSchemaRules::~JsonSchemaRules() = default;
+
+int32_t JsonSchemaRules::value_rule(const nlohmann::ordered_json& schema, const std::string& path) {
+  return impl_->compiler.rule_for(schema, path);
+}
+
+std::shared_ptr<const Dfa> JsonSchemaRules::string_body(const nlohmann::ordered_json& schema,
+                                                        const std::string& path) {
+  return impl_->compiler.string_body_dfa(schema, path);
 }
 
 }  // namespace deepinfer::grammar

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "server/structured_output.h"
 #include "recipe/chat_request.h"
+#include "recipe/tool_call_constraint.h"
 
 namespace deepinfer::server {
 namespace {
@@ -354,7 +355,8 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
                         "tools");
     }
   }
-  get_bool(r, "parallel_tool_calls");  // type-checked; the model may call several tools either way
+  // With a required / named choice the tool-call grammar allows one call (false) or several.
+  const bool parallel_calls = get_bool(r, "parallel_tool_calls").value_or(true);
   if (const Json* tc = find(r, "tool_choice")) {
     if (tc->is_string()) {
       choice = tc->get<std::string>();
@@ -398,6 +400,11 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   // must ask for JSON. A constraint covers the whole output, so it cannot follow a thinking
   // turn's free-form reasoning.
   const Json for_encoder = parse_constraint(r, c.sampling);
+  if (choice == "required" && !c.sampling.constraint_kind.empty()) {
+    throw bad_request("tool_choice required or a named function cannot be combined with " +
+                          c.sampling.constraint_param + " (the tool-call grammar is the constraint)",
+                      "tool_choice");
+  }
   bool json_output = false;
   if (!for_encoder.is_null()) {
     if (thinking) {
@@ -440,6 +447,15 @@ ChatRequest parse_chat_request(const Json& r, const RequestLimits& limits, recip
   const bool has_tools = choice != "none" && !tool_list.empty();
   c.parser.parse_tool_calls = has_tools;
   c.parser.starts_in_tool_calls = has_tools && choice == "required";
+  if (has_tools && choice == "required") {
+    // The prompt opened the tool-call block; the grammar writes the calls (tool_call_constraint.h).
+    c.sampling.constraint_kind = recipe::kToolCallConstraintKind;
+    c.sampling.constraint = recipe::dsml_tool_call_constraint(
+        c.conversation.tools,
+        version == recipe::ChatVersion::kV41 ? recipe::DsmlDialect::kV41 : recipe::DsmlDialect::kV4,
+        parallel_calls);
+    c.sampling.constraint_param = "tool_choice";
+  }
   c.parser.parse_json_output = json_output;
   // Thinking starts in the reasoning, or continues a prefix message's reasoning or answer.
   c.parser.start = recipe::parser_options_for(c.conversation).start;
