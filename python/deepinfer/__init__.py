@@ -11,7 +11,8 @@ device ("cpu" | "cuda"; cuda needs a build with the CUDA backend), gpu_memory_ut
 weight_format ("fp32" | "fp8", cuda only), kv_cache_dtype ("auto" | "fp8" | "bf16", cuda
 only), cuda_graphs (cuda only),
 batch_invariant, numerics ("official" | "reference"), dummy_weights, dummy_seed, max_num_seqs,
-max_num_batched_tokens, max_model_len, state_budget_bytes, overlap, priority, tokenizer_path,
+max_num_batched_tokens, max_prefill_tokens_with_decodes, long_prefill_token_threshold
+(fairness while a long prompt is prefilled, 0: off), max_model_len, state_budget_bytes, overlap, priority, tokenizer_path,
 block_size, grammar_max_states, grammar_max_memory_mb, grammar_timeout_ms (budgets of each
 structured-output compilation, 0: off; see src/grammar/budget.h) (see src/engine/engine.h).
 

@@ -83,4 +83,13 @@ void apply_device_options(const Args& args, EngineArgs& engine_args) {
   engine_args.cuda_graphs = args.has("cuda-graphs");
 }
 
+void apply_prefill_options(const Args& args, EngineArgs& engine_args) {
+  engine_args.max_prefill_tokens_with_decodes =
+      args.get_int("max-prefill-tokens-with-decodes", engine_args.max_prefill_tokens_with_decodes);
+  engine_args.long_prefill_token_threshold =
+      args.get_int("long-prefill-token-threshold", engine_args.long_prefill_token_threshold);
+  CHECK(engine_args.max_prefill_tokens_with_decodes >= 0 && engine_args.long_prefill_token_threshold >= 0)
+      << "--max-prefill-tokens-with-decodes and --long-prefill-token-threshold must be >= 0 (0: off)";
+}
+
 }  // namespace deepinfer

@@ -39,4 +39,8 @@ void apply_device_options(const Args& args, EngineArgs& engine_args);
 // One usage line for them.
 extern const char* const kDeviceUsage;
 
+// --max-prefill-tokens-with-decodes N and --long-prefill-token-threshold N (0: off) into
+// `engine_args` (scheduler/scheduler.h: prefill limits); they must be >= 0.
+void apply_prefill_options(const Args& args, EngineArgs& engine_args);
+
 }  // namespace deepinfer

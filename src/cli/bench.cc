@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "cli/args.h"
+#include "cli/bench_fairness.h"
 #include "engine/engine.h"
 
 namespace deepinfer {
@@ -161,8 +162,12 @@ SweepPoint run_point(const EngineArgs& base, int64_t concurrency, int64_t n_prom
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--fairness") return cmd_bench_fairness(argc, argv);
+  }
   std::set<std::string> names = {"model", "input-len", "output-len", "num-prompts", "concurrency", "seed",
-                                 "numerics", "out", "max-num-batched-tokens", "max-model-len"};
+                                 "numerics", "out", "max-num-batched-tokens", "max-model-len",
+                                 "max-prefill-tokens-with-decodes", "long-prefill-token-threshold"};
   names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
   std::set<std::string> flags = {"dummy-weights", "batch-invariant", "no-overlap", "no-overlap-table"};
   flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
@@ -176,6 +181,7 @@ int cmd_bench(int argc, char** argv) {
   base.overlap = !args.has("no-overlap");
   base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 2048);
   base.max_model_len = args.get_int("max-model-len", 0);
+  apply_prefill_options(args, base);
   apply_device_options(args, base);
   const int64_t input_len = args.get_int("input-len", 128);
   const int64_t output_len = args.get_int("output-len", 32);

@@ -27,6 +27,10 @@ void usage() {
                "       deepinfer bench [--model DIR [--dummy-weights]] [--input-len N] [--output-len N]\n"
                "         [--num-prompts N] [--concurrency 1,4,16] [--out PREFIX] [--no-overlap]\n"
                "         [--max-num-batched-tokens N] [--max-model-len N] [--no-overlap-table]\n"
+               "         [--max-prefill-tokens-with-decodes 512] [--long-prefill-token-threshold 256]\n"
+               "       deepinfer bench --fairness [--streams 4] [--long-len 20000] [--short-len 16]\n"
+               "         [--stream-prompt-len 64] [--warmup-steps 8] [--short-after-steps 2] [--repeat N]\n"
+               "         [--no-alone] [--out FILE] (and the engine options above)\n"
                "%s",
                kDeviceUsage, kDeviceUsage);
   serve_usage();

@@ -22,7 +22,8 @@ void serve_usage() {
   std::fprintf(stderr,
                "usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                "         [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
-               "         [--max-num-batched-tokens N] [--max-live-requests N] [--max-body-bytes N]\n"
+               "         [--max-num-batched-tokens N] [--max-prefill-tokens-with-decodes 512]\n"
+               "         [--long-prefill-token-threshold 256] [--max-live-requests N] [--max-body-bytes N]\n"
                "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
                "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
                "         [--default-thinking on|off] [--scheduling-policy fcfs|priority]\n"
@@ -44,6 +45,7 @@ int cmd_serve(int argc, char** argv) {
   mallopt(M_ARENA_MAX, 1);
   std::set<std::string> names = {"model", "host", "port", "api-key", "served-model-name", "max-model-len",
                                  "max-num-seqs", "max-num-batched-tokens", "max-live-requests",
+                                 "max-prefill-tokens-with-decodes", "long-prefill-token-threshold",
                                  "max-body-bytes", "chat-encoding", "numerics", "io-threads",
                                  "prep-threads", "drain-seconds", "default-thinking", "grammar-threads", "grammar-max-states",
                                  "grammar-max-memory-mb", "grammar-timeout-ms", "max-prompt-schema-bytes",
@@ -64,6 +66,7 @@ int cmd_serve(int argc, char** argv) {
   engine_args.dummy_weights = args.has("dummy-weights");
   engine_args.max_num_seqs = args.get_int("max-num-seqs", engine_args.max_num_seqs);
   engine_args.max_num_batched_tokens = args.get_int("max-num-batched-tokens", engine_args.max_num_batched_tokens);
+  apply_prefill_options(args, engine_args);
   engine_args.max_model_len = args.get_int("max-model-len", 0);
   engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
   engine_args.overlap = !args.has("no-overlap");

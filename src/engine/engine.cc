@@ -261,6 +261,8 @@ void Engine::Impl::init() {
   const PoolPlan plan = plan_pools(layout, budget, po);
   SchedulerConfig sc;
   sc.max_num_batched_tokens = args.max_num_batched_tokens;
+  sc.max_prefill_tokens_with_decodes = args.max_prefill_tokens_with_decodes;
+  sc.long_prefill_token_threshold = args.long_prefill_token_threshold;
   sc.max_num_seqs = std::min({args.max_num_seqs, plan.max_concurrent_requests, cap.max_sequences});
   sc.max_model_len = max_model_len;
   this->max_model_len = max_model_len;

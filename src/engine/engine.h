@@ -82,6 +82,11 @@ struct EngineArgs {
   bool cuda_graphs = false;            // cuda: decode steps replay CUDA graphs (either weight format)
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
+  // Fairness while a long prompt is prefilled (scheduler/scheduler.h, 0: off): the prefill
+  // tokens of a step that also runs decodes, and a request's prefill chunk while it shares
+  // its step with other work. A prefill alone gets max_num_batched_tokens.
+  int64_t max_prefill_tokens_with_decodes = 512;
+  int64_t long_prefill_token_threshold = 256;
   // 0: the model's max_position_embeddings (cuda: at most runtime's kDefaultGpuContext,
   // the depth of the device state pools).
   int64_t max_model_len = 0;

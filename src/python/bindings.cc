@@ -71,6 +71,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("dummy_seed", &EngineArgs::dummy_seed)
       .def_readwrite("max_num_seqs", &EngineArgs::max_num_seqs)
       .def_readwrite("max_num_batched_tokens", &EngineArgs::max_num_batched_tokens)
+      .def_readwrite("max_prefill_tokens_with_decodes", &EngineArgs::max_prefill_tokens_with_decodes)
+      .def_readwrite("long_prefill_token_threshold", &EngineArgs::long_prefill_token_threshold)
       .def_readwrite("max_model_len", &EngineArgs::max_model_len)
       .def_readwrite("state_budget_bytes", &EngineArgs::state_budget_bytes)
       .def_readwrite("overlap", &EngineArgs::overlap)

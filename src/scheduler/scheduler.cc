@@ -16,6 +16,9 @@ Scheduler::Scheduler(SchedulerConfig config, CacheLayout layout, const PoolPlan&
   CHECK(config_.max_num_seqs > 0) << "Scheduler: max_num_seqs must be positive, got "
                                   << config_.max_num_seqs;
   CHECK(config_.max_model_len >= 0) << "Scheduler: negative max_model_len";
+  CHECK(config_.max_prefill_tokens_with_decodes >= 0 && config_.long_prefill_token_threshold >= 0)
+      << "Scheduler: max_prefill_tokens_with_decodes and long_prefill_token_threshold must be >= 0, got "
+      << config_.max_prefill_tokens_with_decodes << " and " << config_.long_prefill_token_threshold;
 }
 
 Scheduler::Key Scheduler::key(const Request& r) const {
@@ -146,23 +149,52 @@ SchedulerOutput Scheduler::schedule() {
   };
   std::vector<Request*> order;
   for (Request* r : running_) if (remaining(*r) > 0 && is_decode(r)) order.push_back(r);
+  const size_t n_decodes = order.size();
   for (Request* r : running_) if (remaining(*r) > 0 && !is_decode(r)) order.push_back(r);
-  for (Request* r : order) {
-    if (budget == 0) break;
+  // Prefill limits (top of scheduler.h), fixed once the decodes are placed: the prefill
+  // budget of a step with decodes, and the chunk cap while a prefill shares its step.
+  const int64_t unlimited = config_.max_num_batched_tokens;
+  int64_t prefill_left = unlimited, chunk_cap = unlimited;
+  auto set_prefill_limits = [&] {
+    const bool decodes = !out.scheduled.empty();
+    if (decodes && config_.max_prefill_tokens_with_decodes > 0) {
+      prefill_left = config_.max_prefill_tokens_with_decodes;
+    }
+    // Requests that want prefill tokens: running prefills, and waiting requests that could
+    // be admitted (counted up to two, all the rule needs).
+    size_t n_prefills = order.size() - n_decodes;
+    if (int64_t(running_.size()) < config_.max_num_seqs) {
+      for (auto it = waiting_.begin(); it != waiting_.end() && n_prefills < 2; ++it) {
+        if (requests_.at(std::get<2>(*it))->num_output_placeholders == 0) ++n_prefills;
+      }
+    }
+    if (config_.long_prefill_token_threshold > 0 && (decodes || n_prefills > 1)) {
+      chunk_cap = config_.long_prefill_token_threshold;
+    }
+  };
+  for (size_t i = 0; i < order.size(); ++i) {
+    Request* r = order[i];
+    if (i == n_decodes) set_prefill_limits();
+    if (budget == 0 || (i >= n_decodes && prefill_left == 0)) break;
     if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier request
     int64_t n = std::min(remaining(*r), budget);
+    if (i >= n_decodes) n = std::min({n, prefill_left, chunk_cap});
     while (!cache_.can_allocate(r->id, r->num_computed_tokens, n)) {
       if (preempt_one_after(*r, out, budget)) continue;
       n = cache_.max_allocatable(r->id, r->num_computed_tokens, n);
       if (n == 0) preempt(*r, out, budget);
       break;
     }
-    if (r->status == RequestStatus::kRunning) add_chunk(*r, n, out, budget);
+    if (r->status == RequestStatus::kRunning) {
+      add_chunk(*r, n, out, budget);
+      if (i >= n_decodes) prefill_left -= n;
+    }
   }
+  if (order.size() == n_decodes) set_prefill_limits();
 
   // (2) Admission, only when the pools did not force a preemption.
   if (out.preempted_ids.empty()) {
-    for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+    for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 && prefill_left > 0 &&
                                      int64_t(running_.size()) < config_.max_num_seqs;) {
       Request& r = *requests_.at(std::get<2>(*it));
       // Outputs still in flight from before a preemption must land before recomputing.
@@ -171,7 +203,7 @@ SchedulerOutput Scheduler::schedule() {
         continue;
       }
       ICHECK(r.num_computed_tokens == 0);
-      int64_t n = std::min(remaining(r), budget);
+      int64_t n = std::min({remaining(r), budget, prefill_left, chunk_cap});
       if (!cache_.can_allocate(r.id, 0, n)) {
         // With empty pools a smaller first chunk always fits (add_request checked it).
         if (cache_.num_requests() > 0) break;
@@ -182,6 +214,7 @@ SchedulerOutput Scheduler::schedule() {
       r.status = RequestStatus::kRunning;
       running_.push_back(&r);
       add_chunk(r, n, out, budget);
+      prefill_left -= n;
     }
   }
   return out;

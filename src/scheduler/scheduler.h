@@ -8,7 +8,8 @@
 // case.
 //
 // Per step: (1) running requests that need one token (decodes), then running requests that
-// need more (prefill chunks), in policy order, each within max_num_batched_tokens; when the
+// need more (prefill chunks), in policy order, each within max_num_batched_tokens and the
+// prefill limits below; when the
 // state cache cannot hold a chunk, the running request latest in policy order is preempted
 // (state freed, num_computed_tokens = 0, back to waiting with its outputs kept) until it fits;
 // with no later request left to preempt, it shrinks its chunk to what fits, or preempts
@@ -16,6 +17,17 @@
 // (2) if nothing was preempted, waiting requests in policy order are admitted while the
 // budget, max_num_seqs and the free state blocks allow (a waiting request never preempts).
 // Policy order: FCFS by arrival, or by (priority, arrival) with priority on.
+//
+// Prefill limits (fairness: a long prompt must not stall running streams or a short request
+// that arrives after it). Decodes are always scheduled first and never limited. Then:
+//   * a step that runs decodes gives prefill chunks (running prefills and admissions
+//     together) at most max_prefill_tokens_with_decodes tokens, which bounds its length;
+//   * a request's prefill chunk is at most long_prefill_token_threshold tokens while the step
+//     has other work (decodes, or another request that wants prefill tokens), so what is
+//     left of the prefill budget reaches later requests; a prefill alone in its step gets
+//     the whole budget (an idle server's long prompt runs at full chunk size).
+// Both 0: off. A chunk's cost grows with the context before it (attention and indexer are
+// O(context) per token), so the limits are in tokens of the newest position's cost.
 //
 // Overlap: num_computed_tokens advances inside schedule(), so the engine may call schedule()
 // for step t+1 before update() of step t; outputs in flight count as placeholders. Draft
@@ -44,6 +56,9 @@ struct SchedulerConfig {
   int64_t max_num_seqs = 256;             // running requests at once
   int64_t max_model_len = 0;              // prompt + max_tokens limit; 0: only the cache's limit
   bool priority = false;                  // false: FCFS; true: by (priority, arrival)
+  // Prefill limits (see the top of this file); 0: off.
+  int64_t max_prefill_tokens_with_decodes = 0;
+  int64_t long_prefill_token_threshold = 0;
 };
 
 class Scheduler {

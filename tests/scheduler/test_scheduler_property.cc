@@ -60,6 +60,8 @@ struct Params {
   int64_t n_slots = 6;
   double abort_rate = 0.02;
   bool speculate = false;  // propose 0..4 drafts, each right with probability 0.7
+  int64_t prefill_with_decodes = 0;  // SchedulerConfig prefill limits (0: off)
+  int64_t long_threshold = 0;
 };
 
 struct Stats {
@@ -187,6 +189,8 @@ Stats run(const Params& p) {
   config.max_num_batched_tokens = p.budget;
   config.max_num_seqs = p.max_num_seqs;
   config.priority = p.priority;
+  config.max_prefill_tokens_with_decodes = p.prefill_with_decodes;
+  config.long_prefill_token_threshold = p.long_threshold;
   Scheduler s(config, layout, plan);
   SimulatedModel model(s);
   std::mt19937_64 rng(p.seed);
@@ -251,8 +255,32 @@ Stats run(const Params& p) {
       stats.n_preemptions += f->num_preemptions;
     }
 
+    std::set<int64_t> decoding;  // running requests with one known token left
+    for (int64_t id : live) {
+      const Request* r = s.find(id);
+      if (r != nullptr && r->status == RequestStatus::kRunning &&
+          r->num_tokens_with_placeholders() - r->num_computed_tokens == 1) {
+        decoding.insert(id);
+      }
+    }
     SchedulerOutput out = s.schedule();
     ++stats.n_steps;
+    // Prefill limits: decodes first; with decodes in the step, prefill chunks within their
+    // budget; no prefill chunk above the threshold unless it is alone in its step.
+    {
+      int64_t prefill = 0, n_decodes = 0;
+      bool decodes_done = false;
+      for (const ScheduledChunk& c : out.scheduled) {
+        const bool decode = decoding.count(c.request_id) != 0;
+        EXPECT_FALSE(decode && decodes_done) << "a decode after a prefill chunk";
+        decodes_done = decodes_done || !decode;
+        n_decodes += decode;
+        if (decode) continue;
+        prefill += c.n_tokens;
+        if (p.long_threshold > 0 && out.scheduled.size() > 1) EXPECT_LE(c.n_tokens, p.long_threshold);
+      }
+      if (p.prefill_with_decodes > 0 && n_decodes > 0) EXPECT_LE(prefill, p.prefill_with_decodes);
+    }
     EXPECT_LE(out.n_scheduled_tokens, p.budget);
     EXPECT_LE(int64_t(out.scheduled.size()), p.max_num_seqs);
     EXPECT_LE(s.num_running(), p.max_num_seqs);
@@ -401,6 +429,24 @@ TEST(SchedulerProperty, SpeculativeDraftsKeepTheSameOutputs) {
     if (::testing::Test::HasFailure()) return;
   }
   EXPECT_GT(drafts, 0);
+  EXPECT_GT(preemptions, 0);
+}
+
+// Prefill limits on, with preemption, overlap, priority and drafts: the same outputs, every
+// request completes, and the limits hold in every step (checked in run()).
+TEST(SchedulerProperty, PrefillLimitsKeepTheSameOutputs) {
+  int64_t preemptions = 0;
+  for (uint64_t seed = 601; seed <= 612; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Params p = tiny_pools(seed);
+    p.prefill_with_decodes = int64_t(seed % 3) * 4 + 4;  // 4, 8, 12 of a budget of 24
+    p.long_threshold = int64_t(seed % 4) * 3 + 1;       // 1, 4, 7, 10
+    p.overlap = seed % 2 == 0;
+    p.priority = seed % 3 == 0;
+    p.speculate = !p.overlap && seed % 4 == 1;
+    preemptions += run(p).n_preemptions;
+    if (::testing::Test::HasFailure()) return;
+  }
   EXPECT_GT(preemptions, 0);
 }
 
