@@ -322,5 +322,36 @@ TEST(WeightLoader, SavePretrainedV4NamesLoadAsNative) {
             "layers.7.attn.compressor.norm.weight");
 }
 
+// V4.1 checkpoints: the vision tower is skipped (text only), Engram tables stay FP8 codes
+// with their e8m0 scales (views, never converted), other FP8 weights dequantise as usual.
+TEST(WeightLoader, V41VisionSkippedAndEngramTablesKeptRaw) {
+  ModelConfig cfg;
+  cfg.model_type = "deepseek_v41";
+  cfg.quant.weight_block_n = cfg.quant.weight_block_k = 32;
+  std::map<std::string, Tensor> t;
+  t["vision.blocks.0.attn.qkv.weight"] = test::random_f32({4, 4}, 1);
+  t["aligner.fc1.weight"] = test::random_f32({4, 4}, 2);
+  t["image_newline"] = test::random_f32({4}, 3);
+  const Tensor codes = random_e4m3({6, 64}, 4);
+  const Tensor scales = random_e8m0({6, 2}, 5);
+  t["layers.1.engram.embed.weight"] = codes;
+  t["layers.1.engram.embed.scale"] = scales;
+  t["layers.1.engram.wkv.weight"] = random_e4m3({32, 64}, 6);
+  t["layers.1.engram.wkv.scale"] = random_e8m0({1, 2}, 7);
+  WeightStore store = load_via_file(t, cfg);
+  EXPECT_EQ(store.names(), (std::vector<std::string>{"layers.1.engram.embed.scale",
+                                                     "layers.1.engram.embed.weight",
+                                                     "layers.1.engram.wkv.weight"}));
+  const Tensor kept = store.take("layers.1.engram.embed.weight", {6, 64}, DType::F8_E4M3);
+  EXPECT_TRUE(bit_equal(kept, codes));
+  EXPECT_TRUE(bit_equal(store.take("layers.1.engram.embed.scale", {6, 2}, DType::F8_E8M0), scales));
+  const Tensor wkv = store.take("layers.1.engram.wkv.weight", {32, 64});
+  EXPECT_TRUE(bit_equal(wkv, naive_fp8(t["layers.1.engram.wkv.weight"], t["layers.1.engram.wkv.scale"], 32, 32)));
+  // The same names in a V4 checkpoint are not skipped.
+  ModelConfig v4;
+  WeightStore plain = load_via_file({{"vision.x", test::random_f32({2}, 8)}}, v4);
+  EXPECT_TRUE(plain.has("vision.x"));
+}
+
 }  // namespace
 }  // namespace deepinfer
