@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/parallel.h"
+#include "model/block_parts.h"
 #include "model/kv_rounding.h"
 #include "model/model_batch.h"
 #include "ops/attention/sparse_attention.h"
@@ -18,21 +19,14 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
   const ModelConfig& cfg = config_;
   const LayerPlan& plan = cfg.plan[layer];
   const AttentionWeights& w = weights_.layers[layer].attn;
-  const int64_t N = batch.n_rows(), D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim;
-  const int64_t r = cfg.rope_dim, W = cfg.sliding_window, Rq = cfg.q_lora_rank;
+  const int64_t N = batch.n_rows(), H = cfg.num_heads, d = cfg.head_dim;
+  const int64_t r = cfg.rope_dim, W = cfg.sliding_window;
   const bool official = options_.numerics == Numerics::kOfficial;
-  const float eps = static_cast<float>(cfg.rms_norm_eps);
   const RopeTable& rope = plan.ratio > 0 ? rope_compress_ : rope_main_;
 
-  // Queries.
-  std::vector<float> q_r(N * Rq), q(N * H * d), kv(N * d);
-  linear_ref(x, N, D, w.wq_a.f32(), Rq, q_r.data(), gemm_mode_);
-  rms_norm_ref(q_r.data(), w.q_norm.f32(), N, Rq, Rq, eps, q_r.data());
-  linear_ref(q_r.data(), N, Rq, w.wq_b.f32(), H * d, q.data(), gemm_mode_);
-  if (cfg.traits.per_head_q_norm) rms_norm_ref(q.data(), nullptr, N * H, d, d, eps, q.data());
-  // Shared K = V.
-  linear_ref(x, N, D, w.wkv.f32(), d, kv.data(), gemm_mode_);
-  rms_norm_ref(kv.data(), w.kv_norm.f32(), N, d, d, eps, kv.data());
+  // Queries and the shared K = V.
+  std::vector<float> q_r, q, kv;
+  attention_projections(cfg, w, x, N, gemm_mode_, q_r, q, kv);
   for (int64_t row = 0; row < N; ++row) {
     rope.apply_heads(&q[row * H * d], H, d, batch.positions[row]);
     rope.apply(&kv[row * d + d - r], batch.positions[row]);
@@ -83,19 +77,7 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
     }
   }
 
-  // Grouped output projection: group g maps its H*d/G slice of o to R_o values.
-  const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
-  std::vector<float> og(N * gw), zg(N * Ro), z(N * G * Ro);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t row = 0; row < N; ++row) {
-      std::memcpy(&og[row * gw], &o[row * H * d + g * gw], gw * sizeof(float));
-    }
-    linear_ref(og.data(), N, gw, w.wo_a.f32() + g * Ro * gw, Ro, zg.data(), gemm_mode_);
-    for (int64_t row = 0; row < N; ++row) {
-      std::memcpy(&z[row * G * Ro + g * Ro], &zg[row * Ro], Ro * sizeof(float));
-    }
-  }
-  linear_ref(z.data(), N, G * Ro, w.wo_b.f32(), D, out, gemm_mode_);
+  attention_output(cfg, w, o.data(), N, gemm_mode_, out);
 }
 
 }  // namespace deepinfer

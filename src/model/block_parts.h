@@ -1,0 +1,40 @@
+// Pieces of a transformer block shared by the backbone layers (Model) and the drafter
+// stages (DsparkDrafter): the MoE of one layer and the attention projections. Internal to
+// model/; plain fp32 host arrays.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/weights.h"
+#include "ops/linear/linear.h"
+#include "ops/rope/rope.h"
+
+namespace deepinfer {
+
+// MoE of one layer (MODEL_SPEC §A.8, §C.9): routing (hash layers: tid2eid[token]), each
+// expert over its rows, then the shared expert; accumulation per row in expert-index order,
+// then the shared expert, whatever the batch. `ids_out` [N, top_k] receives the chosen
+// experts (may be null).
+struct MoeShape {
+  int64_t n_experts = 0, top_k = 0, dim = 0, inter = 0, shared_inter = 0;
+  float limit = 0.0f;
+  float routed_scale = 1.0f, inv_temp = 1.0f, sum_eps = 0.0f;
+  bool hash = false;
+};
+MoeShape moe_shape(const ModelConfig& cfg, bool hash);
+void moe_forward(const MoeWeights& w, const MoeShape& s, const float* x, int64_t n_rows,
+                 const int32_t* tokens, float* out, GemmMode mode, int32_t* ids_out = nullptr);
+
+// q [N, H*d] = wq_b . q_norm(wq_a x) (per-head RMS norm when the family has it), q_r [N, R_q]
+// (the indexer's input) and kv [N, d] = kv_norm(wkv x); no RoPE.
+void attention_projections(const ModelConfig& cfg, const AttentionWeights& w, const float* x,
+                           int64_t n_rows, GemmMode mode, std::vector<float>& q_r,
+                           std::vector<float>& q, std::vector<float>& kv);
+
+// out [N, D] = wo_b . concat_g(wo_a[g] . o_g) for o [N, H*d] (MODEL_SPEC §A.3).
+void attention_output(const ModelConfig& cfg, const AttentionWeights& w, const float* o,
+                      int64_t n_rows, GemmMode mode, float* out);
+
+}  // namespace deepinfer
