@@ -1,0 +1,123 @@
+// model_logits: runs the CPU forward of a checkpoint over token sequences and writes what a
+// training framework needs to check itself against the engine (tools/train_tiny.py
+// --check-engine):
+//
+//   model_logits --model DIR --ids FILE --out PREFIX [--numerics official|reference]
+//                [--full-logits N] [--chunk C]
+//
+// FILE holds one sequence per line, token ids separated by commas or spaces. Each sequence
+// runs in a fresh state, in chunks of C tokens (default: the whole sequence at once), with
+// logits for every position. Writes
+//   PREFIX.nll.f32      for every sequence, for t = 0..T-2: -log softmax(logits[t])[ids[t+1]]
+//                       (float32, little-endian, sequences concatenated; computed in double)
+//   PREFIX.logits.f32   the full fp32 logits [T, V] of the first N sequences (default 1)
+// and prints one JSON line: {"sequences":..,"tokens":..,"nll_sum":..,"vocab":..}.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace {
+
+using deepinfer::Model;
+using deepinfer::ModelOptions;
+using deepinfer::SequenceChunk;
+using deepinfer::Tensor;
+
+std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::vector<std::vector<int32_t>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    for (char& ch : line) {
+      if (ch == ',') ch = ' ';
+    }
+    std::istringstream ss(line);
+    std::vector<int32_t> ids;
+    int64_t v;
+    while (ss >> v) ids.push_back(static_cast<int32_t>(v));
+    if (!ids.empty()) out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  std::string model_dir, ids_path, out_prefix, numerics = "official";
+  int64_t full_logits = 1, chunk = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") model_dir = next();
+    else if (a == "--ids") ids_path = next();
+    else if (a == "--out") out_prefix = next();
+    else if (a == "--numerics") numerics = next();
+    else if (a == "--full-logits") full_logits = std::stoll(next());
+    else if (a == "--chunk") chunk = std::stoll(next());
+    else throw std::runtime_error("unknown argument " + a);
+  }
+  if (model_dir.empty() || ids_path.empty() || out_prefix.empty()) {
+    throw std::runtime_error("usage: model_logits --model DIR --ids FILE --out PREFIX "
+                             "[--numerics official|reference] [--full-logits N] [--chunk C]");
+  }
+  ModelOptions options;
+  options.numerics = deepinfer::parse_numerics(numerics);
+  auto model = Model::load(model_dir, options);
+  const int64_t V = model->config().vocab_size;
+  const auto seqs = read_sequences(ids_path);
+  std::ofstream nll_out(out_prefix + ".nll.f32", std::ios::binary);
+  std::ofstream logits_out(out_prefix + ".logits.f32", std::ios::binary);
+  double nll_sum = 0.0;
+  int64_t n_scored = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const std::vector<int32_t>& ids = seqs[s];
+    const int64_t T = static_cast<int64_t>(ids.size());
+    const int64_t step = chunk > 0 ? chunk : T;
+    auto state = model->new_state();
+    std::vector<float> logits;
+    logits.reserve(T * V);
+    for (int64_t begin = 0; begin < T; begin += step) {
+      const int64_t end = std::min(T, begin + step);
+      SequenceChunk c{state.get(), std::span<const int32_t>(ids.data() + begin, end - begin), true};
+      Tensor out = model->forward(std::span<const SequenceChunk>(&c, 1));
+      logits.insert(logits.end(), out.f32(), out.f32() + out.numel());
+    }
+    if (static_cast<int64_t>(s) < full_logits) {
+      logits_out.write(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
+    }
+    for (int64_t t = 0; t + 1 < T; ++t) {
+      const float* row = &logits[t * V];
+      double mx = row[0];
+      for (int64_t v = 1; v < V; ++v) mx = std::max<double>(mx, row[v]);
+      double sum = 0.0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      const double nll = std::log(sum) + mx - row[ids[t + 1]];
+      const float f = static_cast<float>(nll);
+      nll_out.write(reinterpret_cast<const char*>(&f), sizeof(f));
+      nll_sum += nll;
+      ++n_scored;
+    }
+  }
+  std::printf("{\"sequences\": %zu, \"tokens\": %lld, \"nll_sum\": %.9g, \"vocab\": %lld}\n",
+              seqs.size(), static_cast<long long>(n_scored), nll_sum, static_cast<long long>(V));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "model_logits: " << e.what() << "\n";
+    return 1;
+  }
+}
