@@ -370,6 +370,14 @@ void check_sizes(const Keys& k, const ModelConfig& c) {
   check_positive(k, "routed_scaling_factor", c.routed_scaling_factor);
   CHECK(c.swiglu_limit >= 0) << "config: 'swiglu_limit' must be >= 0, got " << c.swiglu_limit;
   CHECK(c.num_nextn_predict_layers >= 0) << "config: 'num_nextn_predict_layers' must be >= 0";
+  // The parser builds per-layer lists: an absurd count must not cost memory or minutes here.
+  // Far above any DeepSeek model (V4-Pro has 61 layers, 1 drafter stage).
+  constexpr int64_t kMaxLayers = 4096;
+  CHECK(c.num_layers <= kMaxLayers) << "config: 'num_hidden_layers' " << c.num_layers
+                                    << " is larger than the supported " << kMaxLayers;
+  CHECK(c.num_nextn_predict_layers <= kMaxLayers)
+      << "config: 'num_nextn_predict_layers' " << c.num_nextn_predict_layers << " is larger than the supported "
+      << kMaxLayers;
 }
 
 void check_consistency(const ModelConfig& c) {
@@ -415,6 +423,7 @@ void set_traits_of(ModelConfig* c) {
   t.indexer_hadamard = !v41;
   t.router_bias_vl = v41;
   t.route_norm_eps = v41 ? 1e-20 : 0.0;
+  t.route_normalize_top1 = !v41;
 }
 
 }  // namespace

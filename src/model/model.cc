@@ -74,6 +74,11 @@ std::unique_ptr<SequenceState> Model::new_state() const {
     if (plan.owns_compressor) ls.compressor.init(plan.ratio, config_.head_dim);
     if (plan.own_index_compressor) ls.index_compressor.init(plan.ratio, config_.index_head_dim);
   }
+  if (weights_.has_dspark) {
+    state->n_draft_slots = config_.sliding_window + config_.dspark.block_size + 1;
+    state->draft_rings.assign(weights_.dspark.stages.size(),
+                              std::vector<float>(state->n_draft_slots * config_.head_dim, 0.0f));
+  }
   return state;
 }
 
@@ -125,9 +130,24 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   HcMixParams hp{hc, D, cfg.hc_sinkhorn_iters, static_cast<float>(cfg.hc_eps),
                  static_cast<float>(cfg.rms_norm_eps)};
   const float eps = static_cast<float>(cfg.rms_norm_eps);
+  // DSpark taps (V4.1, §D.1): the streams entering each target layer, averaged over streams.
+  const std::vector<int64_t>& tap_layers = cfg.dspark.target_layer_ids;
+  const int64_t n_taps = weights_.has_dspark ? static_cast<int64_t>(tap_layers.size()) : 0;
+  std::vector<float> taps(N * n_taps * D);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     if (lw.has_engram) engram_block(l, batch, X.data());
+    for (int64_t t = 0; t < n_taps; ++t) {
+      if (tap_layers[t] != l) continue;
+      for (int64_t r = 0; r < N; ++r) {
+        float* f = &taps[(r * n_taps + t) * D];
+        for (int64_t i = 0; i < D; ++i) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < hc; ++j) sum += X[(r * hc + j) * D + i];
+          f[i] = sum / static_cast<float>(hc);
+        }
+      }
+    }
     hc_mix_ref(X.data(), N, lw.hc_attn.fn.f32(), lw.hc_attn.base.f32(), lw.hc_attn.scale.f32(), hp,
                attn_pre.data(), post.data(), comb.data(), gemm_mode_);
     hc_collapse_ref(X.data(), single_pass ? pre_mix.data() : attn_pre.data(), N, hc, D, u.data());
@@ -145,6 +165,7 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
     X.swap(X2);
     if (single_pass) pre_mix.swap(ffn_pre);
   }
+  if (n_taps > 0) write_draft_context(batch, taps.data());
   // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens.
   const size_t keep = cfg.engram.enabled() ? static_cast<size_t>(cfg.engram.max_ngram_size - 1) : 0;
   for (const Batch::Segment& seg : batch.segments) {

@@ -39,6 +39,18 @@ struct ModelOptions {
   bool batch_invariant = false;
 };
 
+// One DSpark draft block (MODEL_SPEC §D.2-D.4) after a sequence's committed positions
+// 0..p, given the token y the target chose for p+1: `tokens[i]` is the draft for position
+// p+2+i, `logits` [block, V] the drafter's (Markov-corrected) logits that chose it,
+// `confidence[i]` the raw confidence logit c_i (sigma(c_0)...sigma(c_i) estimates that drafts
+// 0..i are all accepted), `hidden` [block, D] the collapsed pre-norm hidden h_i.
+struct DraftBlock {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  std::vector<float> confidence;
+  std::vector<float> hidden;
+};
+
 struct SequenceChunk {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;
@@ -65,6 +77,12 @@ class Model {
   // context limit before touching any state.
   Tensor forward(std::span<const SequenceChunk> chunks) const;
 
+  // Whether the checkpoint has a DSpark drafter (its context is then kept in every state).
+  bool has_drafter() const { return weights_.has_dspark; }
+  // Greedy (temperature 0) DSpark draft after the state's committed positions, given the
+  // token `next` the target chose for the next position. Reads the state, changes nothing.
+  DraftBlock draft(const SequenceState& state, int32_t next) const;
+
   // Test instrumentation (model/decision_trace.h): while set, forward() records the routed
   // experts and indexer picks of every position it computes into `trace` (one sequence per
   // forward; positions below trace->max_positions). nullptr stops recording.
@@ -77,6 +95,8 @@ class Model {
   void select_entries(int64_t layer, Batch& batch, const float* x, const float* q_r) const;
   void moe_block(int64_t layer, const Batch& batch, const float* x, float* out) const;
   void engram_block(int64_t layer, const Batch& batch, float* X) const;
+  // DSpark: writes each row's context K=V (from the taps [N, n_taps, D]) into its state.
+  void write_draft_context(const Batch& batch, const float* taps) const;
   // Adds the token of `pos` to the compressor's window; when it completes the window,
   // writes the pooled, normalised (pre-RoPE) entry to `pooled` and returns true.
   bool compressor_step(const CompressorWeights& w, CompressorState& st, const float* a,

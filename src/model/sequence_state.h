@@ -40,6 +40,11 @@ struct SequenceState {
   std::vector<SequenceLayerState> layers;
   // The last max_ngram_size - 1 tokens (oldest first, fewer near the start) for Engram.
   std::vector<int32_t> recent_tokens;
+  // DSpark drafter (model/dspark.cc): per stage, the context K=V of committed positions,
+  // slot p mod n_draft_slots, written by every forward; n_draft_slots = window + block + 1,
+  // so that the slots a rejected draft would write never hold a position still read.
+  std::vector<std::vector<float>> draft_rings;
+  int64_t n_draft_slots = 0;
 };
 
 }  // namespace deepinfer

@@ -47,6 +47,66 @@ ExpertWeightsT take_expert(WeightSource& src, const std::string& prefix, int64_t
           src.take(prefix + "w2.weight", {dim, inter})};
 }
 
+AttentionWeights take_attention_core(WeightSource& src, const std::string& ap, const ModelConfig& cfg) {
+  const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim;
+  AttentionWeights a;
+  a.wq_a = src.take(ap + "wq_a.weight", {cfg.q_lora_rank, D});
+  a.q_norm = src.take(ap + "q_norm.weight", {cfg.q_lora_rank});
+  a.wq_b = src.take(ap + "wq_b.weight", {H * d, cfg.q_lora_rank});
+  a.wkv = src.take(ap + "wkv.weight", {d, D});
+  a.kv_norm = src.take(ap + "kv_norm.weight", {d});
+  a.wo_a = src.take(ap + "wo_a.weight", {cfg.o_groups * cfg.o_lora_rank, H * d / cfg.o_groups});
+  a.wo_b = src.take(ap + "wo_b.weight", {D, cfg.o_groups * cfg.o_lora_rank});
+  a.sink = src.take(ap + "attn_sink", {H});
+  return a;
+}
+
+// Router + experts + shared expert of a score-routed MoE with `n_experts` experts.
+MoeWeights take_scored_moe(WeightSource& src, const std::string& fp, const ModelConfig& cfg,
+                           int64_t n_experts) {
+  const int64_t D = cfg.hidden_size;
+  MoeWeights m;
+  m.gate = src.take(fp + "gate.weight", {n_experts, D});
+  m.bias = src.take(fp + "gate.bias", {n_experts});
+  if (cfg.traits.router_bias_vl) m.bias_vl = src.take(fp + "gate.bias_vl", {n_experts});
+  for (int64_t e = 0; e < n_experts; ++e) {
+    m.experts.push_back(take_expert(src, fp + "experts." + std::to_string(e) + ".",
+                                    cfg.moe_intermediate_size, D));
+  }
+  m.shared = take_expert(src, fp + "shared_experts.", cfg.moe_intermediate_size * cfg.n_shared_experts, D);
+  return m;
+}
+
+DsparkWeights take_dspark(WeightSource& src, const ModelConfig& cfg) {
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, n_mix = (2 + hc) * hc;
+  const int64_t n_taps = static_cast<int64_t>(cfg.dspark.target_layer_ids.size());
+  const int64_t n_stages = cfg.num_nextn_predict_layers, R = cfg.dspark.markov_rank;
+  const int64_t n_experts = cfg.dspark.n_routed_experts > 0 ? cfg.dspark.n_routed_experts : cfg.n_routed_experts;
+  CHECK(n_stages >= 1 && n_taps >= 1 && R > 0)
+      << "config: DSpark needs num_nextn_predict_layers >= 1, dspark_target_layer_ids and "
+         "dspark_markov_rank (got " << n_stages << " stages, " << n_taps << " taps, rank " << R << ")";
+  DsparkWeights w;
+  w.main_proj = src.take("mtp.0.main_proj.weight", {D, n_taps * D});
+  w.main_norm = src.take("mtp.0.main_norm.weight", {D});
+  for (int64_t k = 0; k < n_stages; ++k) {
+    const std::string p = "mtp." + std::to_string(k) + ".";
+    DsparkStageWeights st;
+    st.attn_norm = src.take(p + "attn_norm.weight", {D});
+    st.ffn_norm = src.take(p + "ffn_norm.weight", {D});
+    st.hc_attn = take_hc(src, p + "hc_attn_", n_mix, hc * D, 3);
+    st.hc_ffn = take_hc(src, p + "hc_ffn_", n_mix, hc * D, 3);
+    st.attn = take_attention_core(src, p + "attn.", cfg);
+    st.moe = take_scored_moe(src, p + "ffn.", cfg, n_experts);
+    w.stages.push_back(std::move(st));
+  }
+  const std::string last = "mtp." + std::to_string(n_stages - 1) + ".";
+  w.norm = src.take(last + "norm.weight", {D});
+  w.markov_embed = src.take(last + "markov_head.embed.weight", {cfg.vocab_size, R});
+  w.markov_head = src.take(last + "markov_head.head.weight", {cfg.vocab_size, R});
+  w.confidence = src.take(last + "confidence_head.proj.weight", {1, D + R});
+  return w;
+}
+
 }  // namespace
 
 std::string WeightSource::engram_token_map_path() const {
@@ -58,7 +118,7 @@ ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
   ModelConfig cfg = config;
   complete_model_config(&cfg);
   const int64_t D = cfg.hidden_size, V = cfg.vocab_size, hc = cfg.hc_mult;
-  const int64_t n_mix = (2 + hc) * hc, H = cfg.num_heads, d = cfg.head_dim;
+  const int64_t n_mix = (2 + hc) * hc, d = cfg.head_dim;
   ModelWeights w;
   w.embed = src.take("embed.weight", {V, D});
   w.head = src.take("head.weight", {V, D});
@@ -76,14 +136,7 @@ ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
 
     AttentionWeights& a = lw.attn;
     const std::string ap = p + "attn.";
-    a.wq_a = src.take(ap + "wq_a.weight", {cfg.q_lora_rank, D});
-    a.q_norm = src.take(ap + "q_norm.weight", {cfg.q_lora_rank});
-    a.wq_b = src.take(ap + "wq_b.weight", {H * d, cfg.q_lora_rank});
-    a.wkv = src.take(ap + "wkv.weight", {d, D});
-    a.kv_norm = src.take(ap + "kv_norm.weight", {d});
-    a.wo_a = src.take(ap + "wo_a.weight", {cfg.o_groups * cfg.o_lora_rank, H * d / cfg.o_groups});
-    a.wo_b = src.take(ap + "wo_b.weight", {D, cfg.o_groups * cfg.o_lora_rank});
-    a.sink = src.take(ap + "attn_sink", {H});
+    a = take_attention_core(src, ap, cfg);
     const LayerPlan& plan = cfg.plan[l];
     const int64_t hi = cfg.index_n_heads, di = cfg.index_head_dim;
     if (plan.owns_compressor) {
@@ -108,21 +161,24 @@ ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
       lw.engram = take_engram(src, p + "engram.", cfg, cfg.engram.num_embeddings[slot]);
     }
 
-    MoeWeights& m = lw.moe;
     const std::string fp = p + "ffn.";
-    m.gate = src.take(fp + "gate.weight", {cfg.n_routed_experts, D});
     if (cfg.is_hash_layer(l)) {
+      MoeWeights& m = lw.moe;
+      m.gate = src.take(fp + "gate.weight", {cfg.n_routed_experts, D});
       m.tid2eid = src.take(fp + "gate.tid2eid", {V, cfg.n_experts_per_tok});
+      for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
+        m.experts.push_back(take_expert(src, fp + "experts." + std::to_string(e) + ".",
+                                        cfg.moe_intermediate_size, D));
+      }
+      m.shared = take_expert(src, fp + "shared_experts.",
+                             cfg.moe_intermediate_size * cfg.n_shared_experts, D);
     } else {
-      m.bias = src.take(fp + "gate.bias", {cfg.n_routed_experts});
+      lw.moe = take_scored_moe(src, fp, cfg, cfg.n_routed_experts);
     }
-    if (cfg.traits.router_bias_vl) m.bias_vl = src.take(fp + "gate.bias_vl", {cfg.n_routed_experts});
-    m.experts.reserve(cfg.n_routed_experts);
-    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
-      m.experts.push_back(take_expert(src, fp + "experts." + std::to_string(e) + ".",
-                                      cfg.moe_intermediate_size, D));
-    }
-    m.shared = take_expert(src, fp + "shared_experts.", cfg.moe_intermediate_size * cfg.n_shared_experts, D);
+  }
+  if (cfg.dspark.block_size > 0) {
+    w.has_dspark = true;
+    w.dspark = take_dspark(src, cfg);
   }
   if (cfg.engram.enabled()) {
     const std::string path = src.engram_token_map_path();

@@ -74,12 +74,34 @@ struct LayerWeights {
   EngramWeights engram;
 };
 
+// DSpark drafter of V4.1 (MODEL_SPEC §D.5): three ratio-0 stages `mtp.k.*` with the
+// backbone's layer layout (their own MoE of dspark_n_routed_experts), the feature
+// projection, the last stage's norm, Markov and confidence heads. Embedding and LM head are
+// the backbone's.
+struct DsparkStageWeights {
+  Tensor attn_norm, ffn_norm;  // [D]
+  HcWeightsT hc_attn, hc_ffn;
+  AttentionWeights attn;
+  MoeWeights moe;
+};
+
+struct DsparkWeights {
+  Tensor main_proj;   // [D, n_taps * D]
+  Tensor main_norm;   // [D]
+  std::vector<DsparkStageWeights> stages;
+  Tensor norm;        // [D] (mtp.<last>.norm)
+  Tensor markov_embed, markov_head;  // [V, R]
+  Tensor confidence;  // [1, D + R]
+};
+
 struct ModelWeights {
   // Engram models only: raw token id -> compressed id (covers ids < vocab_size).
   EngramTokenMap engram_map;
   Tensor embed;  // [V, D]
   Tensor head;   // [V, D]
   Tensor norm;   // [D]
+  bool has_dspark = false;  // the config has DSpark keys (dspark_block_size > 0)
+  DsparkWeights dspark;
   HcWeightsT hc_head;  // V4 only (V4.1's single-pass mHC has no head collapse weights)
   std::vector<LayerWeights> layers;
 };

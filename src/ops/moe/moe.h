@@ -15,11 +15,14 @@ struct RouterParams {
   float routed_scale = 1.0f;
   float inv_temp = 1.0f;  // logits are multiplied by 1 / gate_temp (V4.1; 1 for V4)
   float sum_eps = 0.0f;   // added to sum(scores[sel]) before dividing (V4.1: 1e-20)
+  bool normalize = true;  // false: weights = scores[sel] * routed_scale (norm_topk_prob off,
+                          // or top_k == 1, as the V4.1 reference and mlx-lm do)
 };
 
 // For N tokens: router logits = (gate_w [E, D] . x) * inv_temp, scores = sqrt(softplus(logits)).
 // Selection: top_k of (scores + bias) (bias may be null), or tid2eid[token] [V, top_k]
-// when tid2eid is non-null. Weights = scores[sel] / (sum(scores[sel]) + sum_eps) * routed_scale.
+// when tid2eid is non-null. Weights = scores[sel] / (sum(scores[sel]) + sum_eps) * routed_scale
+// (without the division when !normalize).
 // Outputs expert ids [N, top_k] and weights [N, top_k].
 void route_ref(const float* x, int64_t n_rows, int64_t dim, const float* gate_w,
                const float* bias, const int32_t* tid2eid, const int32_t* token_ids,

@@ -40,7 +40,9 @@ void route_ref(const float* x, int64_t n_rows, int64_t dim, const float* gate_w,
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += s[ids[j]];
     sum += p.sum_eps;
-    for (int64_t j = 0; j < k; ++j) weights[r * k + j] = s[ids[j]] / sum * p.routed_scale;
+    for (int64_t j = 0; j < k; ++j) {
+      weights[r * k + j] = (p.normalize ? s[ids[j]] / sum : s[ids[j]]) * p.routed_scale;
+    }
   }
 }
 
