@@ -75,7 +75,7 @@ BLOCK = 32
 PRESETS = {
     "v41": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=4, head_dim=128,
                 qk_rope_head_dim=64, q_lora_rank=128, o_groups=2, o_lora_rank=64,
-                n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,
+                n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
                 n_shared_experts=1, sliding_window=128, index_n_heads=4, index_head_dim=128,
                 index_topk=64, candidate_topk_blocks=16, candidate_block_size=8,
                 compress_ratios=[0, 0, 2, 2, 1, 1, 1, 1], kv_source_layer_ids=[2, 4],
@@ -357,6 +357,13 @@ def build_model(c, seed, device):
                 return ste(p, bf16(p.detach()))
             return p
 
+        def experts(self, l, which):
+            """Routed experts' `which` matrices of layer l stacked [E, out, in], FP4-rounded at once
+            (the same values as w() per matrix: the 1x32 groups never cross matrices)."""
+            st = torch.stack([self.params[f"layers__{l}__ffn__experts__{e}__{which}__weight"]
+                              for e in range(c["n_routed_experts"])])
+            return ste(st, fp4_weight(st.detach()))
+
         def has(self, name):
             return name in self.kinds
 
@@ -525,7 +532,8 @@ def v41_forward(m, tokens, qat, indexer_loss):
         X = hc_expand(X, y, f_post, f_C)
         pre_mix = f_pre
     h = rms_norm(hc_collapse(X, pre_mix), m.w("norm.weight"), eps)
-    logits = torch.nn.functional.linear(h.float(), m.w("head.weight").float())
+    with torch.autocast(device_type=dev.type, enabled=False):  # fp32 head and logits
+        logits = torch.nn.functional.linear(h.float(), m.w("head.weight").float())
     return logits, aux
 
 
@@ -656,7 +664,8 @@ def moe(m, l, x, aux):
     E, k, I, lim = c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["swiglu_limit"]
     f = f"layers.{l}.ffn."
     xf = x.reshape(B * T, D)
-    logits = F.linear(xf.float(), m.w(f + "gate.weight").float())
+    with torch.autocast(device_type=x.device.type, enabled=False):  # fp32 router (MODEL_SPEC §A.11 D2)
+        logits = F.linear(xf.float(), m.w(f + "gate.weight").float())
     s = torch.sqrt(F.softplus(logits))
     idx = torch.topk(s.detach() + m.w(f + "gate.bias")[None], k, dim=-1).indices
     sel = s.gather(-1, idx)
@@ -664,9 +673,7 @@ def moe(m, l, x, aux):
     dense_w = torch.zeros_like(s).scatter(-1, idx, wts)  # [N, E]
     aux["loads"].append((l, torch.zeros(E, device=x.device).scatter_add_(
         0, idx.flatten(), torch.ones(idx.numel(), device=x.device)).detach()))
-    W1 = torch.stack([m.w(f"{f}experts.{e}.w1.weight") for e in range(E)])  # [E, I, D]
-    W3 = torch.stack([m.w(f"{f}experts.{e}.w3.weight") for e in range(E)])
-    W2 = torch.stack([m.w(f"{f}experts.{e}.w2.weight") for e in range(E)])  # [E, D, I]
+    W1, W3, W2 = (m.experts(l, k) for k in ("w1", "w3", "w2"))  # [E, I, D], [E, I, D], [E, D, I]
     gte = torch.einsum("nd,eid->nei", xf, W1).float().clamp(max=lim)
     up = torch.einsum("nd,eid->nei", xf, W3).float().clamp(-lim, lim)
     act = F.silu(gte) * up * dense_w[..., None]
@@ -789,6 +796,8 @@ def train(args):
     while step < total:
         if steps is None and step == timing_steps + 3:
             # step time measured over steps 3..12 (after warm-up): fix the schedule's length
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             dt = (time.time() - t_timing) / timing_steps
             total = max(step + 1, int(auto_budget / dt))
             print(f"[train] {dt * 1e3:.1f} ms/step -> {total} steps for {auto_budget:.0f} s", flush=True)
@@ -818,7 +827,7 @@ def train(args):
                 b += args.bias_update * torch.sign(load.mean() - load)
         step += 1
         if step % args.log_every == 0 or step == 1 or step == total:
-            rec = dict(step=step, lm=round(float(lm), 5), kl=round(float(kl), 5), lr=lr,
+            rec = dict(step=step, lm=round(lm.item(), 5), kl=round(kl.item(), 5), lr=lr,
                        grad_norm=round(float(gn), 4), t=round(time.time() - t_train, 1))
             log.append(rec)
             print(f"[train] {json.dumps(rec)}", flush=True)
@@ -939,8 +948,8 @@ def load_checkpoint(ckpt, device):
 # --------------------------------------------------------------------------------------------
 
 def find_engine_bin(arg):
-    cands = [arg] if arg else [os.path.join(ROOT, b, "tests", "tools", "model_logits")
-                               for b in ("build-g", "build", "build-cuda")]
+    cands = [arg] if arg else [os.path.join(ROOT, ".carry", "train_tiny", "model_logits")] + [
+        os.path.join(ROOT, b, "tests", "tools", "model_logits") for b in ("build-g", "build", "build-cuda")]
     for p in cands:
         if p and os.path.exists(p):
             return p
@@ -970,9 +979,13 @@ def check_engine(ckpt, engine_bin, n_windows, device, threshold=0.01):
     ok = True
     for numerics, qat in (("official", True), ("reference", False)):
         t0 = time.time()
+        env = dict(os.environ)
+        libdir = os.path.join(os.path.dirname(os.path.abspath(engine_bin)), "lib")
+        if os.path.isdir(libdir):  # tools/pack_model_logits.sh: OpenBLAS carried beside the binary
+            env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         out = subprocess.run([engine_bin, "--model", ckpt, "--ids", ids_path, "--out",
                               os.path.join(tmp, numerics), "--numerics", numerics, "--full-logits", "1"],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=env)
         if out.returncode != 0:
             raise SystemExit(f"engine failed: {out.stderr}")
         eng = json.loads(out.stdout.strip().splitlines()[-1])
