@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "recipe/scratch.h"
 
 namespace deepinfer::recipe {
 namespace {
@@ -165,6 +166,10 @@ void PreTokenizer::split(std::string_view segment, std::vector<Piece>& out) cons
     }
     out.swap(s.next);
   }
+  release_large_scratch(s.next);
+  release_large_scratch(s.matches);
+  release_large_scratch(s.parts);
+  release_large_scratch(s.merged);
 }
 
 }  // namespace deepinfer::recipe

@@ -12,6 +12,7 @@
 #include "recipe/bpe.h"
 #include "recipe/byte_level.h"
 #include "recipe/pretokenizer.h"
+#include "recipe/scratch.h"
 #include "recipe/tokenizer_json.h"
 #include "recipe/unicode_utf8.h"
 
@@ -171,6 +172,7 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& o
   thread_local std::vector<Piece> pieces;
   pre_tokenizer_->split(segment, pieces);
   for (const Piece& p : pieces) model_->encode(segment.substr(p.begin, p.end - p.begin), out);
+  release_large_scratch(pieces);
 }
 
 void Tokenizer::encode_into(std::string_view text, bool parse_added, std::vector<int32_t>& out) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "recipe/pretokenizer_regex.h"
+#include "recipe/scratch.h"
 #include "recipe/unicode_utf8.h"
 
 namespace deepinfer::recipe {
@@ -136,6 +137,7 @@ void AddedVocabulary::split(std::string_view text, std::vector<TextSegment>& out
   find_matches(text, 0, raw_trie_, first);
   if (normalized_trie_.empty()) {
     out = first;
+    release_large_scratch(first);
     return;
   }
   for (const TextSegment& seg : first) {
@@ -145,6 +147,7 @@ void AddedVocabulary::split(std::string_view text, std::vector<TextSegment>& out
       find_matches(text.substr(seg.begin, seg.end - seg.begin), seg.begin, normalized_trie_, out);
     }
   }
+  release_large_scratch(first);
 }
 
 }  // namespace deepinfer::recipe

@@ -84,6 +84,8 @@ void check_content_type(std::string_view value) {
 HttpSession::HttpSession(net::ip::tcp::socket&& socket, ServerState& state)
     : stream_(std::move(socket)), state_(state) {}
 
+HttpSession::~HttpSession() { state_.n_exchanges_ended.fetch_add(1, std::memory_order_relaxed); }
+
 void HttpSession::start() {
   net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::await_request, shared_from_this()));
 }
@@ -393,6 +395,7 @@ void HttpSession::end_exchange() {
   exchange_active_ = false;
   response_complete_ = false;
   gen_.reset();
+  state_.n_exchanges_ended.fetch_add(1, std::memory_order_relaxed);
   if (!keep_alive_) return linger_ ? linger_close() : close();
   if (!watching_) return await_request();
   // The watch read of the generation is still pending, without a deadline. Cancel it: on_watch

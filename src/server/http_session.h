@@ -39,6 +39,7 @@ namespace deepinfer::server {
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(boost::asio::ip::tcp::socket&& socket, ServerState& state);
+  ~HttpSession();  // counts as the end of its exchange for the idle heap trim (its buffers are gone)
   void start();
 
  private:

@@ -93,15 +93,20 @@ struct Server::Impl {
     });
   }
 
-  // Hands freed heap back to the OS once the server is quiet: no request began during the last
-  // tick and the engine has nothing live, after some request since the last trim. AsyncEngine
-  // trims after engine work; this also covers requests refused before the engine (4xx with
-  // large bodies) and the buffers of connections that closed after the engine went idle.
+  // Hands freed heap back to the OS once the server is quiet: no request began or ended during
+  // the last tick and the engine has nothing live, after some request activity since the last
+  // trim. AsyncEngine trims after engine work; this also covers requests refused before the
+  // engine (4xx with large bodies) and the buffers of connections that closed after the engine
+  // went idle. Ends count too: a request refused after a long preparation (a 6 MB prompt
+  // tokenized, then too long) frees its memory long after it began; watching only beginnings,
+  // the trim ran before those frees and the next one waited for the next request (+100-220 MiB
+  // resident meanwhile).
   void check_trim() {
     trim_timer.expires_after(std::chrono::milliseconds(500));
     trim_timer.async_wait([this](boost::system::error_code ec) {
       if (ec || shutting_down) return;
-      const int64_t n = state.n_exchanges.load(std::memory_order_relaxed);
+      const int64_t n = state.n_exchanges.load(std::memory_order_relaxed) +
+                        state.n_exchanges_ended.load(std::memory_order_relaxed);
       if (n != trim_seen) {
         trim_seen = n;
         trim_due = true;

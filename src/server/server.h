@@ -14,9 +14,10 @@
 // http_session.h). One log line per request.
 // Memory: every request's allocations are freed when it ends (the engine's per-request states
 // included, even when no request follows); the heap is trimmed once the server is quiet (no
-// request began for half a second, nothing live in the engine; AsyncEngine also trims after
-// engine work), and `deepinfer serve` runs with one malloc arena so that the trim returns
-// everything free: after a burst the resident size is back within a few MB of idle
+// request began or ended for half a second, nothing live in the engine; AsyncEngine also trims
+// after engine work), and `deepinfer serve` runs with one malloc arena so that the trim returns
+// everything free: after a burst the resident size is back within a few MB of idle, and
+// malloc's bytes in use (GET /metrics: deepinfer_heap_in_use_bytes) within 1 MB
 // (tests/python/test_server.py, test_500_concurrent_streams).
 //
 // Thread-safety: construct and run() on one thread; stop() from any thread or a signal.

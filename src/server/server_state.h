@@ -50,7 +50,10 @@ struct ServerState {
   int64_t created = 0;  // unix seconds the server started (GET /v1/models)
   std::unique_ptr<boost::asio::thread_pool> prep_pool;  // request parsing, prompt tokenization
   std::unique_ptr<boost::asio::thread_pool> grammar_pool;  // constraint compilation (budgeted)
-  std::atomic<int64_t> n_exchanges{0};  // requests read so far (the idle heap trim watches it)
+  // Requests read so far, and exchanges ended / sessions destroyed (the idle heap trim
+  // watches both: memory is freed when a request ends, which may be long after it began).
+  std::atomic<int64_t> n_exchanges{0};
+  std::atomic<int64_t> n_exchanges_ended{0};
   LiveRequests live;
 };
 
