@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "recipe/byte_level.h"
+#include "recipe/scratch.h"
 #include "recipe/unicode_utf8.h"
 
 namespace deepinfer::recipe {
@@ -260,6 +261,7 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
   merge_word(sym);
   if (use_cache) cache_.insert(piece, h, sym.data(), sym.size());
   out.insert(out.end(), sym.begin(), sym.end());
+  release_large_scratch(sym);
 }
 
 }  // namespace deepinfer::recipe
