@@ -51,7 +51,7 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
       keys.clear();
       for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
         keys.push_back(p >= seg.start_pos ? &kv[(seg.begin + p - seg.start_pos) * d]
-                                          : &ls.ring[(p % W) * d]);
+                                          : &ls.ring[(p % seg.state->n_ring_slots) * d]);
       }
       if (plan.kv_from >= 0) {
         const float* entries = seg.state->layers[plan.kv_from].compressor.entries.data();
@@ -69,11 +69,12 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
     }
   });
 
-  // The chunk's keys enter the window ring (only the last W positions survive).
+  // The chunk's keys enter the window ring (slot = position mod n_ring_slots).
   for (const Batch::Segment& seg : batch.segments) {
     std::vector<float>& ring = seg.state->layers[layer].ring;
     for (int64_t row = std::max(seg.begin, seg.end - W); row < seg.end; ++row) {
-      std::memcpy(&ring[(batch.positions[row] % W) * d], &kv[row * d], d * sizeof(float));
+      std::memcpy(&ring[(batch.positions[row] % seg.state->n_ring_slots) * d], &kv[row * d],
+                  d * sizeof(float));
     }
   }
 

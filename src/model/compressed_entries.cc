@@ -75,47 +75,44 @@ void Model::feed_compressors(int64_t layer, Batch& batch, const float* x) const 
 bool Model::compressor_step(const CompressorWeights& w, CompressorState& st, const float* a,
                             const float* z, int64_t pos, float* pooled) const {
   const int64_t m = st.ratio, width = st.width, c = st.overlap ? 2 : 1, cw = c * width;
-  const int64_t slot = pos % m;
-  std::memcpy(&st.cur_a[slot * cw], a, cw * sizeof(float));
+  const int64_t slot = pos % st.n_slots;
+  std::memcpy(&st.rows_a[slot * cw], a, cw * sizeof(float));
   if (w.ape.defined()) {
-    const float* ape = w.ape.f32() + slot * cw;
-    for (int64_t i = 0; i < cw; ++i) st.cur_z[slot * cw + i] = z[i] + ape[i];
+    const float* ape = w.ape.f32() + (pos % m) * cw;
+    for (int64_t i = 0; i < cw; ++i) st.rows_z[slot * cw + i] = z[i] + ape[i];
   } else {
-    std::memcpy(&st.cur_z[slot * cw], z, cw * sizeof(float));
+    std::memcpy(&st.rows_z[slot * cw], z, cw * sizeof(float));
   }
   if ((pos + 1) % m != 0) return false;
 
+  // Entry w pools the rows of its window's positions m*w .. m*w + m - 1 (with overlap: their B
+  // halves, after the A halves of window w - 1, weight 0 before the first window).
+  const int64_t first = pos + 1 - m;
   std::vector<const float*> pa, pz;
   std::vector<float> zeros, neg_inf;
   if (st.overlap) {
-    // Slots 0..m-1: A halves of the previous window (weight 0 before the first window);
-    // slots m..2m-1: B halves of this window.
-    if (!st.has_prev) {
+    if (first == 0) {
       zeros.assign(width, 0.0f);
       neg_inf.assign(width, -INFINITY);
     }
     for (int64_t s = 0; s < m; ++s) {
-      pa.push_back(st.has_prev ? &st.prev_a[s * width] : zeros.data());
-      pz.push_back(st.has_prev ? &st.prev_z[s * width] : neg_inf.data());
+      const int64_t prev = ((first - m + s) % st.n_slots + st.n_slots) % st.n_slots;
+      pa.push_back(first == 0 ? zeros.data() : &st.rows_a[prev * cw]);
+      pz.push_back(first == 0 ? neg_inf.data() : &st.rows_z[prev * cw]);
     }
     for (int64_t s = 0; s < m; ++s) {
-      pa.push_back(&st.cur_a[s * cw + width]);
-      pz.push_back(&st.cur_z[s * cw + width]);
+      const int64_t cur = (first + s) % st.n_slots;
+      pa.push_back(&st.rows_a[cur * cw + width]);
+      pz.push_back(&st.rows_z[cur * cw + width]);
     }
   } else {
     for (int64_t s = 0; s < m; ++s) {
-      pa.push_back(&st.cur_a[s * cw]);
-      pz.push_back(&st.cur_z[s * cw]);
+      const int64_t cur = (first + s) % st.n_slots;
+      pa.push_back(&st.rows_a[cur * cw]);
+      pz.push_back(&st.rows_z[cur * cw]);
     }
   }
   compress_pool_ref(pa.data(), pz.data(), static_cast<int64_t>(pa.size()), width, pooled);
-  if (st.overlap) {
-    for (int64_t s = 0; s < m; ++s) {
-      std::memcpy(&st.prev_a[s * width], &st.cur_a[s * cw], width * sizeof(float));
-      std::memcpy(&st.prev_z[s * width], &st.cur_z[s * cw], width * sizeof(float));
-    }
-    st.has_prev = true;
-  }
   rms_norm_ref(pooled, w.norm.f32(), 1, width, width, static_cast<float>(config_.rms_norm_eps),
                pooled);
   return true;

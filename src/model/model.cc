@@ -22,22 +22,17 @@ Numerics parse_numerics(const std::string& name) {
   THROW(kInvalidInput) << "unknown numerics '" << name << "' (expected official or reference)";
 }
 
-void CompressorState::init(int64_t ratio_in, int64_t width_in) {
+void CompressorState::init(int64_t ratio_in, int64_t width_in, int64_t rollback_depth) {
   ratio = ratio_in;
   width = width_in;
   overlap = ratio == 4;
   const int64_t c = overlap ? 2 : 1;
-  cur_a.assign(ratio * c * width, 0.0f);
-  cur_z.assign(ratio * c * width, 0.0f);
-  if (overlap) {
-    prev_a.assign(ratio * width, 0.0f);
-    prev_z.assign(ratio * width, 0.0f);
-  }
-  has_prev = false;
+  n_slots = (overlap ? 2 : 1) * ratio + rollback_depth;
+  rows_a.assign(n_slots * c * width, 0.0f);
+  rows_z.assign(n_slots * c * width, 0.0f);
   entries.clear();
   n_entries = 0;
 }
-
 
 namespace {
 
@@ -64,15 +59,48 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSourc
   return std::make_unique<Model>(c, load_model_weights(c, source), options);
 }
 
+int64_t Model::rollback_depth() const {
+  if (options_.max_rollback >= 0) return options_.max_rollback;
+  return weights_.has_dspark ? config_.dspark.block_size : 0;
+}
+
+void Model::truncate(SequenceState& state, int64_t n_tokens) const {
+  CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers)
+      << "truncate: sequence state belongs to another model";
+  CHECK(n_tokens >= 0 && n_tokens <= state.n_tokens)
+      << "truncate: " << n_tokens << " is outside the sequence's 0.." << state.n_tokens << " positions";
+  CHECK(state.n_tokens - n_tokens <= rollback_depth())
+      << "truncate: rolling back " << state.n_tokens - n_tokens << " positions, more than the "
+      << rollback_depth() << " this model keeps (ModelOptions::max_rollback)";
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    SequenceLayerState& ls = state.layers[l];
+    const LayerPlan& plan = config_.plan[l];
+    if (plan.owns_compressor) {
+      ls.compressor.n_entries = n_tokens / plan.ratio;
+      ls.compressor.entries.resize(ls.compressor.n_entries * config_.head_dim);
+    }
+    if (plan.owns_index_keys) {
+      if (plan.own_index_compressor) ls.index_compressor.n_entries = n_tokens / plan.ratio;
+      ls.index_keys.resize((n_tokens / plan.ratio) * config_.index_head_dim);
+    }
+  }
+  const size_t drop = static_cast<size_t>(state.n_tokens - n_tokens);
+  state.recent_tokens.resize(state.recent_tokens.size() - std::min(drop, state.recent_tokens.size()));
+  state.n_tokens = n_tokens;
+}
+
 std::unique_ptr<SequenceState> Model::new_state() const {
   auto state = std::make_unique<SequenceState>();
   state->layers.resize(config_.num_layers);
+  state->n_ring_slots = config_.sliding_window + rollback_depth() + 1;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     SequenceLayerState& ls = state->layers[l];
     const LayerPlan& plan = config_.plan[l];
-    ls.ring.assign(config_.sliding_window * config_.head_dim, 0.0f);
-    if (plan.owns_compressor) ls.compressor.init(plan.ratio, config_.head_dim);
-    if (plan.own_index_compressor) ls.index_compressor.init(plan.ratio, config_.index_head_dim);
+    ls.ring.assign(state->n_ring_slots * config_.head_dim, 0.0f);
+    if (plan.owns_compressor) ls.compressor.init(plan.ratio, config_.head_dim, rollback_depth());
+    if (plan.own_index_compressor) {
+      ls.index_compressor.init(plan.ratio, config_.index_head_dim, rollback_depth());
+    }
   }
   if (weights_.has_dspark) {
     state->n_draft_slots = config_.sliding_window + config_.dspark.block_size + 1;
@@ -166,8 +194,11 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
     if (single_pass) pre_mix.swap(ffn_pre);
   }
   if (n_taps > 0) write_draft_context(batch, taps.data());
-  // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens.
-  const size_t keep = cfg.engram.enabled() ? static_cast<size_t>(cfg.engram.max_ngram_size - 1) : 0;
+  // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens (more after a
+  // rollback).
+  const size_t keep = cfg.engram.enabled()
+                          ? static_cast<size_t>(cfg.engram.max_ngram_size - 1 + rollback_depth())
+                          : 0;
   for (const Batch::Segment& seg : batch.segments) {
     std::vector<int32_t>& recent = seg.state->recent_tokens;
     recent.insert(recent.end(), batch.tokens.begin() + seg.begin, batch.tokens.begin() + seg.end);

@@ -37,6 +37,9 @@ struct ModelOptions {
   Numerics numerics = Numerics::kOfficial;
   // Fixed reduction order in every GEMM so a row's logits do not depend on the batch.
   bool batch_invariant = false;
+  // How many positions Model::truncate may roll back (speculative verification of up to this
+  // many drafts); -1: the DSpark block size when the checkpoint has a drafter, else 0.
+  int64_t max_rollback = -1;
 };
 
 // One DSpark draft block (MODEL_SPEC §D.2-D.4) after a sequence's committed positions
@@ -71,6 +74,13 @@ class Model {
   const ModelOptions& options() const { return options_; }
 
   std::unique_ptr<SequenceState> new_state() const;
+
+  // Rolls a sequence back to its first `n_tokens` positions (speculative drafts that were not
+  // accepted), by construction: window slots, compressor rows and draft rings are indexed by
+  // position and the next forward overwrites what the rolled-back positions wrote; entries
+  // and index keys beyond the new length are dropped. At most rollback_depth() positions.
+  void truncate(SequenceState& state, int64_t n_tokens) const;
+  int64_t rollback_depth() const;
 
   // Runs the chunks, advancing each state. Returns fp32 logits [n_rows, V]: for each chunk
   // in order, all its rows (all_logits) or its last row. Validates token ids and the

@@ -10,26 +10,25 @@
 
 namespace deepinfer {
 
-// Gated-pooling compressor of one layer (main: width d, indexer: width d_I).
+// Gated-pooling compressor of one layer (main: width d, indexer: width d_I). The raw
+// per-token rows (a_t, z_t) are kept by position, slot t mod n_slots, so a window is pooled
+// from the positions it covers and a rollback needs no undo (MODEL_SPEC §A.5, §D.6).
 struct CompressorState {
-  int64_t ratio = 0;   // m
-  int64_t width = 0;   // d_c
+  int64_t ratio = 0;     // m
+  int64_t width = 0;     // d_c
   bool overlap = false;  // ratio 4: two series, entry w pools window w-1 (A) and w (B)
-  // Current (incomplete) window: slot t mod m holds (a_t, z_t), each c*d_c wide (z has ape).
-  std::vector<float> cur_a, cur_z;
-  // Overlap only: A halves (first d_c channels) of the previous complete window.
-  std::vector<float> prev_a, prev_z;
-  bool has_prev = false;
+  int64_t n_slots = 0;   // rows kept: m (2m with overlap) + the rollback depth
+  std::vector<float> rows_a, rows_z;  // [n_slots, c*d_c]; z includes ape
   // Emitted entries [n_entries, d_c] after norm, RoPE at m*w and QAT rounding (the index
   // compressor of V4 leaves them empty: its entries are the layer's index_keys).
   std::vector<float> entries;
   int64_t n_entries = 0;
 
-  void init(int64_t ratio, int64_t width);
+  void init(int64_t ratio, int64_t width, int64_t rollback_depth);
 };
 
 struct SequenceLayerState {
-  std::vector<float> ring;  // [W, d]; slot p mod W holds position p
+  std::vector<float> ring;  // [n_ring_slots, d]; slot p mod n_ring_slots holds position p
   CompressorState compressor;
   CompressorState index_compressor;  // V4 ratio-4 layers: the index keys' own compressor
   std::vector<float> index_keys;     // [entries, d_I] after RoPE and QAT rounding
@@ -37,8 +36,12 @@ struct SequenceLayerState {
 
 struct SequenceState {
   int64_t n_tokens = 0;  // positions already processed
+  // Window slots per layer: W + the rollback depth + 1, so positions a rolled-back chunk
+  // wrote never held a position a later query reads (Model::truncate).
+  int64_t n_ring_slots = 0;
   std::vector<SequenceLayerState> layers;
-  // The last max_ngram_size - 1 tokens (oldest first, fewer near the start) for Engram.
+  // The last max_ngram_size - 1 + rollback depth tokens (oldest first, fewer near the start),
+  // for Engram's n-grams.
   std::vector<int32_t> recent_tokens;
   // DSpark drafter (model/dspark.cc): per stage, the context K=V of committed positions,
   // slot p mod n_draft_slots, written by every forward; n_draft_slots = window + block + 1,
