@@ -3,7 +3,8 @@
 #   make test  installs what is missing, builds, runs the whole test suite
 BUILD ?= build
 JOBS ?= $(shell nproc)
-PROMPT ?= The capital of France is
+# The trained tiny V4.1 model (models/trained-v41, tools/train_tiny.py) continues Python code.
+PROMPT ?= class Stack:\n    def __init__(self):\n
 
 .PHONY: run test setup build build-cuda test-cpp test-python clean
 
@@ -15,7 +16,8 @@ build: setup
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	$(BUILD)/deepinfer generate --prompt "$(PROMPT)" --max-tokens 32
+	$(BUILD)/deepinfer generate --model models/trained-v41 --prompt "$$(printf '$(PROMPT)')" \
+	  --max-tokens 96 --temperature 0.6 --top-p 0.95 --seed 2
 
 # Compiles the CUDA backend (it cannot run without a GPU; scripts/gpu-check runs it).
 build-cuda: setup
