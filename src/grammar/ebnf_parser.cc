@@ -40,6 +40,10 @@ class EbnfParser {
   std::string_view t_;
   GrammarBuilder& b_;
   size_t pos_ = 0;
+  // Nesting bounds: the parser and the passes over its Expr trees recurse once per level, so a
+  // deeper grammar (200,000 '(' or '"a"****...') overflowed the stack.
+  static constexpr int kMaxGroupDepth = 256;
+  static constexpr int kMaxStackedPostfix = 8;
   std::map<std::string, int32_t> rules_;
 
   bool at_end() const { return pos_ >= t_.size(); }
@@ -104,8 +108,11 @@ class EbnfParser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
-    while (!at_end()) {
+    for (int n = 0; !at_end(); ++n) {
       char c = t_[pos_];
+      if (n == kMaxStackedPostfix && (c == '*' || c == '+' || c == '?' || c == '{')) {
+        THROW(kResourceExhausted) << "EBNF: more than " << kMaxStackedPostfix << " repetition operators on one term";
+      }
       if (c == '*') { ++pos_; e = star(e); }
       else if (c == '+') { ++pos_; e = plus(e); }
       else if (c == '?') { ++pos_; e = opt(e); }
@@ -148,6 +155,7 @@ class EbnfParser {
     if (c == '[') return parse_class();
     if (c == '.') { ++pos_; return cls({{0, kMaxCodePoint}}); }
     if (c == '(') {
+      if (depth >= kMaxGroupDepth) THROW(kResourceExhausted) << "EBNF: groups nested deeper than " << kMaxGroupDepth;
       ++pos_;
       ExprPtr e = parse_alternatives(depth + 1);
       skip_space(true);

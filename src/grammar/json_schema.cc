@@ -483,8 +483,17 @@ namespace deepinfer::grammar {
 
 Grammar json_schema_grammar(std::string_view schema_json, const JsonSchemaOptions& options) {
   json root;
+  // Bounded before any recursive pass (or copy) runs over the document: a schema given as text
+  // is not depth-limited by the request parser, and 20,000 levels overflowed the stack.
+  constexpr int kMaxDepth = 128;
+  struct TooDeep {};
   try {
-    root = json::parse(schema_json);
+    root = json::parse(schema_json, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw TooDeep{};
+      return true;
+    });
+  } catch (const TooDeep&) {
+    THROW(kResourceExhausted) << "JSON Schema nests deeper than " << kMaxDepth << " levels";
   } catch (const json::exception& e) {
     THROW(kInvalidInput) << "JSON Schema is not valid JSON: " << e.what();
   }

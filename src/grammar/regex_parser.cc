@@ -37,6 +37,11 @@ class RegexParser {
   RegexMode mode_;
   RegexFlavor flavor_;
   size_t pos_ = 0;
+  // Nesting bounds: the parser and the passes over its Expr tree recurse once per level, so a
+  // deeper pattern (200,000 '(' or 'a****...') overflowed the stack.
+  static constexpr int kMaxGroupDepth = 256;
+  static constexpr int kMaxStackedQuantifiers = 8;
+  int group_depth_ = 0;
 
   // Python's str-pattern classes (a superset of ECMA's for \d \w; \s differs) are approximated
   // by "every non-ASCII code point" where Unicode tables would be needed.
@@ -151,7 +156,10 @@ class RegexParser {
 
   ExprPtr parse_quantified() {
     ExprPtr atom = parse_atom();
-    while (!at_end()) {
+    for (int n = 0; !at_end(); ++n) {
+      if (n == kMaxStackedQuantifiers) {
+        THROW(kResourceExhausted) << "regex: more than " << kMaxStackedQuantifiers << " quantifiers on one atom";
+      }
       char c = p_[pos_];
       int32_t lo, hi;
       if (c == '*') { ++pos_; lo = 0; hi = kUnbounded; }
@@ -191,8 +199,12 @@ class RegexParser {
             unsupported("group flags (?...)");
           }
         }
+        if (++group_depth_ > kMaxGroupDepth) {
+          THROW(kResourceExhausted) << "regex: groups nested deeper than " << kMaxGroupDepth;
+        }
         ExprPtr inner = parse_alternation();
         if (!eat(')')) fail("missing ')'");
+        --group_depth_;
         return inner;
       }
       case '[': return parse_class();

@@ -128,6 +128,7 @@ void SafetensorsFile::parse_header() {
       uint64_t d = 0;
       CHECK(as_u64(dim, &d)) << where << ": shape entry " << dim.dump()
                              << " is not a non-negative integer";
+      CHECK(d <= static_cast<uint64_t>(INT64_MAX)) << where << ": shape entry " << d << " is too large";
       CHECK(!__builtin_mul_overflow(numel, d, &numel)) << where << ": shape overflows";
       info.shape.push_back(static_cast<int64_t>(d));
     }

@@ -14,6 +14,8 @@
 namespace deepinfer::recipe {
 namespace {
 
+constexpr int64_t kMaxUnusedIds = int64_t{1} << 20;  // ids a vocabulary may leave unused
+
 constexpr uint64_t kEmpty = ~0ull;
 // Words up to this many symbols use the quadratic scan; longer ones the heap.
 constexpr size_t kShortWord = 48;
@@ -56,6 +58,11 @@ BpeModel::BpeModel(const nlohmann::json& model, BpeInput input) {
     CHECK(value.is_number_integer()) << "BPE vocab entry '" << token << "' has a non-integer id";
     const int64_t id = value.get<int64_t>();
     CHECK(id >= 0 && id < INT32_MAX) << "BPE vocab entry '" << token << "' has id out of range: " << id;
+    // Ids index dense per-id tables (the tokenizer's, the grammar vocabulary's): an id far past
+    // the vocabulary's size would make them take gigabytes.
+    CHECK(id < static_cast<int64_t>(input.vocab.size()) + kMaxUnusedIds)
+        << "BPE vocab entry '" << token << "' has id " << id << ", more than " << kMaxUnusedIds
+        << " past the vocabulary's " << input.vocab.size() << " entries";
     vocab_.emplace(token, static_cast<int32_t>(id));
   }
   for (int b = 0; b < 256; ++b) {

@@ -316,6 +316,17 @@ TEST(ModelConfig, BadConfigsGetErrorsNamingTheKey) {
        {"'eos_token_id'", "600"}},
       {"two KV heads", [](json& c) { c["num_key_value_heads"] = 2; }, ErrorKind::kUnsupported,
        {"'num_key_value_heads'"}},
+      // Found with fuzz/fuzz_model_config (hand-made inputs): counts that made the parser
+      // allocate per layer until it ran out of memory (or loop for minutes).
+      {"absurd layer count",
+       [](json& c) {
+         c.erase("layer_types");
+         c.erase("mlp_layer_types");
+         c["num_hidden_layers"] = 4000000000LL;
+       },
+       ErrorKind::kInvalidInput, {"'num_hidden_layers'", "4000000000", "larger than"}},
+      {"absurd drafter count", [](json& c) { c["num_nextn_predict_layers"] = 1000000000000000LL; },
+       ErrorKind::kInvalidInput, {"'num_nextn_predict_layers'", "larger than"}},
   };
   for (const BadConfig& bad : cases) {
     SCOPED_TRACE(bad.label);

@@ -99,6 +99,11 @@ TEST(Safetensors, RejectsMalformedFiles) {
       {"negative dim",
        raw_safetensors(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
        {"'a'", "shape entry -1"}},
+      // A dimension past INT64_MAX beside a zero one (numel 0) was accepted as a negative
+      // dimension (found while writing fuzz/fuzz_safetensors.cc).
+      {"dim past int64",
+       raw_safetensors(R"({"a":{"dtype":"F32","shape":[0,9223372036854775808],"data_offsets":[0,0]}})", 0),
+       {"'a'", "shape entry 9223372036854775808 is too large"}},
       {"end before begin",
        raw_safetensors(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8),
        {"'a'", "end before they begin"}},

@@ -185,6 +185,14 @@ TEST(Errors, MalformedAndUnsupportedFilesAreRejected) {
   j = tiny_json();
   j["added_tokens"] = {{{"id", "x"}}};
   EXPECT_EQ(kind_of(j.dump()), ErrorKind::kInvalidInput);
+  // Found with fuzz/fuzz_tokenizer (a hand-made input): a sparse id made the per-id tables
+  // take gigabytes.
+  j = tiny_json();
+  j["model"]["vocab"]["aa"] = 2100000000;
+  EXPECT_EQ(kind_of(j.dump()), ErrorKind::kInvalidInput);
+  j = tiny_json();
+  j["model"]["vocab"]["aa"] = 300000;  // a gap, within bounds
+  EXPECT_EQ(Tokenizer::from_json(j.dump()).vocab_size(), 300001);
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/tokenizer.json"), Error);
   EXPECT_THROW(tiny().encode("bad \xFF utf8"), Error);
 }
