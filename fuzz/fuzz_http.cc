@@ -83,8 +83,8 @@ struct Harness {
     o.max_model_len = 64;
     o.max_body_bytes = 64 << 10;
     o.handle_signals = false;
-    o.idle_timeout_seconds = 0.3;
-    o.read_timeout_seconds = 0.5;
+    o.idle_timeout_seconds = 0.05;  // short: a kept-open connection costs the fuzzer this long
+    o.read_timeout_seconds = 0.15;
     o.write_timeout_seconds = 1.0;
     o.limits.grammar.max_states = 20000;
     o.limits.grammar.max_memory_bytes = 32 << 20;
