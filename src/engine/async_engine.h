@@ -51,6 +51,12 @@ class StepEngine {
   virtual std::vector<RequestOutput> step() = 0;
   virtual bool has_unfinished() const = 0;
   virtual EngineLoad load() const { return {}; }
+  // The constraint compiled for a later add_request (any thread); null when this engine does
+  // not compile ahead (the request then compiles on the engine thread).
+  virtual std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const std::string& kind,
+                                                                             const std::string& text) {
+    return nullptr;
+  }
 };
 
 // Adapts an Engine (engine.h).
@@ -91,6 +97,12 @@ class AsyncEngine {
 
   AsyncEngineStats stats() const;
   int64_t max_live_requests() const { return options_.max_live_requests; }
+  // StepEngine::compile_constraint, from any thread (the engine's constraint cache is
+  // thread-safe); lets a caller compile a request's constraint off the engine thread.
+  std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const std::string& kind,
+                                                                     const std::string& text) {
+    return engine_->compile_constraint(kind, text);
+  }
 
  private:
   struct Pending {

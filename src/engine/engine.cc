@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <mutex>
 #include <unordered_map>
 
 #include "base/error.h"
@@ -177,6 +178,16 @@ struct Engine::Impl {
   EngineStats stats;
   int64_t max_model_len = 0;
   std::unique_ptr<StructuredOutput> structured;  // built on the first constrained request
+  std::once_flag structured_once;                // ... or compile_constraint() call, any thread
+  StructuredOutput& structured_output() {
+    std::call_once(structured_once, [this] {
+      std::vector<int32_t> stops;
+      for (int64_t eos : runner->config().eos_token_ids) stops.push_back(int32_t(eos));
+      structured = std::make_unique<StructuredOutput>(*tokenizer, runner->config().vocab_size, stops,
+                                                      256, args.grammar_limits);
+    });
+    return *structured;
+  }
   // Matchers of retired requests, kept until no launch runs: a launch on the worker may be
   // filling the bitmask of a request that finished (max_tokens, stop string) or was aborted.
   std::vector<std::unique_ptr<grammar::GrammarMatcher>> retired_matchers;
@@ -663,6 +674,13 @@ const ModelConfig& Engine::model_config() const { return impl_->runner->config()
 const ModelRunner& Engine::runner() const { return *impl_->runner; }
 int64_t Engine::max_model_len() const { return impl_->max_model_len; }
 const recipe::Tokenizer* Engine::tokenizer() const { return impl_->tokenizer.get(); }
+
+std::shared_ptr<const grammar::CompiledGrammar> Engine::compile_constraint(const std::string& kind,
+                                                                           const std::string& text) {
+  CHECK(impl_->tokenizer != nullptr)
+      << "engine: a structured-output constraint needs a tokenizer and the model has none";
+  return impl_->structured_output().compile(kind, text);
+}
 const StateCache& Engine::state_cache() const { return impl_->scheduler->cache(); }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 
@@ -695,13 +713,10 @@ void Engine::add_request(EngineRequest request) {
     // The constraint decides where the output ends (its EOS terminates the matcher).
     CHECK(!request.params.ignore_eos) << "engine: request '" << request.id
                                       << "' sets ignore_eos with a structured-output constraint";
-    if (!m.structured) {
-      std::vector<int32_t> stops;
-      for (int64_t eos : cfg.eos_token_ids) stops.push_back(int32_t(eos));
-      m.structured = std::make_unique<StructuredOutput>(*m.tokenizer, cfg.vocab_size, stops, 256,
-                                                        m.args.grammar_limits);
-    }
-    matcher = m.structured->make_matcher(request.constraint_kind, request.constraint);
+    // Compiled off this thread when the caller did (compile_constraint), else here.
+    matcher = request.compiled_constraint
+                  ? std::make_unique<grammar::GrammarMatcher>(request.compiled_constraint)
+                  : m.structured_output().make_matcher(request.constraint_kind, request.constraint);
   }
   RequestSpec spec;
   spec.id = m.next_num;

@@ -59,6 +59,7 @@
 
 #include "engine/sampler.h"
 #include "grammar/budget.h"
+#include "grammar/compiled_grammar.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
 
@@ -122,6 +123,9 @@ struct EngineRequest {
   // constraint; EOS is allowed exactly when the output is complete. Needs a tokenizer.
   std::string constraint_kind;
   std::string constraint;
+  // Optional: the constraint already compiled by Engine::compile_constraint on another thread
+  // (the server's grammar pool), so the engine thread only wraps it in a matcher.
+  std::shared_ptr<const grammar::CompiledGrammar> compiled_constraint;
 };
 
 // Log-softmax of the model's raw logits row (before penalties and temperature).
@@ -185,6 +189,10 @@ class Engine {
   // Validates and queues a request; throws Error (bad params, prompt too long, duplicate id)
   // and leaves the engine unchanged.
   void add_request(EngineRequest request);
+  // Compiles (or finds in the cache) a structured-output constraint; callable from any thread
+  // while the engine runs. Same errors as a constrained add_request.
+  std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const std::string& kind,
+                                                                     const std::string& text);
   // Cancels a request at any time, freeing its state. False if unknown or finished.
   bool abort(const std::string& id);
   // Runs one step; returns outputs for requests that produced tokens or finished (an

@@ -15,6 +15,10 @@ class EngineAdapter final : public StepEngine {
   bool abort(const std::string& id) override { return engine_->abort(id); }
   std::vector<RequestOutput> step() override { return engine_->step(); }
   bool has_unfinished() const override { return engine_->has_unfinished(); }
+  std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const std::string& kind,
+                                                                     const std::string& text) override {
+    return engine_->compile_constraint(kind, text);
+  }
   EngineLoad load() const override {
     const StateCache& cache = engine_->state_cache();
     EngineLoad l;

@@ -22,25 +22,43 @@ StructuredOutput::StructuredOutput(const recipe::Tokenizer& tokenizer, int64_t v
   vocab_ = std::make_shared<const grammar::Vocabulary>(std::move(bytes), std::move(stop_token_ids));
 }
 
+std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const std::string& kind,
+                                                                          const std::string& text) {
+  auto key = std::make_pair(kind, text);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      uses_.splice(uses_.begin(), uses_, it->second.use);
+      it->second.use = uses_.begin();
+      return it->second.grammar;
+    }
+  }
+  grammar::GrammarSpec spec{kind, text};
+  spec.limits = limits_;
+  std::shared_ptr<const grammar::CompiledGrammar> compiled =
+      grammar::compile_grammar(spec, vocab_);  // throws before any change; outside the lock
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second.grammar;  // compiled meanwhile by another thread
+  if (cache_.size() >= capacity_) {
+    cache_.erase(cache_.find(*uses_.back()));
+    uses_.pop_back();
+  }
+  it = cache_.emplace(std::move(key), Entry{compiled, {}}).first;
+  uses_.push_front(&it->first);
+  it->second.use = uses_.begin();
+  return compiled;
+}
+
 std::unique_ptr<grammar::GrammarMatcher> StructuredOutput::make_matcher(const std::string& kind,
                                                                         const std::string& text) {
-  auto key = std::make_pair(kind, text);
-  auto it = cache_.find(key);
-  if (it == cache_.end()) {
-    grammar::GrammarSpec spec{kind, text};
-    spec.limits = limits_;
-    auto compiled = grammar::compile_grammar(spec, vocab_);  // throws before any change
-    if (cache_.size() >= capacity_) {
-      cache_.erase(cache_.find(*uses_.back()));
-      uses_.pop_back();
-    }
-    it = cache_.emplace(std::move(key), Entry{std::move(compiled), {}}).first;
-    uses_.push_front(&it->first);
-  } else {
-    uses_.splice(uses_.begin(), uses_, it->second.use);
-  }
-  it->second.use = uses_.begin();
-  return std::make_unique<grammar::GrammarMatcher>(it->second.grammar);
+  return std::make_unique<grammar::GrammarMatcher>(compile(kind, text));
+}
+
+size_t StructuredOutput::n_cached() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.size();
 }
 
 }  // namespace deepinfer

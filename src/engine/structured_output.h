@@ -4,12 +4,15 @@
 // cache; a long-running server sees unboundedly many schemas), and hands out one
 // GrammarMatcher per request. Matchers share their grammar, so eviction never affects them.
 // The sampler masks the logits with the matcher's bitmask and accepts the sampled token.
-// Thread-safety: not thread-safe; the engine's thread owns it.
+// Thread-safety: compile() and make_matcher() may be called from any thread (the cache is
+// behind a mutex; a compilation itself runs outside it), so a server can compile a request's
+// constraint on its own threads and the engine thread only wraps the result in a matcher.
 #pragma once
 
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,9 +38,12 @@ class StructuredOutput {
   // (a compilation stops within about limits.timeout_ms; refusals are not cached).
   std::unique_ptr<grammar::GrammarMatcher> make_matcher(const std::string& kind,
                                                         const std::string& text);
+  // The compiled constraint (cached); same errors as make_matcher().
+  std::shared_ptr<const grammar::CompiledGrammar> compile(const std::string& kind,
+                                                          const std::string& text);
 
   int32_t n_mask_words() const { return vocab_->n_mask_words(); }
-  size_t n_cached() const { return cache_.size(); }
+  size_t n_cached() const;
 
  private:
   using Key = std::pair<std::string, std::string>;
@@ -48,6 +54,7 @@ class StructuredOutput {
   std::shared_ptr<const grammar::Vocabulary> vocab_;
   size_t capacity_;
   grammar::CompileLimits limits_;
+  mutable std::mutex mutex_;  // guards cache_ and uses_
   std::map<Key, Entry> cache_;
   std::list<const Key*> uses_;
 };

@@ -50,6 +50,10 @@ class Generation {
   const SamplingRequest& sampling() const { return sampling_; }
   // The engine requests to submit (moved out once).
   std::vector<EngineRequest> take_requests() { return std::move(requests_); }
+  // Attaches the constraint compiled off the engine thread to every request.
+  void set_compiled_constraint(const std::shared_ptr<const grammar::CompiledGrammar>& compiled) {
+    for (EngineRequest& r : requests_) r.compiled_constraint = compiled;
+  }
 
   // One engine output. Appends SSE payloads (JSON text, streaming only) to `events` and engine
   // ids to abort to `aborts`.

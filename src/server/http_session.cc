@@ -225,7 +225,12 @@ void HttpSession::route() {
           std::optional<ApiError> error;
           const SamplingRequest& s = gen->sampling();
           try {
-            check_constraint(s.constraint_kind, s.constraint, s.constraint_param, self->state_.options.limits.grammar);
+            // Compiled here for the engine's vocabulary: the engine thread only makes a matcher.
+            gen->set_compiled_constraint(check_constraint(
+                s.constraint_kind, s.constraint, s.constraint_param, self->state_.options.limits.grammar,
+                [self](const std::string& kind, const std::string& text) {
+                  return self->state_.engine.compile_constraint(kind, text);
+                }));
           } catch (const ApiError& e) {
             error = e;
           } catch (const std::exception& e) {

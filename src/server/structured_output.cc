@@ -141,13 +141,19 @@ Constraint parse_structured_output(const Json& r) {
   return c;
 }
 
-void check_constraint(const std::string& kind, const std::string& text, const std::string& param,
-                      const grammar::CompileLimits& limits) {
-  if (kind.empty()) return;
+std::shared_ptr<const grammar::CompiledGrammar> check_constraint(
+    const std::string& kind, const std::string& text, const std::string& param,
+    const grammar::CompileLimits& limits, const ConstraintCompiler& compile) {
+  if (kind.empty()) return nullptr;
   grammar::GrammarSpec spec{kind, text};
   spec.limits = limits;
   try {
-    grammar::build_grammar(spec);  // malformed, unsupported, empty or over budget -> 400, before any work
+    // Malformed, unsupported, empty or over budget -> 400, before any work.
+    if (compile) {
+      if (auto compiled = compile(kind, text)) return compiled;
+    }
+    grammar::build_grammar(spec);
+    return nullptr;
   } catch (const Error& e) {
     const char* code = e.kind() == ErrorKind::kUnsupported         ? "unsupported"
                        : e.kind() == ErrorKind::kResourceExhausted ? "grammar_too_complex"

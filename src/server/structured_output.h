@@ -13,10 +13,13 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "grammar/budget.h"
+#include "grammar/compiled_grammar.h"
 #include "server/request_fields.h"
 
 namespace deepinfer::server {
@@ -32,9 +35,15 @@ struct Constraint {
 Constraint parse_structured_output(const Json& request);
 
 // Compiles (kind, text) within `limits`; throws ApiError 400 naming `param` when it cannot be
-// used. Takes at most about limits.timeout_ms.
-void check_constraint(const std::string& kind, const std::string& text, const std::string& param,
-                      const grammar::CompileLimits& limits);
+// used. Takes at most about limits.timeout_ms. With `compile` (the engine's
+// compile_constraint), the constraint is compiled for the engine's vocabulary and returned, so
+// the engine thread does not compile it again; without one (or when it returns null) it is
+// only checked and null is returned.
+using ConstraintCompiler = std::function<std::shared_ptr<const grammar::CompiledGrammar>(
+    const std::string& kind, const std::string& text)>;
+std::shared_ptr<const grammar::CompiledGrammar> check_constraint(
+    const std::string& kind, const std::string& text, const std::string& param,
+    const grammar::CompileLimits& limits, const ConstraintCompiler& compile = {});
 
 // A regex whose language is exactly the given strings (each matched literally).
 std::string choice_regex(const std::vector<std::string>& choices);
