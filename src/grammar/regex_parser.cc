@@ -19,6 +19,15 @@ CodeRanges dot_ranges() {
 
 namespace {
 
+// The pattern as named in messages: quoted, at most 64 bytes of it (a 400 KB pattern must not
+// come back whole in a 400 response or a log line).
+std::string named(std::string_view pattern) {
+  constexpr size_t kMax = 64;
+  if (pattern.size() <= kMax) return "regex '" + std::string(pattern) + "'";
+  return "regex '" + std::string(pattern.substr(0, kMax)) + "...' (" + std::to_string(pattern.size()) +
+         " bytes)";
+}
+
 class RegexParser {
  public:
   RegexParser(std::string_view p, RegexMode mode, RegexFlavor flavor) : p_(p), mode_(mode), flavor_(flavor) {}
@@ -28,7 +37,7 @@ class RegexParser {
     do {
       branches.push_back(parse_top_branch());
     } while (eat('|'));
-    CHECK(pos_ == p_.size()) << "regex '" << p_ << "': unbalanced ')' at offset " << pos_;
+    CHECK(pos_ == p_.size()) << named(p_) << ": unbalanced ')' at offset " << pos_;
     return alt(std::move(branches));
   }
 
@@ -94,10 +103,10 @@ class RegexParser {
     return false;
   }
   [[noreturn]] void fail(const std::string& msg) {
-    THROW(kInvalidInput) << "regex '" << p_ << "': " << msg << " at offset " << pos_;
+    THROW(kInvalidInput) << named(p_) << ": " << msg << " at offset " << pos_;
   }
   [[noreturn]] void unsupported(const std::string& feature) {
-    THROW(kUnsupported) << "regex '" << p_ << "': unsupported feature: " << feature;
+    THROW(kUnsupported) << named(p_) << ": unsupported feature: " << feature;
   }
 
   uint32_t next_cp() {
@@ -356,7 +365,7 @@ ExprPtr parse_regex(std::string_view pattern, RegexMode mode, RegexFlavor flavor
 
 namespace deepinfer::grammar {
 Grammar regex_grammar(std::string_view pattern) {
-  GrammarBuilder b("regex '" + std::string(pattern) + "'");
+  GrammarBuilder b(named(pattern));
   int32_t root = b.declare("root");
   b.define(root, parse_regex(pattern, RegexMode::kFullMatch));
   return b.build(root);

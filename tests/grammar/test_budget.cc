@@ -187,5 +187,20 @@ TEST(CompileBudget, JsonSchemaBenchSampleWithinDefaultBudgets) {
   EXPECT_LT(max_states, limits.max_states / 4);
 }
 
+// A refusal names a huge pattern by an excerpt: a 400 KB regex must not come back whole in
+// the 400 response (or the log line).
+TEST(CompileBudget, RefusalOfAHugeRegexNamesAnExcerpt) {
+  std::string re = "a";
+  for (int i = 1; i < 200000; ++i) re += "|a";
+  try {
+    build_grammar(GrammarSpec{"regex", re});
+    FAIL() << "a 200,000-way alternation compiled";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 400u) << what.substr(0, 400);
+    EXPECT_NE(what.find("399999 bytes"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::grammar
