@@ -22,6 +22,7 @@ DEEPINFER_BUILD=<cmake build dir> to use the extension built there.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
@@ -330,7 +331,7 @@ class LLM:
             chat_version = "v4.1" if self._engine.model_type.startswith("deepseek_v41") else "v4"
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         params = sampling_params or SamplingParams()
-        reqs, prompts = [], []
+        reqs, prompts, per_prompt = [], [], []
         eos = set(self._engine.eos_token_ids)
         for conv in conversations:
             body = dict(request_fields, messages=list(conv), thinking_mode=bool(thinking))
@@ -340,7 +341,18 @@ class LLM:
             ids = self._engine.encode_chat(request_json, chat_version)
             reqs.append(request_json)
             prompts.append({"prompt_token_ids": ids})
-        outs = self.generate(prompts, params)
+            # tool_choice "required": the DSML tool-call grammar with each tool's schema.
+            spec = _core.tool_call_constraint(request_json, chat_version)
+            if spec is None:
+                per_prompt.append(params)
+            else:
+                if params.constraint is not None:
+                    raise ValueError("chat: tool_choice required cannot be combined with another "
+                                     "structured-output constraint")
+                constrained = copy.copy(params)
+                constrained.constraint = ("tool_calls", spec)
+                per_prompt.append(constrained)
+        outs = self.generate(prompts, per_prompt)
         for first, request_json in zip(outs, reqs):
             for out in first.outputs:
                 ids = list(out.token_ids)

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "engine/engine.h"
 #include "recipe/chat_encoding.h"
+#include "recipe/tool_call_constraint.h"
 #include "recipe/chat_request.h"
 #include "recipe/output_parser.h"
 #include "recipe/tokenizer.h"
@@ -160,6 +161,23 @@ PYBIND11_MODULE(_core, m) {
                                                 need_tokenizer(e));
            },
            py::arg("request_json"), py::arg("version") = "v4");
+
+  // The structured-output constraint that enforces a chat request's tool_choice "required"
+  // (recipe/tool_call_constraint.h; parallel_tool_calls false: exactly one call), or None.
+  m.def("tool_call_constraint", [](const std::string& request_json, const std::string& version) -> py::object {
+    const recipe::Conversation conv = conversation(request_json);
+    if (conv.tool_choice != recipe::ToolChoice::kRequired || conv.tools.empty()) return py::none();
+    const recipe::OrderedJson body = recipe::OrderedJson::parse(request_json);
+    bool parallel = true;
+    if (body.contains("parallel_tool_calls")) {
+      CHECK(body["parallel_tool_calls"].is_boolean()) << "parallel_tool_calls must be true or false";
+      parallel = body["parallel_tool_calls"].get<bool>();
+    }
+    const recipe::DsmlDialect dialect = recipe::parse_chat_version(version) == recipe::ChatVersion::kV41
+                                            ? recipe::DsmlDialect::kV41
+                                            : recipe::DsmlDialect::kV4;
+    return py::str(recipe::dsml_tool_call_constraint(conv.tools, dialect, parallel));
+  });
 
   // Parses a completion of the chat request: (reasoning_content, content, [(name, arguments)]).
   m.def("parse_chat_output", [](const std::string& request_json, const std::string& text) {
