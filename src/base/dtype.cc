@@ -112,6 +112,24 @@ uint8_t f32_to_e4m3(float value) {
   return encode_minifloat(value, 3, 7, kE4M3Max, 0x7e, 8);
 }
 
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_f32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
+const std::array<float, 256>& e8m0_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = e8m0_to_f32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
 float e8m0_to_f32(uint8_t code) {
   if (code == 255) return NAN;
   return std::ldexp(1.0f, static_cast<int>(code) - 127);

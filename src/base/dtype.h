@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <cstring>
 #include <string>
 
@@ -40,12 +41,15 @@ float f16_to_f32(uint16_t bits);
 
 // fp8 e4m3fn: bias 7, no infinities, 0x7f/0xff are NaN, max finite 448.
 float e4m3_to_f32(uint8_t code);
+// e4m3_to_f32 of every code, as a table (bulk decoding of FP8 tensors and table rows).
+const std::array<float, 256>& e4m3_values();
 uint8_t f32_to_e4m3(float value);
 inline float round_e4m3(float value) { return e4m3_to_f32(f32_to_e4m3(value)); }
 constexpr float kE4M3Max = 448.0f;
 
 // e8m0 (ue8m0): byte s means 2^(s-127); 255 is NaN.
 float e8m0_to_f32(uint8_t code);
+const std::array<float, 256>& e8m0_values();  // e8m0_to_f32 of every code
 
 // fp4 e2m1: code bit 3 = sign, magnitude index (code & 7) -> {0,.5,1,1.5,2,3,4,6}.
 float e2m1_to_f32(uint8_t code);

@@ -33,7 +33,7 @@ LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions&
   LoadedModel loaded;
   const auto t0 = std::chrono::steady_clock::now();
   std::string tokenizer_path;
-  if (is_builtin_model(model_dir) && (model_dir.empty() || !std::filesystem::exists(model_dir))) {
+  if (selects_builtin_model(model_dir)) {
     const ModelConfig config = builtin_model_config(model_dir);
     auto source = random_weights(config, kTinySeed);
     loaded.model = Model::from_source(config, *source, options);
@@ -46,9 +46,8 @@ LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions&
     LOG(INFO) << "loaded " << model_dir << ", numerics " << numerics_name(options.numerics);
   }
   if (std::filesystem::exists(tokenizer_path)) {
-    const bool v41_builtin = model_dir == "tiny-v4.1" && !std::filesystem::exists(model_dir);
     loaded.tokenizer = std::make_unique<recipe::Tokenizer>(
-        v41_builtin ? recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(tokenizer_path))
+        builtin_model_uses_v41_tokenizer(model_dir) ? recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(tokenizer_path))
                     : recipe::Tokenizer::from_file(tokenizer_path));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

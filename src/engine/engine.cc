@@ -96,7 +96,7 @@ std::string row_failure(const std::string& id) {
 std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs& args) {
   std::string path = args.tokenizer_path;
   if (path.empty()) {
-    if (!is_builtin_model(args.model_dir) || std::filesystem::exists(args.model_dir)) {
+    if (!selects_builtin_model(args.model_dir)) {
       path = args.model_dir + "/tokenizer.json";
     } else if (const char* env = std::getenv("DEEPINFER_TINY_TOKENIZER")) {
       path = env;
@@ -108,8 +108,7 @@ std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs&
       return nullptr;
     }
   }
-  if (args.model_dir == "tiny-v4.1" && !std::filesystem::exists(args.model_dir) &&
-      args.tokenizer_path.empty()) {
+  if (builtin_model_uses_v41_tokenizer(args.model_dir) && args.tokenizer_path.empty()) {
     return std::make_shared<const recipe::Tokenizer>(
         recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(path)));
   }

@@ -13,23 +13,7 @@ constexpr int64_t kFp4Block = 32;
 // Rows per parallel_for chunk: enough work per task for small tensors too.
 constexpr int64_t kMinRowsPerChunk = 16;
 
-const std::array<float, 256>& e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_f32(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table;
-}
 
-const std::array<float, 256>& e8m0_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[c] = e8m0_to_f32(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table;
-}
 
 const std::array<float, 16>& e2m1_table() {
   static const std::array<float, 16> table = [] {
@@ -52,7 +36,7 @@ T load(const void* base, int64_t i) {
 Tensor scale_to_f32(const Tensor& scale, const std::string& name) {
   if (scale.dtype() == DType::F8_E8M0) {
     Tensor out = Tensor::empty(DType::F32, scale.shape());
-    const auto& table = e8m0_table();
+    const auto& table = e8m0_values();
     const uint8_t* src = static_cast<const uint8_t*>(scale.raw());
     for (int64_t i = 0; i < scale.numel(); ++i) out.f32()[i] = table[src[i]];
     return out;
@@ -111,7 +95,7 @@ Tensor dequant_fp8_block(const Tensor& q, const Tensor& scale, int64_t block_n, 
       << block_n << "x" << block_k << " blocks";
   const Tensor s = scale_to_f32(scale, name);
   Tensor out = Tensor::empty(DType::F32, q.shape());
-  const auto& table = e4m3_table();
+  const auto& table = e4m3_values();
   const uint8_t* src = static_cast<const uint8_t*>(q.raw());
   float* dst = out.f32();
   const float* sf = s.f32();
@@ -149,7 +133,7 @@ Tensor dequant_fp4(const Tensor& packed, const Tensor& scale, const std::string&
       << " unpacked columns)";
   Tensor out = Tensor::empty(DType::F32, {n, k});
   const auto& fp4 = e2m1_table();
-  const auto& e8m0 = e8m0_table();
+  const auto& e8m0 = e8m0_values();
   const uint8_t* src = static_cast<const uint8_t*>(packed.raw());
   const uint8_t* sc = static_cast<const uint8_t*>(scale.raw());
   float* dst = out.f32();

@@ -423,7 +423,7 @@ void set_traits_of(ModelConfig* c) {
   t.indexer_hadamard = !v41;
   t.router_bias_vl = v41;
   t.route_norm_eps = v41 ? 1e-20 : 0.0;
-  t.route_normalize_top1 = !v41;
+  t.route_normalize_always = !v41;
 }
 
 }  // namespace

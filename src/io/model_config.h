@@ -61,9 +61,10 @@ struct ModelTraits {
   bool compressor_ape = true;
   // V4.1 routers carry `gate.bias_vl`, the selection bias of image tokens.
   bool router_bias_vl = false;
-  // V4 normalises the chosen routing scores whatever top_k; V4.1 (and mlx-lm) only when
-  // norm_topk_prob and top_k > 1 (the DSpark stages of small configs route top-1).
-  bool route_normalize_top1 = true;
+  // V4 normalises the chosen routing scores always (MODEL_SPEC §A.8, as the GPU router does);
+  // V4.1 (and mlx-lm) only when norm_topk_prob and top_k > 1 (§C.9; the DSpark stages of
+  // small configs route top-1).
+  bool route_normalize_always = true;
   // Added to the sum of the chosen routing scores before normalising (V4.1: 1e-20).
   double route_norm_eps = 0.0;
   bool operator==(const ModelTraits&) const = default;

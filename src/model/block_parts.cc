@@ -19,7 +19,7 @@ MoeShape moe_shape(const ModelConfig& cfg, bool hash) {
   s.inv_temp = static_cast<float>(1.0 / cfg.gate_temp);
   s.sum_eps = static_cast<float>(cfg.traits.route_norm_eps);
   s.norm_topk_prob = cfg.norm_topk_prob;
-  s.normalize_top1 = cfg.traits.route_normalize_top1;
+  s.normalize_always = cfg.traits.route_normalize_always;
   s.hash = hash;
   return s;
 }
@@ -29,7 +29,7 @@ void moe_forward(const MoeWeights& w, const MoeShape& s, const float* x, int64_t
   const int64_t D = s.dim, k = s.top_k;
   std::vector<int32_t> ids(N * k);
   std::vector<float> weights(N * k);
-  RouterParams rp{s.n_experts, k, s.routed_scale, s.inv_temp, s.sum_eps, s.norm_topk_prob && (k > 1 || s.normalize_top1)};
+  RouterParams rp{s.n_experts, k, s.routed_scale, s.inv_temp, s.sum_eps, s.normalize_always || (s.norm_topk_prob && k > 1)};
   route_ref(x, N, D, w.gate.f32(), s.hash ? nullptr : w.bias.f32(),
             s.hash ? w.tid2eid.data<int32_t>() : nullptr, tokens, rp, ids.data(), weights.data(),
             mode);

@@ -21,8 +21,8 @@ struct MoeShape {
   int64_t n_experts = 0, top_k = 0, dim = 0, inter = 0, shared_inter = 0;
   float limit = 0.0f;
   float routed_scale = 1.0f, inv_temp = 1.0f, sum_eps = 0.0f;
-  bool norm_topk_prob = true;        // normalise the chosen scores ...
-  bool normalize_top1 = true;        // ... also when top_k == 1 (V4; not V4.1)
+  bool normalize_always = true;  // normalise the chosen scores (V4); else ...
+  bool norm_topk_prob = true;    // ... only when this and top_k > 1 (V4.1)
   bool hash = false;
 };
 MoeShape moe_shape(const ModelConfig& cfg, bool hash);

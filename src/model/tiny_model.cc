@@ -1,5 +1,7 @@
 #include "model/tiny_model.h"
 
+#include <filesystem>
+
 #include "base/error.h"
 #include "io/config_parser.h"
 
@@ -67,6 +69,14 @@ ModelConfig tiny_v41_model_config() {
 
 bool is_builtin_model(const std::string& name) {
   return name.empty() || name == "tiny" || name == "tiny-v4" || name == "tiny-v4.1";
+}
+
+bool selects_builtin_model(const std::string& model) {
+  return is_builtin_model(model) && (model.empty() || !std::filesystem::exists(model));
+}
+
+bool builtin_model_uses_v41_tokenizer(const std::string& model) {
+  return model == "tiny-v4.1" && selects_builtin_model(model);
 }
 
 ModelConfig builtin_model_config(const std::string& name) {

@@ -25,6 +25,11 @@ ModelConfig tiny_v41_model_config();
 // Names accepted for --model / LLM(model=...) that select a built-in model instead of a
 // checkpoint directory: "tiny" (the default, V4), "tiny-v4", "tiny-v4.1". Empty = default.
 bool is_builtin_model(const std::string& name);
+// Whether `--model` / `LLM(model=...)` selects a built-in model: a built-in name with no
+// directory of that name (a directory always wins).
+bool selects_builtin_model(const std::string& model);
+// The built-in V4.1 model's tokenizer is V4's with V4.1's spellings (recipe/v41_tokenizer.h).
+bool builtin_model_uses_v41_tokenizer(const std::string& model);
 // Throws kInvalidInput for a name that is not built in.
 ModelConfig builtin_model_config(const std::string& name);
 std::string builtin_model_label(const std::string& name);  // e.g. "deepinfer-tiny-v4.1"

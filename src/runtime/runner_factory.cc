@@ -1,7 +1,6 @@
 #include "runtime/runner_factory.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "base/error.h"
 #include "base/logging.h"
@@ -21,11 +20,7 @@ struct Source {
   std::unique_ptr<WeightSource> weights;
 };
 
-// A built-in model name ("", tiny, tiny-v4, tiny-v4.1) unless a directory of that name exists.
-bool builtin(const RunnerArgs& args) {
-  return is_builtin_model(args.model_dir) &&
-         (args.model_dir.empty() || !std::filesystem::exists(args.model_dir));
-}
+bool builtin(const RunnerArgs& args) { return selects_builtin_model(args.model_dir); }
 
 Source open_source(const RunnerArgs& args) {
   Source s;
@@ -79,6 +74,12 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     o.max_sequences = std::max<int64_t>(args.max_sequences, 1);
     return std::make_unique<CpuRunner>(std::move(model), o);
   }
+  // Refused before anything loads, on every build: the CUDA backend has no V4.1 kernels yet.
+  const ModelConfig family = builtin(args) ? builtin_model_config(args.model_dir)
+                                           : load_model_config(args.model_dir + "/config.json");
+  CHECK_KIND(kUnsupported, !family.is_v41())
+      << "engine: DeepSeek-V4.1 runs on device cpu only for now (the CUDA backend has no V4.1 "
+         "kernels yet)";
   CHECK_KIND(kUnsupported, cuda_backend_built())
       << "engine: device 'cuda' needs a build with the CUDA backend (configure with -DDEEPINFER_CUDA=ON)";
 #ifdef DEEPINFER_CUDA
@@ -96,14 +97,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     if (args.max_context > 0) return args.max_context;
     return limit > 0 ? std::min(limit, kDefaultGpuContext) : kDefaultGpuContext;
   };
-  auto check_family = [](const ModelConfig& c) {
-    CHECK_KIND(kUnsupported, !c.is_v41())
-        << "engine: DeepSeek-V4.1 runs on device cpu only for now (the CUDA backend has no V4.1 "
-           "kernels yet)";
-  };
   if (args.dummy_weights && !builtin(args)) {
     const ModelConfig config = load_model_config(args.model_dir + "/config.json");
-    check_family(config);
     const bool hashed = std::find(config.hash_layers.begin(), config.hash_layers.end(), true) !=
                         config.hash_layers.end();
     if (!hashed) {
@@ -116,7 +111,6 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
   }
   Source s = open_source(args);
-  check_family(s.config);
   o.max_context = context(s.config);
   // Quantised routed experts go to the device from their checkpoint codes (FP4: exact FP8).
   if (!builtin(args) && !args.dummy_weights) o.expert_checkpoint = args.model_dir;

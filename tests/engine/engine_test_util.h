@@ -112,20 +112,36 @@ inline std::vector<int32_t> all_tokens(const std::vector<RequestOutput>& outs) {
   return t;
 }
 
-// A runner wrapper that counts the launches whose inputs refer to the previous launch's
-// samples (step t+1 launched before step t's tokens reached the host), the rows sampled on
-// the backend and those of them masked by a grammar bitmask in the runner (the counters
-// outlive the engine).
-class CountingRunner final : public ModelRunner {
+// A runner that forwards everything to `inner`; test wrappers override what they watch.
+class ForwardingRunner : public ModelRunner {
  public:
-  explicit CountingRunner(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingRunner(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
   const ModelConfig& config() const override { return inner_->config(); }
   RunnerCapacity capacity() const override { return inner_->capacity(); }
-  std::string name() const override { return "counting " + inner_->name(); }
+  std::string name() const override { return inner_->name(); }
   int64_t new_sequence() override { return inner_->new_sequence(); }
   void free_sequence(int64_t s) override { inner_->free_sequence(s); }
   int64_t n_tokens(int64_t s) const override { return inner_->n_tokens(s); }
   Tensor forward(std::span<const RunnerChunk> chunks) override { return inner_->forward(chunks); }
+  void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
+              const std::function<void()>& before_sampling = {}) override {
+    inner_->launch(chunks, rows, before_sampling);
+  }
+  StepResult collect() override { return inner_->collect(); }
+  double busy_seconds() const override { return inner_->busy_seconds(); }
+
+ protected:
+  std::unique_ptr<ModelRunner> inner_;
+};
+
+// A runner wrapper that counts the launches whose inputs refer to the previous launch's
+// samples (step t+1 launched before step t's tokens reached the host), the rows sampled on
+// the backend and those of them masked by a grammar bitmask in the runner (the counters
+// outlive the engine).
+class CountingRunner final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
+  std::string name() const override { return "counting " + inner_->name(); }
   void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
               const std::function<void()>& before_sampling = {}) override {
     for (const RunnerChunk& c : chunks) {
@@ -140,15 +156,10 @@ class CountingRunner final : public ModelRunner {
     }
     inner_->launch(chunks, rows, before_sampling);
   }
-  StepResult collect() override { return inner_->collect(); }
-  double busy_seconds() const override { return inner_->busy_seconds(); }
 
   std::shared_ptr<int64_t> n_chained_ = std::make_shared<int64_t>(0);
   std::shared_ptr<int64_t> n_device_rows_ = std::make_shared<int64_t>(0);
   std::shared_ptr<int64_t> n_masked_rows_ = std::make_shared<int64_t>(0);
-
- private:
-  std::unique_ptr<ModelRunner> inner_;
 };
 
 }  // namespace deepinfer::testing

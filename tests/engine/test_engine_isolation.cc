@@ -12,16 +12,10 @@ namespace deepinfer::testing {
 namespace {
 
 // Returns, for every row the engine masked with a grammar bitmask, a token that mask refuses.
-class RefusedTokenRunner final : public ModelRunner {
+class RefusedTokenRunner final : public ForwardingRunner {
  public:
-  explicit RefusedTokenRunner(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  RunnerCapacity capacity() const override { return inner_->capacity(); }
+  using ForwardingRunner::ForwardingRunner;
   std::string name() const override { return "refused-token " + inner_->name(); }
-  int64_t new_sequence() override { return inner_->new_sequence(); }
-  void free_sequence(int64_t s) override { inner_->free_sequence(s); }
-  int64_t n_tokens(int64_t s) const override { return inner_->n_tokens(s); }
-  Tensor forward(std::span<const RunnerChunk> chunks) override { return inner_->forward(chunks); }
   void launch(std::span<const RunnerChunk> chunks, std::span<const RowRequest> rows,
               const std::function<void()>& before_sampling = {}) override {
     masks_.clear();
@@ -42,12 +36,10 @@ class RefusedTokenRunner final : public ModelRunner {
     }
     return r;
   }
-  double busy_seconds() const override { return inner_->busy_seconds(); }
 
   std::shared_ptr<int64_t> n_refused_ = std::make_shared<int64_t>(0);
 
  private:
-  std::unique_ptr<ModelRunner> inner_;
   std::vector<const uint32_t*> masks_;
 };
 

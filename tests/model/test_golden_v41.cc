@@ -42,10 +42,6 @@ constexpr const char* kDir = "tests/data/golden_v41";
 
 std::vector<std::string> v41_models() { return testing::golden_models(kDir); }
 
-int64_t bad_rows(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab) {
-  return testing::rows_out_of_tolerance(ours, ref, vocab);
-}
-
 class GoldenV41 : public ::testing::TestWithParam<std::string> {
  protected:
   fs::path dir() const { return fs::path(kDir) / GetParam(); }
@@ -137,7 +133,7 @@ TEST_P(GoldenV41, PerturbedCandidateBlocksFailTheBound) {
   cfg.candidate_block_size /= 2;
   auto source = open_checkpoint_weights((dir() / "bf16").string(), cfg);
   auto model = Model::from_source(cfg, *source, {Numerics::kReference, false});
-  const int64_t n_bad = bad_rows(testing::run_chunked(*model, tokens, tokens.size()), logits,
+  const int64_t n_bad = testing::rows_out_of_tolerance(testing::run_chunked(*model, tokens, tokens.size()), logits,
                                  cfg.vocab_size);
   std::printf("%s: candidate_block_size %lld: %lld of %zu positions out of tolerance\n",
               GetParam().c_str(), static_cast<long long>(cfg.candidate_block_size),
@@ -161,9 +157,9 @@ TEST_P(GoldenV41, OfficialNumericsAgreeLoosely) {
   }
   std::printf("%s official: argmax equal at %lld of %lld positions, %lld positions within 1e-4\n",
               GetParam().c_str(), static_cast<long long>(argmax_equal), static_cast<long long>(rows),
-              static_cast<long long>(rows - bad_rows(ours, logits, V)));
+              static_cast<long long>(rows - testing::rows_out_of_tolerance(ours, logits, V)));
   EXPECT_GE(argmax_equal * 20, rows * 19);
-  EXPECT_GE((rows - bad_rows(ours, logits, V)) * 10, rows * 9);
+  EXPECT_GE((rows - testing::rows_out_of_tolerance(ours, logits, V)) * 10, rows * 9);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mlx, GoldenV41, ::testing::ValuesIn(v41_models()));

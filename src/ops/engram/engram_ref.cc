@@ -67,14 +67,6 @@ int64_t next_prime(int64_t n) {
   return n;
 }
 
-const std::array<float, 256>& e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_f32(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table;
-}
 
 }  // namespace
 
@@ -220,7 +212,7 @@ void engram_layer_ref(const EngramLayerParams& p, float* x) {
   const int hc = p.n_hc;
   const int64_t d = p.dim, hd = t.head_dim, n_sc = hd / 32;
   const int64_t k = static_cast<int64_t>(t.n_cols) * hd, n_kv = (hc + 1) * d;
-  const auto& e4m3 = e4m3_table();
+  const auto& e4m3 = e4m3_values();
 
   std::vector<float> w(hc * d);
   for (int64_t i = 0; i < hc * d; ++i) w[i] = p.q_weight[i] * p.k_weight[i];
