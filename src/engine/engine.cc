@@ -1,5 +1,5 @@
 #include "engine/engine.h"
-#include "engine/structured_output.h"
+#include "engine/engine_impl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -68,6 +68,32 @@ std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
   return make_model_runner(r);
 }
 
+std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs& args) {
+  std::string path = args.tokenizer_path;
+  if (path.empty()) {
+    if (!selects_builtin_model(args.model_dir)) {
+      path = args.model_dir + "/tokenizer.json";
+    } else if (const char* env = std::getenv("DEEPINFER_TINY_TOKENIZER")) {
+      path = env;
+    } else {
+      path = std::string(DEEPINFER_SOURCE_DIR) + "/models/tiny/tokenizer.json";
+    }
+    if (!std::filesystem::exists(path)) {
+      LOG(INFO) << "engine: no tokenizer at " << path << " (token ids only)";
+      return nullptr;
+    }
+  }
+  if (builtin_model_uses_v41_tokenizer(args.model_dir) && args.tokenizer_path.empty()) {
+    return std::make_shared<const recipe::Tokenizer>(
+        recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(path)));
+  }
+  return std::make_shared<const recipe::Tokenizer>(recipe::Tokenizer::from_file(path));
+}
+
+}  // namespace
+
+namespace engine_detail {
+
 // A row's grammar mask must allow something (a token, or the end where the output may end):
 // a constraint the vocabulary cannot continue is that request's failure, not a token to guess.
 void check_mask_allows_something(const uint32_t* mask, size_t n_words) {
@@ -93,148 +119,10 @@ std::string row_failure(const std::string& id) {
   return what;
 }
 
-std::shared_ptr<const recipe::Tokenizer> load_engine_tokenizer(const EngineArgs& args) {
-  std::string path = args.tokenizer_path;
-  if (path.empty()) {
-    if (!selects_builtin_model(args.model_dir)) {
-      path = args.model_dir + "/tokenizer.json";
-    } else if (const char* env = std::getenv("DEEPINFER_TINY_TOKENIZER")) {
-      path = env;
-    } else {
-      path = std::string(DEEPINFER_SOURCE_DIR) + "/models/tiny/tokenizer.json";
-    }
-    if (!std::filesystem::exists(path)) {
-      LOG(INFO) << "engine: no tokenizer at " << path << " (token ids only)";
-      return nullptr;
-    }
-  }
-  if (builtin_model_uses_v41_tokenizer(args.model_dir) && args.tokenizer_path.empty()) {
-    return std::make_shared<const recipe::Tokenizer>(
-        recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(path)));
-  }
-  return std::make_shared<const recipe::Tokenizer>(recipe::Tokenizer::from_file(path));
-}
+}  // namespace engine_detail
 
-}  // namespace
-
-struct Engine::Impl {
-  // Engine-side state of a live request (the scheduler holds its tokens and counters).
-  struct Live {
-    std::string id;
-    SamplingParams params;
-    int64_t n_logprobs = -1;
-    int64_t n_prompt = 0;
-    int64_t sequence = -1;  // the runner's sequence holding its state, or -1
-    std::unique_ptr<TextStream> text;
-    std::unique_ptr<grammar::GrammarMatcher> matcher;  // structured output, or null
-    std::vector<TokenLogprob> logprobs;  // by output index, when requested
-    int64_t n_emitted = 0;               // output tokens already reported
-  };
-  // One step between schedule() and update(): its chunks' inputs and, once run, logits.
-  struct InFlight {
-    SchedulerOutput sched;
-    std::vector<std::vector<int32_t>> tokens;  // per chunk
-    std::vector<RunnerChunk> chunks;
-    std::vector<RowRequest> rows;              // per chunk (its last row): none, host or sample
-    StepResult result;                         // once collected
-    // Overlap: grammar bitmasks of the sampling rows, computed while the forward runs
-    // ([n_chunks, n_mask_words]; row i valid where has_mask[i]).
-    std::vector<uint32_t> masks;
-    std::vector<uint8_t> has_mask;
-    // Constrained kSample rows: the row's matcher (null for other rows) and the bitmasks the
-    // RowRequests point to ([n_constrained, launch_mask_words], in row order), filled by
-    // launch() just before the runner call (on the worker with overlap), applied by the
-    // runner; sample() accepts the runner's token into the matcher.
-    std::vector<grammar::GrammarMatcher*> launch_matchers;
-    std::vector<uint32_t> launch_masks;
-    size_t launch_mask_words = 0;
-    // Per chunk: why launch() could not compute its row's mask ("" if it could). Such a row's
-    // mask allows every token (the runner samples something) and sample() fails the request.
-    std::vector<std::string> launch_errors;
-    std::vector<std::string> launch_ids;  // per chunk: the request id of a constrained kSample row
-  };
-  // sample()'s result: tokens per chunk, and the requests whose rows failed (scheduler id,
-  // message). A failed row gets a placeholder token so that a step scheduled meanwhile has an
-  // input; update() ends the request before the scheduler sees that token.
-  struct Sampled {
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<std::pair<int64_t, std::string>> failed;
-  };
-
-  EngineArgs args;
-  std::unique_ptr<ModelRunner> runner;
-  std::shared_ptr<const recipe::Tokenizer> tokenizer;
-  std::unique_ptr<Scheduler> scheduler;
-  std::unordered_map<int64_t, Live> live;        // by scheduler id
-  std::unordered_map<std::string, int64_t> ids;  // request id -> scheduler id
-  int64_t next_num = 0;
-  std::vector<RequestOutput> pending;            // returned first by the next step()
-  // Sequences of finished or preempted requests that a step in flight may still read:
-  // handed back to the runner by free_deferred() once no step is in flight.
-  std::vector<int64_t> deferred_frees;
-  std::unique_ptr<InFlight> inflight;            // overlap: the step the worker runs
-  std::unique_ptr<StepWorker> worker;
-  EngineStats stats;
-  int64_t max_model_len = 0;
-  std::unique_ptr<StructuredOutput> structured;  // built on the first constrained request
-  std::once_flag structured_once;                // ... or compile_constraint() call, any thread
-  StructuredOutput& structured_output() {
-    std::call_once(structured_once, [this] {
-      std::vector<int32_t> stops;
-      for (int64_t eos : runner->config().eos_token_ids) stops.push_back(int32_t(eos));
-      structured = std::make_unique<StructuredOutput>(*tokenizer, runner->config().vocab_size, stops,
-                                                      256, args.grammar_limits);
-    });
-    return *structured;
-  }
-  // Matchers of retired requests, kept until no launch runs: a launch on the worker may be
-  // filling the bitmask of a request that finished (max_tokens, stop string) or was aborted.
-  std::vector<std::unique_ptr<grammar::GrammarMatcher>> retired_matchers;
-
-  void init();
-  std::unique_ptr<InFlight> prepare(SchedulerOutput so,
-                                    const std::unordered_map<int64_t, int32_t>& in_flight_samples);
-  void note_preempted(const SchedulerOutput& so);
-  void release(Live& l);
-  void free_deferred();
-  // Launches the step; the bitmasks of its constrained kSample rows are filled by the
-  // runner's before_sampling hook, i.e. while the forward runs on the device.
-  void launch(InFlight& f) {
-    runner->launch(f.chunks, f.rows, [&f] {
-      size_t k = 0;
-      for (size_t i = 0; i < f.launch_matchers.size(); ++i) {
-        grammar::GrammarMatcher* m = f.launch_matchers[i];
-        if (m == nullptr) continue;
-        uint32_t* mask = f.launch_masks.data() + f.launch_mask_words * k++;
-        try {
-          m->fill_next_token_bitmask(mask);
-          check_mask_allows_something(mask, f.launch_mask_words);
-        } catch (...) {
-          std::fill(mask, mask + f.launch_mask_words, ~0u);
-          f.launch_errors[i] = row_failure(f.launch_ids[i]);
-        }
-      }
-    });
-  }
-  RowRequest row_request(const Live& l, const Request& r, const ScheduledChunk& c) const;
-  // Whether `next` can be launched before `f`'s tokens reach the host: every request of
-  // `next` that needs a token `f` samples has it sampled on the backend.
-  bool can_chain(const InFlight& f, const SchedulerOutput& next) const;
-  void note_done() {  // a step was collected
-    ++stats.n_steps_done;
-    stats.busy_seconds = runner->busy_seconds();
-  }
-  Sampled sample(const InFlight& f);
-  void precompute_masks(InFlight& f);
-  // `precomputed`: the request's grammar bitmask from precompute_masks(), or null.
-  int32_t sample_one(Live& l, const Request& r, const float* logits, const uint32_t* precomputed);
-  void update(const InFlight& f, const Sampled& sampled, std::vector<RequestOutput>& out);
-  // Ends a live request with finish_reason "error" (a failure of its own, `message`).
-  void fail(int64_t num, const std::string& message, std::vector<RequestOutput>& out);
-  RequestOutput emit(Live& l, std::span<const int32_t> outputs, std::optional<FinishReason> reason,
-                     int64_t n_preemptions);
-  void retire(int64_t num);
-};
+using engine_detail::check_mask_allows_something;
+using engine_detail::row_failure;
 
 void Engine::Impl::init() {
   const ModelConfig& cfg = runner->config();
@@ -280,6 +168,7 @@ void Engine::Impl::init() {
   scheduler = std::make_unique<Scheduler>(sc, std::move(layout), plan);
   LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
             << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
+  init_speculative();
   if (args.overlap) worker = std::make_unique<StepWorker>();
   if (auto* cpu = dynamic_cast<CpuRunner*>(runner.get())) {
     cpu->set_sampler(sample_row_request);
@@ -368,7 +257,6 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
   f->tokens.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const ScheduledChunk& c = f->sched.scheduled[i];
-    ICHECK(c.draft_token_ids.empty()) << "engine: draft tokens are not supported";
     const Request* r = scheduler->find(c.request_id);
     ICHECK(r != nullptr) << "engine: scheduled request " << c.request_id << " is not live";
     Live& l = live.at(c.request_id);
@@ -381,9 +269,15 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
         << ", chunk starts at " << c.start_position;
     std::vector<int32_t>& t = f->tokens[i];
     t.reserve(size_t(c.n_tokens));
+    const int64_t n_drafts = int64_t(c.draft_token_ids.size());
+    ICHECK(n_drafts == 0 || (c.samples && c.start_position + 1 + n_drafts == c.start_position + c.n_tokens &&
+                             c.start_position + 1 == r->num_tokens()))
+        << "engine: request " << l.id << " has drafts in a chunk that is not [last token, drafts]";
     for (int64_t p = c.start_position; p < c.start_position + c.n_tokens; ++p) {
       if (p < r->num_tokens()) {
         t.push_back(r->token_ids[size_t(p)]);
+      } else if (n_drafts > 0) {
+        t.push_back(c.draft_token_ids[size_t(p - r->num_tokens())]);
       } else {
         // The sample of the step still being updated (overlap scheduling).
         auto s = in_flight_samples.find(c.request_id);
@@ -392,8 +286,9 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
         t.push_back(s->second);
       }
     }
-    f->chunks.push_back({l.sequence, t, false});
+    f->chunks.push_back({l.sequence, t, n_drafts > 0});
     f->rows.push_back(row_request(l, *r, c));
+    if (n_drafts > 0) f->rows.back().mode = RowMode::kHost;  // verified here (verify())
     if (l.matcher && f->rows.back().mode == RowMode::kSample) {
       f->launch_matchers.resize(n, nullptr);
       f->launch_matchers[i] = l.matcher.get();
@@ -414,6 +309,20 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     for (size_t i = 0; i < n; ++i) {
       if (f->launch_matchers[i] != nullptr) f->rows[i].bitmask = f->launch_masks.data() + n_words * k++;
     }
+  }
+  f->out_row.resize(n);
+  int64_t n_verify_tokens = 0;
+  for (size_t i = 0; i < n; ++i) {
+    f->out_row[i] = int64_t(f->launch_rows.size());
+    f->launch_rows.push_back(f->rows[i]);
+    if (f->chunks[i].all_logits) {  // a verification: every row's logits, on the host
+      f->launch_rows.resize(f->launch_rows.size() + f->tokens[i].size() - 1, f->rows[i]);
+      n_verify_tokens += int64_t(f->tokens[i].size());
+    }
+  }
+  if (n_verify_tokens > 0) {
+    ++stats.n_verify_steps;
+    stats.n_verified_tokens += n_verify_tokens;
   }
   ++stats.n_steps;
   stats.n_scheduled_tokens += f->sched.n_scheduled_tokens;
@@ -448,16 +357,25 @@ void Engine::Impl::precompute_masks(InFlight& f) {
 
 int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
                                  const uint32_t* precomputed) {
-  const ModelConfig& cfg = runner->config();
   const int64_t position = r.num_output_tokens();
+  const std::span<const int32_t> history(r.token_ids.data() + r.num_prompt_tokens,
+                                         size_t(r.num_output_tokens()));
+  const std::vector<float>& row = target_row(l, history, logits, position, precomputed);
+  const int32_t token = sample_token(row, l.params, position);
+  commit_token(l, logits, position, token);
+  return token;
+}
+
+const std::vector<float>& Engine::Impl::target_row(Live& l, std::span<const int32_t> history,
+                                                   const float* logits, int64_t position,
+                                                   const uint32_t* precomputed) {
+  const ModelConfig& cfg = runner->config();
   const std::span<const float> raw(logits, size_t(cfg.vocab_size));
   if (args.on_logits) args.on_logits(l.id, position, raw);
   // Per-thread scratch: sample() may run rows on several threads.
   thread_local std::vector<float> row;
   thread_local std::vector<uint32_t> mask;
   row.assign(raw.begin(), raw.end());
-  const std::span<const int32_t> history(r.token_ids.data() + r.num_prompt_tokens,
-                                         size_t(r.num_output_tokens()));
   apply_penalties(row, l.params, history);
   if (l.matcher) {
     // The constraint decides when the output may end: EOS stays allowed where it allows it.
@@ -472,7 +390,11 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
   } else if (position < l.params.min_tokens || l.params.ignore_eos) {
     for (int64_t eos : cfg.eos_token_ids) row[size_t(eos)] = -INFINITY;
   }
-  const int32_t token = sample_token(row, l.params, position);
+  return row;
+}
+
+void Engine::Impl::commit_token(Live& l, const float* logits, int64_t position, int32_t token) {
+  const std::span<const float> raw(logits, size_t(runner->config().vocab_size));
   if (l.matcher) {
     ICHECK(l.matcher->accept_token(token)) << "engine: sampled token " << token
                                            << " is not allowed by the constraint of " << l.id;
@@ -481,7 +403,6 @@ int32_t Engine::Impl::sample_one(Live& l, const Request& r, const float* logits,
     if (int64_t(l.logprobs.size()) <= position) l.logprobs.resize(size_t(position + 1));
     l.logprobs[size_t(position)] = token_logprob(raw, token, l.n_logprobs);
   }
-  return token;
 }
 
 // Rows are independent (each request owns its matcher, logprobs and RNG stream), so they are
@@ -507,6 +428,7 @@ Engine::Impl::Sampled Engine::Impl::sample(const InFlight& f) {
     rows.push_back({i, &it->second, r});
   }
   std::vector<int32_t> tokens(rows.size());
+  std::vector<std::vector<int32_t>> multi(rows.size());  // verifications: committed tokens
   std::vector<std::string> errors(rows.size());
   std::vector<uint8_t> failed(rows.size(), 0);
   auto run_rows = [&](int64_t begin, int64_t end) {
@@ -521,8 +443,10 @@ Engine::Impl::Sampled Engine::Impl::sample(const InFlight& f) {
         continue;
       }
       try {
-        if (f.rows[w.i].mode == RowMode::kSample) {
-          const int32_t token = f.result.tokens[w.i];
+        if (!f.sched.scheduled[w.i].draft_token_ids.empty()) {
+          multi[size_t(k)] = verify(f, w.i, *w.live, *w.request);
+        } else if (f.rows[w.i].mode == RowMode::kSample) {
+          const int32_t token = f.result.tokens[size_t(f.out_row[w.i])];
           ICHECK(token >= 0 && token < V) << "engine: backend sampled token " << token;
           if (f.rows[w.i].bitmask != nullptr) {  // masked by the runner: the matcher takes it
             ICHECK(w.live->matcher && w.live->matcher->accept_token(token))
@@ -531,7 +455,7 @@ Engine::Impl::Sampled Engine::Impl::sample(const InFlight& f) {
           }
           tokens[size_t(k)] = token;
         } else {
-          const int64_t row = f.result.logits_row[w.i];
+          const int64_t row = f.result.logits_row[size_t(f.out_row[w.i])];
           ICHECK(f.rows[w.i].mode == RowMode::kHost && row >= 0);
           tokens[size_t(k)] = sample_one(*w.live, *w.request, f.result.logits.f32() + row * V, mask);
         }
@@ -547,6 +471,9 @@ Engine::Impl::Sampled Engine::Impl::sample(const InFlight& f) {
     if (failed[k]) {
       sampled[rows[k].i].push_back(0);  // placeholder (Sampled)
       result.failed.emplace_back(f.sched.scheduled[rows[k].i].request_id, std::move(errors[k]));
+    } else if (!f.sched.scheduled[rows[k].i].draft_token_ids.empty()) {
+      note_verification(f, rows[k].i, *rows[k].live, multi[k]);
+      sampled[rows[k].i] = std::move(multi[k]);
     } else {
       sampled[rows[k].i].push_back(tokens[k]);
     }
@@ -762,7 +689,7 @@ std::vector<RequestOutput> Engine::step() {
   Impl& m = *impl_;
   std::vector<RequestOutput> out = std::move(m.pending);
   m.pending.clear();
-  if (!m.args.overlap) {
+  if (!m.args.overlap || m.spec_k > 0) {  // speculative steps are not chained (engine.h)
     m.retired_matchers.clear();  // no launch runs
     m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
@@ -776,6 +703,7 @@ std::vector<RequestOutput> Engine::step() {
     m.note_done();
     const auto sampled = m.sample(*f);
     m.update(*f, sampled, out);
+    if (m.spec_k > 0) m.propose_drafts();
     m.free_deferred();  // nothing in flight: finished requests' states go back now, not at the next step
     return out;
   }
@@ -810,7 +738,7 @@ std::vector<RequestOutput> Engine::step() {
     std::unordered_map<int64_t, int32_t> refs;
     for (size_t i = 0; i < m.inflight->rows.size(); ++i) {
       if (m.inflight->rows[i].mode == RowMode::kSample) {
-        refs[m.inflight->sched.scheduled[i].request_id] = sample_ref(int64_t(i));
+        refs[m.inflight->sched.scheduled[i].request_id] = sample_ref(m.inflight->out_row[i]);
       }
     }
     launched = m.prepare(std::move(next), refs);

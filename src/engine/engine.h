@@ -104,6 +104,30 @@ struct EngineArgs {
   // Budgets of each structured-output compilation (grammar/budget.h): a constraint over them
   // is refused (kResourceExhausted naming the budget) after bounded time and memory.
   grammar::CompileLimits grammar_limits;
+  // Speculative decoding (engine/spec_decode.h; CPU backend). speculative_method: "none",
+  // "dspark" or "mtp" (the checkpoint's drafter of that kind; refused when it has none),
+  // "auto" (the checkpoint's drafter if it has one, else none). num_speculative_tokens: drafts
+  // per verification, 0 = the drafter's default (DSpark: dspark_block_size; MTP: 1), at most
+  // the model's rollback depth. spec_scheduling: "fixed" (every decoding request verifies
+  // num_speculative_tokens drafts, fewer near max_tokens or when the step's token budget is
+  // short); "confidence" is not implemented yet and is refused. While speculative decoding
+  // is on, steps run one at a time (no overlap: a step's drafts need the previous step's
+  // tokens); results are those of overlap off.
+  std::string speculative_method = "none";
+  int64_t num_speculative_tokens = 0;
+  std::string spec_scheduling = "fixed";
+  // Test hook: a drafter replacing the checkpoint's (speculative decoding is then on with
+  // num_speculative_tokens drafts, which must be set, whatever speculative_method says).
+  // Called with the request id, its tokens (prompt + outputs; the last one is the token the
+  // target chose last, not yet computed) and the most drafts wanted. Returns the drafts and
+  // optionally `q`, [drafts, V]: the probabilities each draft was drawn from (for sampled
+  // verification; empty: one-hot at the drafts, a greedy drafter).
+  struct DraftProposal {
+    std::vector<int32_t> tokens;
+    std::vector<float> q;
+  };
+  std::function<DraftProposal(const std::string& id, std::span<const int32_t> tokens, int64_t k)>
+      spec_test_drafter;
   // Test/debug hook: sees the raw fp32 logits row (before penalties) every time a request
   // samples, with the index of the output token being sampled.
   std::function<void(const std::string& id, int64_t output_index, std::span<const float> logits)>
@@ -161,6 +185,25 @@ struct EngineStats {
   // (ModelRunner::busy_seconds), updated on the engine's thread as each step is collected.
   int64_t n_steps_done = 0;
   double busy_seconds = 0;
+  // Speculative decoding (zero while off). A verification is one request's [y, drafts] chunk.
+  int64_t n_verifications = 0;
+  int64_t n_drafts_verified = 0;       // draft tokens verified
+  int64_t n_drafts_accepted = 0;       // of those, accepted
+  std::vector<int64_t> accepted_at;    // [k]: verifications that accepted draft i
+  int64_t n_verify_steps = 0;          // steps with at least one verification
+  int64_t n_verified_tokens = 0;       // tokens of verification chunks ([y, drafts]) in them
+  double draft_seconds = 0;            // wall time spent drafting (on the engine's thread)
+  // Tokens committed per verification: accepted drafts + the target's token.
+  double mean_acceptance_length() const {
+    return n_verifications ? double(n_drafts_accepted + n_verifications) / double(n_verifications) : 0.0;
+  }
+  double verified_tokens_per_step() const {
+    return n_verify_steps ? double(n_verified_tokens) / double(n_verify_steps) : 0.0;
+  }
+  // Drafting's share of the time spent computing (drafts + forwards).
+  double draft_time_share() const {
+    return draft_seconds + busy_seconds > 0 ? draft_seconds / (draft_seconds + busy_seconds) : 0.0;
+  }
 };
 
 class Engine {

@@ -167,6 +167,48 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   return ids[keep - 1];
 }
 
+void token_distribution(std::span<const float> logits, const SamplingParams& p, TokenDistribution& out) {
+  out.ids.clear();
+  out.probs.clear();
+  ICHECK(!logits.empty());
+  if (p.temperature == 0.0f || p.top_k == 1) {
+    out.ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    out.probs.push_back(1.0);
+    return;
+  }
+  // The same steps as sample_token, in the same order and precision.
+  const Candidates& c = ordered_candidates(logits, p.top_k);
+  if (c.ids.empty()) return;
+  const int64_t k = static_cast<int64_t>(c.ids.size());
+  const float mx = c.logits[0];
+  std::vector<double>& probs = out.probs;
+  probs.resize(static_cast<size_t>(k));
+  double total = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    probs[i] = std::exp((static_cast<double>(c.logits[i]) - mx) / p.temperature);
+    total += probs[i];
+  }
+  int64_t keep = k;
+  for (int64_t i = 0; i < k; ++i) {
+    probs[i] /= total;
+    if (p.min_p > 0.0f && probs[i] < p.min_p * probs[0]) keep = std::min(keep, i);
+  }
+  double cum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += probs[i];
+    if (cum >= p.top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  keep = std::max<int64_t>(keep, 1);
+  probs.resize(static_cast<size_t>(keep));
+  double mass = 0.0;
+  for (double q : probs) mass += q;
+  for (double& q : probs) q /= mass;
+  out.ids.assign(c.ids.begin(), c.ids.begin() + keep);
+}
+
 int32_t sample_row_request(std::span<const float> logits, const RowRequest& row) {
   SamplingParams p;
   p.temperature = row.temperature;

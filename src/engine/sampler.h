@@ -53,6 +53,17 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                      int64_t position);
 
+// The distribution sample_token draws from at temperature > 0 (and top_k != 1): the kept
+// candidates in (probability desc, id asc) order and their probabilities, normalised over
+// the kept set (after temperature, top-k, min-p, then top-p, as sample_token). Tokens not
+// listed have probability 0. Greedy parameters give the argmax with probability 1.
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+};
+void token_distribution(std::span<const float> logits, const SamplingParams& params,
+                        TokenDistribution& out);
+
 // A runner's kSample row (runtime/model_runner.h) sampled on the host: sample_token with the
 // row's temperature, top-k, top-p, min-p and seed at its position (masks already applied).
 // The sampler the engine gives CpuRunner.

@@ -57,6 +57,29 @@ void CpuRunner::free_sequence(int64_t sequence) {
 
 int64_t CpuRunner::n_tokens(int64_t sequence) const { return live(sequence).n_tokens; }
 
+std::string CpuRunner::drafter() const { return model_->has_drafter() ? "dspark" : "none"; }
+
+int64_t CpuRunner::draft_length() const {
+  return model_->has_drafter() ? model_->config().dspark.block_size : 0;
+}
+
+void CpuRunner::truncate(int64_t sequence, int64_t n_tokens) {
+  ICHECK(n_launched_.load() == n_collected_.load()) << "CpuRunner: truncate() with a launched step uncollected";
+  model_->truncate(live(sequence), n_tokens);
+}
+
+RunnerDraft CpuRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
+  ICHECK(n_launched_.load() == n_collected_.load()) << "CpuRunner: draft() with a launched step uncollected";
+  CHECK(n_drafts >= 0) << "CpuRunner: " << n_drafts << " drafts asked";
+  DraftBlock block = model_->draft(live(sequence), next);
+  RunnerDraft d;
+  d.tokens = std::move(block.tokens);
+  d.confidence = std::move(block.confidence);
+  if (int64_t(d.tokens.size()) > n_drafts) d.tokens.resize(size_t(n_drafts));
+  if (int64_t(d.confidence.size()) > n_drafts) d.confidence.resize(size_t(n_drafts));
+  return d;
+}
+
 Tensor CpuRunner::run_model(std::span<const RunnerChunk> chunks) {
   chunks_.clear();
   int64_t rows = 0;

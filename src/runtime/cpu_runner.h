@@ -48,6 +48,12 @@ class CpuRunner final : public ModelRunner {
   double busy_seconds() const override { return busy_seconds_; }
   // The sampler of kSample rows; launch() refuses kSample rows without one.
   void set_sampler(HostRowSampler sampler) { sampler_ = std::move(sampler); }
+  // Speculative decoding: Model::truncate and Model::draft on the sequence's state.
+  std::string drafter() const override;
+  int64_t draft_length() const override;
+  int64_t rollback_depth() const override { return model_->rollback_depth(); }
+  void truncate(int64_t sequence, int64_t n_tokens) override;
+  RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts) override;
 
  private:
   struct Launched {

@@ -82,6 +82,15 @@ struct StepResult {
   Tensor logits;
 };
 
+// A speculative draft after a sequence's committed positions (ModelRunner::draft): `tokens[i]`
+// is the drafter's greedy (argmax) token for the position i+1 after the given next token;
+// `confidence[i]` the drafter's raw confidence logit c_i where it has one (DSpark; empty
+// otherwise).
+struct RunnerDraft {
+  std::vector<int32_t> tokens;
+  std::vector<float> confidence;
+};
+
 // What the runner can hold. The engine's scheduler limits never exceed these.
 struct RunnerCapacity {
   int64_t max_sequences = 0;     // live sequences at once
@@ -135,6 +144,23 @@ class ModelRunner {
   // sampling). Launched steps count once collected. Benchmarks compare it with the wall
   // time of the step loop: the rest is idle time between steps.
   virtual double busy_seconds() const = 0;
+
+  // Speculative decoding (engine/spec_decode.h). A runner without it keeps the defaults:
+  // no drafter, no rollback, and draft() / truncate() refuse.
+  // The checkpoint's drafter: "none", "mtp" or "dspark".
+  virtual std::string drafter() const { return "none"; }
+  // Drafts one draft() call gives by default (DSpark: its block size; MTP: 1; none: 0).
+  virtual int64_t draft_length() const { return 0; }
+  // How many positions truncate() may roll a sequence back (the most drafts one
+  // verification may carry).
+  virtual int64_t rollback_depth() const { return 0; }
+  // Rolls a live sequence back to its first `n_tokens` positions (rejected drafts); at most
+  // rollback_depth() positions. Only while no launched step is uncollected.
+  virtual void truncate(int64_t sequence, int64_t n_tokens);
+  // Greedy draft of up to `n_drafts` tokens after a live sequence's committed positions,
+  // given the token `next` the target chose for the next position. Reads the state, changes
+  // nothing. Only while no launched step is uncollected.
+  virtual RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts);
 };
 
 }  // namespace deepinfer

@@ -1,0 +1,159 @@
+// Speculative decoding inside the engine (engine.h EngineArgs::speculative_method; the
+// verification rule is spec_decode.h's). Per step: a decoding request with drafts runs the
+// chunk [y, d_0 .. d_{k-1}] with logits at every row (prepare()); verify() walks the rows in
+// order and commits the accepted drafts plus one token; note_verification() rolls the
+// sequence back to the committed positions (ModelRunner::truncate), so the drafter and the
+// next step see exactly the state a non-speculative run would have; after update(),
+// propose_drafts() drafts from that committed state for the next step.
+#include <algorithm>
+#include <chrono>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "engine/engine_impl.h"
+#include "engine/spec_decode.h"
+
+namespace deepinfer {
+
+void Engine::Impl::init_speculative() {
+  const std::string& method = args.speculative_method;
+  CHECK(method == "none" || method == "auto" || method == "dspark" || method == "mtp")
+      << "engine: speculative_method must be none, auto, dspark or mtp, got '" << method << "'";
+  CHECK(args.spec_scheduling == "fixed" || args.spec_scheduling == "confidence")
+      << "engine: spec_scheduling must be fixed or confidence, got '" << args.spec_scheduling << "'";
+  CHECK(args.num_speculative_tokens >= 0)
+      << "engine: num_speculative_tokens must be >= 0, got " << args.num_speculative_tokens;
+  int64_t k = 0;
+  if (args.spec_test_drafter) {
+    CHECK(args.num_speculative_tokens > 0) << "engine: a test drafter needs num_speculative_tokens";
+    k = args.num_speculative_tokens;
+  } else if (method != "none") {
+    const std::string drafter = runner->drafter();
+    if (method == "auto" && drafter == "none") return;
+    CHECK(method == "auto" || drafter == method)
+        << "engine: speculative_method " << method << ", but the model on " << runner->name() << " has "
+        << (drafter == "none" ? std::string("no drafter") : "a " + drafter + " drafter");
+    const int64_t natural = runner->draft_length();
+    k = args.num_speculative_tokens > 0 ? args.num_speculative_tokens : natural;
+    CHECK(drafter != "dspark" || k <= natural)
+        << "engine: " << k << " speculative tokens, but the DSpark drafter drafts blocks of " << natural;
+  }
+  if (k == 0) return;
+  CHECK(runner->rollback_depth() > 0) << "engine: speculative decoding is not available on " << runner->name()
+                                      << " (it cannot roll a sequence back)";
+  CHECK(k <= runner->rollback_depth())
+      << "engine: " << k << " speculative tokens, but " << runner->name() << " rolls back at most "
+      << runner->rollback_depth() << " positions (ModelOptions::max_rollback)";
+  CHECK(args.spec_scheduling == "fixed")
+      << "engine: spec_scheduling confidence is not implemented yet (use fixed)";
+  spec_k = k;
+  stats.accepted_at.assign(size_t(k), 0);
+  LOG(INFO) << "engine: speculative decoding, " << k << " drafts per verification ("
+            << (args.spec_test_drafter ? std::string("test drafter") : runner->drafter()) << ", "
+            << args.spec_scheduling << ")";
+}
+
+std::vector<int32_t> Engine::Impl::verify(const InFlight& f, size_t i, Live& l, const Request& r) {
+  const ScheduledChunk& c = f.sched.scheduled[i];
+  const int64_t V = runner->config().vocab_size;
+  const std::vector<int32_t>& drafts = c.draft_token_ids;
+  const int64_t n = int64_t(drafts.size());
+  const bool have_q = !l.draft_q.empty();
+  ICHECK(!have_q || int64_t(l.draft_q.size()) >= n * V) << "engine: drafts of " << l.id << " without their q";
+  const int64_t position = r.num_output_tokens();
+  std::vector<int32_t> history(r.token_ids.begin() + r.num_prompt_tokens, r.token_ids.end());
+  std::vector<int32_t> committed;
+  for (int64_t j = 0; j <= n; ++j) {
+    const int64_t row = f.result.logits_row[size_t(f.out_row[i] + j)];
+    ICHECK(row >= 0) << "engine: verification row " << j << " of " << l.id << " has no logits";
+    const float* logits = f.result.logits.f32() + row * V;
+    const int64_t pos = position + j;
+    const std::vector<float>& target = target_row(l, history, logits, pos, nullptr);
+    int32_t token;
+    bool accepted = false;
+    if (j < n) {
+      const std::span<const float> q =
+          have_q ? std::span<const float>(l.draft_q.data() + j * V, size_t(V)) : std::span<const float>();
+      const VerifyDecision d = verify_draft(target, l.params, pos, drafts[size_t(j)], q);
+      token = d.token;
+      accepted = d.accepted;
+    } else {
+      token = sample_token(target, l.params, pos);  // the bonus token: a plain sample
+    }
+    commit_token(l, logits, pos, token);
+    committed.push_back(token);
+    history.push_back(token);
+    // Nothing is decided past a stop token id (the scheduler ends the request there).
+    const bool stop = pos + 1 > r.min_tokens &&
+                      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end();
+    if (!accepted || stop) break;
+  }
+  return committed;
+}
+
+void Engine::Impl::note_verification(const InFlight& f, size_t i, Live& l,
+                                     const std::vector<int32_t>& committed) {
+  const ScheduledChunk& c = f.sched.scheduled[i];
+  const std::vector<int32_t>& drafts = c.draft_token_ids;
+  size_t accepted = 0;
+  while (accepted < drafts.size() && accepted < committed.size() && committed[accepted] == drafts[accepted]) {
+    ++stats.accepted_at[accepted];
+    ++accepted;
+  }
+  ++stats.n_verifications;
+  stats.n_drafts_verified += int64_t(drafts.size());
+  stats.n_drafts_accepted += int64_t(accepted);
+  ICHECK(l.sequence >= 0 && runner->n_tokens(l.sequence) == c.start_position + c.n_tokens)
+      << "engine: request " << l.id << " state does not end at its verified chunk";
+  // The inputs y and the accepted drafts are committed; the rejected rest is rolled back.
+  runner->truncate(l.sequence, c.start_position + int64_t(committed.size()));
+}
+
+void Engine::Impl::propose_drafts() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t V = runner->config().vocab_size;
+  for (auto& [num, l] : live) {
+    l.draft_q.clear();
+    const Request* r = scheduler->find(num);
+    if (r == nullptr || l.sequence < 0 || r->status != RequestStatus::kRunning ||
+        r->num_output_placeholders > 0 || r->num_computed_tokens + 1 != r->num_tokens()) {
+      continue;
+    }
+    const int64_t k = std::min(spec_k, r->max_tokens - r->num_output_tokens() - 1);
+    if (k <= 0 || (l.matcher && l.matcher->is_terminated())) continue;
+    std::vector<int32_t> drafts;
+    try {
+      if (args.spec_test_drafter) {
+        EngineArgs::DraftProposal p = args.spec_test_drafter(l.id, r->token_ids, k);
+        CHECK(int64_t(p.tokens.size()) <= k) << "engine: the test drafter returned " << p.tokens.size()
+                                             << " drafts for " << k;
+        CHECK(p.q.empty() || int64_t(p.q.size()) == int64_t(p.tokens.size()) * V)
+            << "engine: the test drafter's q has " << p.q.size() << " entries for " << p.tokens.size()
+            << " drafts";
+        drafts = std::move(p.tokens);
+        l.draft_q = std::move(p.q);
+      } else {
+        ICHECK(runner->n_tokens(l.sequence) == r->num_computed_tokens);
+        drafts = runner->draft(l.sequence, r->token_ids.back(), k).tokens;
+      }
+      for (int32_t t : drafts) CHECK(t >= 0 && t < V) << "engine: draft token " << t << " outside the vocabulary";
+      if (l.matcher) {
+        // Drafts the constraint refuses would be rejected anyway: keep those before the first.
+        int32_t ok = 0;
+        while (size_t(ok) < drafts.size() && l.matcher->accept_token(drafts[size_t(ok)])) ++ok;
+        if (ok > 0) l.matcher->rollback(ok);
+        drafts.resize(size_t(ok));
+      }
+    } catch (const std::exception& e) {
+      // A drafter failure costs this request its drafts for one step, never its output.
+      LOG(WARNING) << "engine: no drafts for " << l.id << " this step: " << e.what();
+      drafts.clear();
+      l.draft_q.clear();
+    }
+    if (drafts.empty()) continue;
+    scheduler->set_draft_tokens(num, std::move(drafts));
+  }
+  stats.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace deepinfer

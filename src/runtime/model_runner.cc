@@ -1,0 +1,18 @@
+#include "runtime/model_runner.h"
+
+#include "base/error.h"
+
+namespace deepinfer {
+
+// A backend without speculative decoding refuses rollback and drafting; the engine checks
+// rollback_depth() and drafter() first, so this is reached only by a direct caller.
+void ModelRunner::truncate(int64_t, int64_t) {
+  CHECK(false) << name() << " cannot roll a sequence back (no speculative decoding on this backend)";
+}
+
+RunnerDraft ModelRunner::draft(int64_t, int32_t, int64_t) {
+  CHECK(false) << name() << " has no speculative drafter";
+  return {};
+}
+
+}  // namespace deepinfer
