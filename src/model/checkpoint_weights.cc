@@ -33,6 +33,8 @@ class CheckpointWeights : public WeightSource {
     return store_.take(name, shape, dtype);
   }
 
+  bool has(const std::string& name) const override { return store_.has(name); }
+
   std::vector<std::string> untaken() const override { return store_.untaken_excluding("mtp."); }
 
  private:

@@ -46,11 +46,10 @@ void Model::write_draft_context(const Batch& batch, const float* taps) const {
   }
 }
 
-DraftBlock Model::draft(const SequenceState& state, int32_t next) const {
+DraftBlock Model::draft_dspark(const SequenceState& state, int32_t next, int64_t n_drafts) const {
   const ModelConfig& cfg = config_;
-  CHECK(weights_.has_dspark) << "draft: the model has no DSpark drafter";
-  CHECK(state.n_tokens > 0) << "draft: the sequence has no committed position yet";
-  CHECK(next >= 0 && next < cfg.vocab_size) << "draft: token id " << next << " is outside the vocabulary";
+  CHECK(n_drafts <= cfg.dspark.block_size)
+      << "draft: " << n_drafts << " drafts asked for, but the DSpark block has " << cfg.dspark.block_size;
   CHECK(static_cast<int64_t>(state.draft_rings.size()) == static_cast<int64_t>(weights_.dspark.stages.size()))
       << "draft: sequence state belongs to another model";
   const DsparkWeights& w = weights_.dspark;
@@ -142,6 +141,10 @@ DraftBlock Model::draft(const SequenceState& state, int32_t next) const {
     tok = static_cast<int32_t>(std::max_element(row, row + V) - row);
     out.tokens.push_back(tok);
   }
+  out.tokens.resize(n_drafts);
+  out.logits.resize(n_drafts * V);
+  out.confidence.resize(n_drafts);
+  out.hidden.resize(n_drafts * D);
   return out;
 }
 

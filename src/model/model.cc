@@ -59,9 +59,39 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSourc
   return std::make_unique<Model>(c, load_model_weights(c, source), options);
 }
 
+const char* drafter_kind_name(DrafterKind kind) {
+  switch (kind) {
+    case DrafterKind::kMtp: return "mtp";
+    case DrafterKind::kDspark: return "dspark";
+    default: return "none";
+  }
+}
+
+int64_t Model::draft_length() const {
+  switch (drafter_kind()) {
+    case DrafterKind::kDspark: return config_.dspark.block_size;
+    case DrafterKind::kMtp: return 1;
+    default: return 0;
+  }
+}
+
 int64_t Model::rollback_depth() const {
   if (options_.max_rollback >= 0) return options_.max_rollback;
-  return weights_.has_dspark ? config_.dspark.block_size : 0;
+  return draft_length();
+}
+
+DraftBlock Model::draft(const SequenceState& state, int32_t next) const {
+  return draft(state, next, draft_length());
+}
+
+DraftBlock Model::draft(const SequenceState& state, int32_t next, int64_t n_drafts) const {
+  CHECK(has_drafter()) << "draft: the model has no drafter (neither DSpark keys nor mtp.0 tensors)";
+  CHECK(state.n_tokens > 0) << "draft: the sequence has no committed position yet";
+  CHECK(next >= 0 && next < config_.vocab_size)
+      << "draft: token id " << next << " is outside the vocabulary";
+  CHECK(n_drafts >= 1) << "draft: " << n_drafts << " drafts asked for";
+  if (weights_.has_dspark) return draft_dspark(state, next, n_drafts);
+  return draft_mtp(state, next, n_drafts);
 }
 
 void Model::truncate(SequenceState& state, int64_t n_tokens) const {
@@ -106,6 +136,12 @@ std::unique_ptr<SequenceState> Model::new_state() const {
     state->n_draft_slots = config_.sliding_window + config_.dspark.block_size + 1;
     state->draft_rings.assign(weights_.dspark.stages.size(),
                               std::vector<float>(state->n_draft_slots * config_.head_dim, 0.0f));
+  }
+  if (weights_.has_mtp) {
+    state->n_mtp_slots = config_.sliding_window + rollback_depth() + 1;
+    state->mtp_ring.assign(state->n_mtp_slots * config_.head_dim, 0.0f);
+    state->n_mtp_stream_slots = rollback_depth() + 1;
+    state->mtp_streams.assign(state->n_mtp_stream_slots * config_.hc_mult * config_.hidden_size, 0.0f);
   }
   return state;
 }
@@ -194,6 +230,7 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
     if (single_pass) pre_mix.swap(ffn_pre);
   }
   if (n_taps > 0) write_draft_context(batch, taps.data());
+  if (weights_.has_mtp) write_mtp_context(batch, X.data());
   // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens (more after a
   // rollback).
   const size_t keep = cfg.engram.enabled()

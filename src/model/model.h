@@ -38,15 +38,21 @@ struct ModelOptions {
   // Fixed reduction order in every GEMM so a row's logits do not depend on the batch.
   bool batch_invariant = false;
   // How many positions Model::truncate may roll back (speculative verification of up to this
-  // many drafts); -1: the DSpark block size when the checkpoint has a drafter, else 0.
+  // many drafts); -1: the checkpoint drafter's draft_length() (DSpark: its block size, MTP: 1),
+  // else 0.
   int64_t max_rollback = -1;
 };
 
-// One DSpark draft block (MODEL_SPEC §D.2-D.4) after a sequence's committed positions
-// 0..p, given the token y the target chose for p+1: `tokens[i]` is the draft for position
-// p+2+i, `logits` [block, V] the drafter's (Markov-corrected) logits that chose it,
+// The speculative drafter a checkpoint carries (MODEL_SPEC §A.9 / §D).
+enum class DrafterKind { kNone, kMtp, kDspark };
+const char* drafter_kind_name(DrafterKind kind);  // "none", "mtp", "dspark"
+
+// A greedy draft after a sequence's committed positions 0..p, given the token y the target
+// chose for p+1: `tokens[i]` is the draft for position p+2+i, `logits` [n, V] the drafter's
+// logits that chose it (DSpark: Markov-corrected), `hidden` [n, D] the collapsed pre-norm
+// hidden h_i (DSpark: last-site collapse; MTP: the MTP block's hc_head). DSpark only:
 // `confidence[i]` the raw confidence logit c_i (sigma(c_0)...sigma(c_i) estimates that drafts
-// 0..i are all accepted), `hidden` [block, D] the collapsed pre-norm hidden h_i.
+// 0..i are all accepted); MTP leaves it empty.
 struct DraftBlock {
   std::vector<int32_t> tokens;
   std::vector<float> logits;
@@ -87,11 +93,23 @@ class Model {
   // context limit before touching any state.
   Tensor forward(std::span<const SequenceChunk> chunks) const;
 
-  // Whether the checkpoint has a DSpark drafter (its context is then kept in every state).
-  bool has_drafter() const { return weights_.has_dspark; }
-  // Greedy (temperature 0) DSpark draft after the state's committed positions, given the
-  // token `next` the target chose for the next position. Reads the state, changes nothing.
+  // Whether the checkpoint has a drafter (its context is then kept in every state): DSpark
+  // (V4-0731 / V4.1 keys) or V4's MTP-1 (mtp.0.* in a V4 checkpoint without DSpark keys).
+  bool has_drafter() const { return drafter_kind() != DrafterKind::kNone; }
+  DrafterKind drafter_kind() const {
+    return weights_.has_dspark ? DrafterKind::kDspark
+                               : (weights_.has_mtp ? DrafterKind::kMtp : DrafterKind::kNone);
+  }
+  // Drafts one draft() call gives by default: DSpark's block size, MTP's 1.
+  int64_t draft_length() const;
+  // Greedy (temperature 0) draft after the state's committed positions, given the token
+  // `next` the target chose for the next position. Reads the state, changes nothing.
+  // `n_drafts` (default draft_length()): DSpark drafts its whole block and keeps the first
+  // n_drafts (at most the block size); MTP chains n_drafts steps, step i at position p+i
+  // feeding the MTP block's own output streams of step i-1 and its argmax (step 0: X^L[p] and
+  // `next`), attending to the committed MTP keys and the chain's own keys.
   DraftBlock draft(const SequenceState& state, int32_t next) const;
+  DraftBlock draft(const SequenceState& state, int32_t next, int64_t n_drafts) const;
 
   // Test instrumentation (model/decision_trace.h): while set, forward() records the routed
   // experts and indexer picks of every position it computes into `trace` (one sequence per
@@ -107,6 +125,11 @@ class Model {
   void engram_block(int64_t layer, const Batch& batch, float* X) const;
   // DSpark: writes each row's context K=V (from the taps [N, n_taps, D]) into its state.
   void write_draft_context(const Batch& batch, const float* taps) const;
+  DraftBlock draft_dspark(const SequenceState& state, int32_t next, int64_t n_drafts) const;
+  // MTP-1: writes the MTP window K=V of the positions whose next token this forward sees
+  // (the row before each chunk from the saved streams) and saves the chunk's final streams.
+  void write_mtp_context(const Batch& batch, const float* X) const;
+  DraftBlock draft_mtp(const SequenceState& state, int32_t next, int64_t n_drafts) const;
   // Adds the token of `pos` to the compressor's window; when it completes the window,
   // writes the pooled, normalised (pre-RoPE) entry to `pooled` and returns true.
   bool compressor_step(const CompressorWeights& w, CompressorState& st, const float* a,

@@ -28,7 +28,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 class RandomWeights : public WeightSource {
  public:
-  RandomWeights(const ModelConfig& config, uint64_t seed) : config_(config), seed_(seed) {}
+  RandomWeights(const ModelConfig& config, uint64_t seed, bool with_mtp)
+      : config_(config), seed_(seed), with_mtp_(with_mtp) {}
+
+  bool has(const std::string& name) const override {
+    return with_mtp_ || name.compare(0, 4, "mtp.") != 0;
+  }
 
   Tensor take(const std::string& name, const Shape& shape) override {
     if (ends_with(name, "tid2eid")) return random_expert_table(name, shape);
@@ -119,12 +124,14 @@ class RandomWeights : public WeightSource {
 
   ModelConfig config_;
   uint64_t seed_;
+  bool with_mtp_;
 };
 
 }  // namespace
 
-std::unique_ptr<WeightSource> random_weights(const ModelConfig& config, uint64_t seed) {
-  return std::make_unique<RandomWeights>(config, seed);
+std::unique_ptr<WeightSource> random_weights(const ModelConfig& config, uint64_t seed,
+                                             bool with_mtp) {
+  return std::make_unique<RandomWeights>(config, seed, with_mtp);
 }
 
 }  // namespace deepinfer

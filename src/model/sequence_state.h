@@ -48,6 +48,15 @@ struct SequenceState {
   // so that the slots a rejected draft would write never hold a position still read.
   std::vector<std::vector<float>> draft_rings;
   int64_t n_draft_slots = 0;
+  // MTP-1 drafter (model/mtp.cc). `mtp_ring`: the MTP block's window K=V of position t (from
+  // the backbone's final streams X^L[t] and token t+1), slot t mod n_mtp_slots, written by the
+  // forward that sees token t+1; n_mtp_slots = window + rollback depth + 1 (as the backbone's
+  // rings). `mtp_streams`: X^L [n_hc*D] of the last rollback depth + 1 positions, slot
+  // t mod n_mtp_stream_slots, so that after a rollback the last committed position's are there.
+  std::vector<float> mtp_ring;
+  int64_t n_mtp_slots = 0;
+  std::vector<float> mtp_streams;
+  int64_t n_mtp_stream_slots = 0;
 };
 
 }  // namespace deepinfer

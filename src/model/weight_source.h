@@ -33,6 +33,9 @@ class WeightSource {
   // shipped DeepSeek-V4 / V4.1 vocabulary (models/engram/token_map.bin; env
   // DEEPINFER_ENGRAM_TOKEN_MAP overrides both).
   virtual std::string engram_token_map_path() const;
+  // Whether the source holds `name` (decides optional modules: V4's MTP-1 loads when the
+  // checkpoint has mtp.0.e_proj.weight). The default holds nothing optional.
+  virtual bool has(const std::string& name) const { return false; }
   // Names present in the source that nobody took (excluding drafter `mtp.*` tensors,
   // which are kept for speculative decoding).
   virtual std::vector<std::string> untaken() const = 0;
@@ -45,6 +48,10 @@ std::unique_ptr<WeightSource> open_checkpoint_weights(const std::string& dir,
 // Deterministic random weights: each tensor is drawn from a generator seeded by
 // (seed, name), so the same name always gets the same values whatever the load order.
 // Scales follow the parameter's role (1/sqrt(fan_in) for projections, ~1 for norms).
-std::unique_ptr<WeightSource> random_weights(const ModelConfig& config, uint64_t seed);
+// `with_mtp`: the source also holds V4's MTP-1 module (mtp.0.*), so a V4 config with
+// num_nextn_predict_layers >= 1 gets a random MTP drafter; off by default (dummy checkpoints of
+// real configs stay backbone-only).
+std::unique_ptr<WeightSource> random_weights(const ModelConfig& config, uint64_t seed,
+                                             bool with_mtp = false);
 
 }  // namespace deepinfer

@@ -107,6 +107,30 @@ DsparkWeights take_dspark(WeightSource& src, const ModelConfig& cfg) {
   return w;
 }
 
+// MTP-1 (MODEL_SPEC §A.9): only mtp.0 is used, whatever num_nextn_predict_layers says (V4 has 1).
+MtpWeights take_mtp(WeightSource& src, const ModelConfig& cfg) {
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, n_mix = (2 + hc) * hc;
+  const int64_t ratio = cfg.mtp_compress_ratios.empty() ? 0 : cfg.mtp_compress_ratios[0];
+  CHECK(ratio == 0) << "config: the MTP block mtp.0 has compress ratio " << ratio
+                    << " (compress_ratios[" << cfg.num_layers << "]); only 0 (sliding window) is supported";
+  const std::string p = "mtp.0.";
+  MtpWeights w;
+  w.e_proj = src.take(p + "e_proj.weight", {D, D});
+  w.h_proj = src.take(p + "h_proj.weight", {D, D});
+  w.enorm = src.take(p + "enorm.weight", {D});
+  w.hnorm = src.take(p + "hnorm.weight", {D});
+  w.norm = src.take(p + "norm.weight", {D});
+  w.hc_head = take_hc(src, p + "hc_head_", hc, hc * D, 1);
+  DsparkStageWeights& b = w.block;
+  b.attn_norm = src.take(p + "attn_norm.weight", {D});
+  b.ffn_norm = src.take(p + "ffn_norm.weight", {D});
+  b.hc_attn = take_hc(src, p + "hc_attn_", n_mix, hc * D, 3);
+  b.hc_ffn = take_hc(src, p + "hc_ffn_", n_mix, hc * D, 3);
+  b.attn = take_attention_core(src, p + "attn.", cfg);
+  b.moe = take_scored_moe(src, p + "ffn.", cfg, cfg.n_routed_experts);
+  return w;
+}
+
 }  // namespace
 
 std::string WeightSource::engram_token_map_path() const {
@@ -179,6 +203,10 @@ ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
   if (cfg.dspark.block_size > 0) {
     w.has_dspark = true;
     w.dspark = take_dspark(src, cfg);
+  } else if (!cfg.traits.single_pass_mhc && cfg.num_nextn_predict_layers >= 1 &&
+             src.has("mtp.0.e_proj.weight")) {
+    w.has_mtp = true;
+    w.mtp = take_mtp(src, cfg);
   }
   if (cfg.engram.enabled()) {
     const std::string path = src.engram_token_map_path();

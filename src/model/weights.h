@@ -94,6 +94,16 @@ struct DsparkWeights {
   Tensor confidence;  // [1, D + R]
 };
 
+// MTP-1 of V4-Flash / V4-Pro (MODEL_SPEC §A.9, §D.7): `mtp.0.*`, one V4 block (compress ratio
+// 0, score-routed MoE of the backbone's experts) with its input projections and norms and its own
+// hc_head. Embedding and LM head are the backbone's.
+struct MtpWeights {
+  Tensor e_proj, h_proj;      // [D, D] (FP8 in official checkpoints, here fp32)
+  Tensor enorm, hnorm, norm;  // [D]
+  HcWeightsT hc_head;         // [n_hc, n_hc*D], [n_hc], [1]
+  DsparkStageWeights block;   // the block's layout is a drafter stage's
+};
+
 struct ModelWeights {
   // Engram models only: raw token id -> compressed id (covers ids < vocab_size).
   EngramTokenMap engram_map;
@@ -102,6 +112,10 @@ struct ModelWeights {
   Tensor norm;   // [D]
   bool has_dspark = false;  // the config has DSpark keys (dspark_block_size > 0)
   DsparkWeights dspark;
+  // MTP-1: a V4 config with num_nextn_predict_layers >= 1, no DSpark keys, and `mtp.0.*` in the
+  // checkpoint (HF conversions drop them; such checkpoints load without a drafter).
+  bool has_mtp = false;
+  MtpWeights mtp;
   HcWeightsT hc_head;  // V4 only (V4.1's single-pass mHC has no head collapse weights)
   std::vector<LayerWeights> layers;
 };

@@ -18,13 +18,16 @@ Tensor run(const Model& model, SequenceState& state, std::span<const int32_t> to
 
 }  // namespace
 
-Drafter dspark_drafter(const Model& model) {
+Drafter model_drafter(const Model& model) {
+  CHECK(model.has_drafter()) << "speculative decoding: the model has no drafter";
   return [&model](const SequenceState& state, int32_t next, int64_t k) {
-    std::vector<int32_t> drafts = model.draft(state, next).tokens;
-    drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(k)));
-    return drafts;
+    if (k <= 0) return std::vector<int32_t>();
+    const int64_t n = model.drafter_kind() == DrafterKind::kDspark ? std::min(k, model.draft_length()) : k;
+    return model.draft(state, next, n).tokens;
   };
 }
+
+Drafter dspark_drafter(const Model& model) { return model_drafter(model); }
 
 GreedyOutput greedy_plain(const Model& model, SequenceState& state, std::span<const int32_t> prompt,
                           int64_t max_new_tokens) {

@@ -21,7 +21,11 @@ namespace deepinfer {
 // the state's last committed one); may return fewer than asked, never more.
 using Drafter = std::function<std::vector<int32_t>(const SequenceState& state, int32_t next, int64_t k)>;
 
-// The model's own DSpark drafter (Model::draft), greedy.
+// The checkpoint's own drafter (Model::draft), greedy, whichever kind it has: DSpark drafts its
+// block and keeps the first k; MTP-1 chains k steps (Model::draft with n_drafts = k). Throws
+// when the model has no drafter.
+Drafter model_drafter(const Model& model);
+// The same; kept for the DSpark callers.
 Drafter dspark_drafter(const Model& model);
 
 struct SpeculativeStats {

@@ -7,7 +7,10 @@
 //  * afterwards every state byte a later step can read (window slots of the last W positions,
 //    compressed entries, index keys, the compressor rows of the open and previous windows,
 //    Engram's token history, the DSpark context of the last W positions) equals the plain run's;
-//  * drafts come from the model's DSpark drafter, or from an oracle that proposes the true
+//  * the same with V4's MTP-1 drafter (random MTP module; 1 draft and 4 chained drafts per
+//    step), whose window keys of the last W positions before the last one and the saved final
+//    streams of the last position are live state too;
+//  * drafts come from the model's drafter (DSpark, MTP), or from an oracle that proposes the true
 //    continuation with every third token wrong, so acceptance lengths 0..k all occur.
 #include <gtest/gtest.h>
 
@@ -63,6 +66,16 @@ void expect_same_live_state(const ModelConfig& cfg, const SequenceState& a, cons
           << "draft ring " << k << " position " << p;
     }
   }
+  // MTP: keys of positions < n-1 (n-1's needs the next token), the streams of n-1.
+  ASSERT_EQ(a.n_mtp_slots, b.n_mtp_slots);
+  if (a.n_mtp_slots > 0 && n > 0) {
+    for (int64_t p = std::max<int64_t>(0, n - W); p < n - 1; ++p) {
+      const int64_t s = (p % a.n_mtp_slots) * d;
+      ASSERT_TRUE(std::equal(&a.mtp_ring[s], &a.mtp_ring[s] + d, &b.mtp_ring[s])) << "MTP key " << p;
+    }
+    const int64_t w = cfg.hc_mult * cfg.hidden_size, s = ((n - 1) % a.n_mtp_stream_slots) * w;
+    ASSERT_TRUE(std::equal(&a.mtp_streams[s], &a.mtp_streams[s] + w, &b.mtp_streams[s])) << "MTP streams";
+  }
 }
 
 // Drafts the true continuation `truth` (tokens after the prompt), every third one wrong.
@@ -79,16 +92,16 @@ Drafter oracle(const std::vector<int32_t>& truth, int64_t prompt_len, int64_t vo
   };
 }
 
-void check(const Model& model, const std::vector<int32_t>& prompt, int64_t n_new, bool use_dspark,
-           const char* what) {
+void check(const Model& model, const std::vector<int32_t>& prompt, int64_t n_new, bool use_drafter,
+           const char* what, int64_t k = kDrafts) {
   SCOPED_TRACE(what);
   const ModelConfig& cfg = model.config();
   auto plain_state = model.new_state();
   const GreedyOutput plain = greedy_plain(model, *plain_state, prompt, n_new);
   auto spec_state = model.new_state();
-  const Drafter drafter = use_dspark ? dspark_drafter(model)
-                                     : oracle(plain.tokens, static_cast<int64_t>(prompt.size()), cfg.vocab_size);
-  const GreedyOutput spec = greedy_speculative(model, *spec_state, prompt, n_new, kDrafts, drafter);
+  const Drafter drafter = use_drafter ? model_drafter(model)
+                                      : oracle(plain.tokens, static_cast<int64_t>(prompt.size()), cfg.vocab_size);
+  const GreedyOutput spec = greedy_speculative(model, *spec_state, prompt, n_new, k, drafter);
   ASSERT_EQ(spec.tokens, plain.tokens);
   ASSERT_EQ(spec.logits.size(), plain.logits.size());
   for (size_t i = 0; i < plain.logits.size(); ++i) {
@@ -100,14 +113,14 @@ void check(const Model& model, const std::vector<int32_t>& prompt, int64_t n_new
               static_cast<long long>(spec.stats.steps), static_cast<long long>(spec.stats.accepted),
               static_cast<long long>(spec.stats.drafted), spec.stats.mean_acceptance_length());
   EXPECT_GT(spec.stats.steps, 0);
-  if (!use_dspark) {
+  if (!use_drafter) {
     EXPECT_GT(spec.stats.accepted, 0);
     EXPECT_LT(spec.stats.accepted, spec.stats.drafted);
   }
 }
 
-std::unique_ptr<Model> random_model(const ModelConfig& cfg, Numerics numerics) {
-  auto src = random_weights(cfg, 11);
+std::unique_ptr<Model> random_model(const ModelConfig& cfg, Numerics numerics, bool with_mtp = false) {
+  auto src = random_weights(cfg, 11, with_mtp);
   ModelOptions o{numerics, /*batch_invariant=*/true, /*max_rollback=*/kDrafts};
   return Model::from_source(cfg, *src, o);
 }
@@ -134,6 +147,21 @@ TEST(GreedySpeculative, DsparkDrafterOnTheGoldenCheckpoint) {
     const std::vector<int32_t> prompt = testing::random_tokens(30, model->config().vocab_size, 5);
     check(*model, prompt, 40, true, numerics_name(numerics));
     check(*model, prompt, 40, false, numerics_name(numerics));
+  }
+}
+
+TEST(GreedySpeculative, MtpDrafterIsLosslessAndRollsBackExactly) {
+  ModelConfig cfg = testing::small_config();
+  cfg.num_nextn_predict_layers = 1;
+  cfg.mtp_compress_ratios = {0};
+  for (Numerics numerics : {Numerics::kReference, Numerics::kOfficial}) {
+    auto model = random_model(cfg, numerics, /*with_mtp=*/true);
+    ASSERT_EQ(model->drafter_kind(), DrafterKind::kMtp);
+    const std::vector<int32_t> prompt = testing::random_tokens(21, cfg.vocab_size, 3);
+    const std::string name = std::string("MTP ") + numerics_name(numerics);
+    check(*model, prompt, 60, true, (name + ", 1 draft").c_str(), 1);
+    check(*model, prompt, 60, true, (name + ", 4 chained drafts").c_str(), kDrafts);
+    check(*model, prompt, 60, false, (name + ", oracle").c_str());
   }
 }
 
