@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "grammar/json_numbers.h"
 #include "grammar/json_schema_merge.h"
 #include "grammar/json_strings.h"
 #include "grammar/parse_stack.h"
@@ -56,8 +57,11 @@ Dfa multiple_of_dfa(int64_t k) {
 class JsonSchemaCompiler {
  public:
   // `shared`: rules go into that builder (JsonSchemaRules), else into one of our own.
-  JsonSchemaCompiler(const json& root, const JsonSchemaOptions& options, GrammarBuilder* shared = nullptr)
-      : root_(root), options_(options), own_("JSON Schema"), b_(shared ? *shared : own_) {}
+  // `literals`: the number literals of the schema's text (json_numbers.h); null: none known.
+  JsonSchemaCompiler(const json& root, const JsonSchemaOptions& options, GrammarBuilder* shared = nullptr,
+                     const NumberLiterals* literals = nullptr)
+      : root_(root), options_(options), own_("JSON Schema"), b_(shared ? *shared : own_),
+        literals_(literals ? literals : &no_literals()) {}
 
   Grammar compile() {
     if (root_.is_object() && root_.contains("$schema")) {
@@ -81,8 +85,14 @@ class JsonSchemaCompiler {
   JsonSchemaOptions options_;
   GrammarBuilder own_;
   GrammarBuilder& b_;
+  const NumberLiterals* literals_;
   std::map<std::string, int32_t> memo_;
   int32_t any_rule_ = -1;
+
+  static const NumberLiterals& no_literals() {
+    static const NumberLiterals k;
+    return k;
+  }
 
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     THROW(kUnsupported) << "JSON Schema at '" << path << "': " << what << " is not supported";
@@ -114,80 +124,18 @@ class JsonSchemaCompiler {
     ExprPtr kv = seq({str, tok(":"), ref(any_rule_)});
     b_.define(obj, seq({lit("{"), ws(), opt(seq({kv, star(seq({tok(","), kv}))})), ws(), lit("}")}));
     b_.define(arr, seq({lit("["), ws(), opt(seq({ref(any_rule_), star(seq({tok(","), ref(any_rule_)}))})), ws(), lit("]")}));
-    b_.define(any_rule_, alt({lit("null"), lit("true"), lit("false"), number_expr(std::nullopt, false, std::nullopt, false),
+    b_.define(any_rule_, alt({lit("null"), lit("true"), lit("false"), number_expr(),
                               str, ref(obj), ref(arr)}));
     return any_rule_;
   }
 
   ExprPtr string_literal_expr(ExprPtr body) { return seq({lit("\""), body, lit("\"")}); }
 
-  ExprPtr number_expr(std::optional<double> lo, bool lo_excl, std::optional<double> hi, bool hi_excl) {
+  ExprPtr number_expr() {
     ExprPtr digits = plus(cls({{'0', '9'}}));
     ExprPtr int_part = alt({chr('0'), seq({cls({{'1', '9'}}), star(cls({{'0', '9'}}))})});
-    if (!lo && !hi) {
-      return seq({opt(chr('-')), int_part, opt(seq({chr('.'), digits})),
-                  opt(seq({cls({{'e', 'e'}, {'E', 'E'}}), opt(cls({{'+', '+'}, {'-', '-'}})), digits}))});
-    }
-    // Exact decimal bounds (no exponent when bounded): base syntax ∩ lower ∩ upper, as automata.
-    ExprPtr base = seq({opt(chr('-')), int_part, opt(seq({chr('.'), digits}))});
-    Dfa d = build_dfa(*base, "number bounds");
-    if (lo) d = intersect_dfa(d, build_dfa(*bound_expr(*lo, lo_excl, true), "number bounds"), "number bounds");
-    if (hi) d = intersect_dfa(d, build_dfa(*bound_expr(*hi, hi_excl, false), "number bounds"), "number bounds");
-    return automaton(std::make_shared<const Dfa>(std::move(d)));
-  }
-
-  // Decimal strings of fractions f (digits after the point, "" = 0) compared with 0.s.
-  static bool all_zeros(const std::string& s) { return s.find_first_not_of('0') == std::string::npos; }
-  static ExprPtr any_digits() { return star(cls({{'0', '9'}})); }
-  static ExprPtr frac_cmp(const std::string& s, bool greater, bool strict) {
-    if (greater) {
-      if (all_zeros(s)) return strict ? seq({any_digits(), cls({{'1', '9'}}), any_digits()}) : any_digits();
-      std::vector<ExprPtr> alts;
-      if (s[0] < '9') alts.push_back(seq({cls({{static_cast<uint32_t>(s[0] + 1), '9'}}), any_digits()}));
-      alts.push_back(seq({chr(s[0]), frac_cmp(s.substr(1), greater, strict)}));
-      return alt(std::move(alts));
-    }
-    if (s.empty()) return strict ? nothing() : star(chr('0'));
-    if (strict && all_zeros(s)) return nothing();
-    std::vector<ExprPtr> alts;
-    if (s[0] > '0') alts.push_back(seq({cls({{'0', static_cast<uint32_t>(s[0] - 1)}}), any_digits()}));
-    alts.push_back(seq({chr(s[0]), frac_cmp(s.substr(1), greater, strict)}));
-    return alt(std::move(alts));
-  }
-  // "[.f]" after an integer part equal to the bound's, with f compared to the bound's fraction.
-  static ExprPtr frac_part(const std::string& fp, bool greater, bool strict) {
-    bool empty_ok = greater ? (!strict && all_zeros(fp)) : (!strict || !all_zeros(fp));
-    ExprPtr dotted = seq({chr('.'), frac_cmp(fp, greater, strict)});
-    return empty_ok ? alt({epsilon(), dotted}) : dotted;
-  }
-  // Numbers x with x >= b (lower) or x <= b (upper); strict for exclusive bounds. A superset of
-  // the exact set only in spellings the base syntax removes ("1." etc.).
-  ExprPtr bound_expr(double b, bool strict, bool lower) {
-    char buf[64];
-    auto res = std::to_chars(buf, buf + sizeof(buf), std::fabs(b), std::chars_format::fixed);
-    std::string text(buf, res.ptr);
-    CHECK_KIND(kUnsupported, std::fabs(b) < 1e15 && text.size() < 40)
-        << "JSON Schema: numeric bound " << b << " is out of the supported range";
-    const bool neg = b < 0;
-    size_t dot = text.find('.');
-    std::string ip = text.substr(0, dot), fp = dot == std::string::npos ? "" : text.substr(dot + 1);
-    const int64_t iv = std::stoll(ip);
-    ExprPtr frac_any = opt(seq({chr('.'), plus(cls({{'0', '9'}}))}));
-    ExprPtr nonneg = seq({integer_range_expr(0, std::nullopt), frac_any});
-    // "magnitude side": magnitudes m.f compared with |b|: bigger (> |b|) or smaller (< |b|).
-    auto magnitudes = [&](bool bigger) {
-      std::vector<ExprPtr> alts;
-      if (bigger) alts.push_back(seq({integer_range_expr(iv + 1, std::nullopt), frac_any}));
-      else if (iv >= 1) alts.push_back(seq({integer_range_expr(0, iv - 1), frac_any}));
-      alts.push_back(seq({lit(ip), frac_part(fp, bigger, strict)}));
-      return alt(std::move(alts));
-    };
-    if (lower && !neg) return magnitudes(true);
-    if (lower && neg) return alt({nonneg, seq({chr('-'), magnitudes(false)})});
-    ExprPtr negative = seq({chr('-'), alt({seq({integer_range_expr(1, std::nullopt), frac_any}),
-                                            seq({lit("0."), any_digits(), cls({{'1', '9'}}), any_digits()})})});
-    if (!lower && !neg) return alt({negative, magnitudes(false)});
-    return seq({chr('-'), magnitudes(true)});
+    return seq({opt(chr('-')), int_part, opt(seq({chr('.'), digits})),
+                opt(seq({cls({{'e', 'e'}, {'E', 'E'}}), opt(cls({{'+', '+'}, {'-', '-'}})), digits}))});
   }
 
   // ---- dispatch --------------------------------------------------------------------------
@@ -212,7 +160,7 @@ class JsonSchemaCompiler {
       }
     }
     if (s.contains("$ref") || s.contains("allOf")) {
-      json merged = flatten_all_of(s, root_, path);
+      json merged = flatten_all_of(s, root_, path, 0, literals_);
       return expr_for(merged, path);
     }
     if (s.contains("anyOf") || s.contains("oneOf")) {
@@ -228,7 +176,7 @@ class JsonSchemaCompiler {
       for (size_t i = 0; i < branches.size(); ++i) {
         json m = json::object();
         m["allOf"] = json::array({siblings, branches[i]});
-        merged.push_back(flatten_all_of(m, root_, path + (one ? "/oneOf/" : "/anyOf/") + std::to_string(i)));
+        merged.push_back(flatten_all_of(m, root_, path + (one ? "/oneOf/" : "/anyOf/") + std::to_string(i), 0, literals_));
       }
       if (one && !provably_disjoint(merged, root_))
         unsupported(path, "'oneOf' whose branches are not provably disjoint");
@@ -272,7 +220,7 @@ class JsonSchemaCompiler {
       std::vector<json> e(s["enum"].begin(), s["enum"].end());
       if (s.contains("const")) {
         bool found = false;
-        for (const auto& v : e) found = found || json_equal(v, values[0]);
+        for (const auto& v : e) found = found || literals_->dump(v, "enum", true) == literals_->dump(values[0], "const", true);
         if (!found) values.clear();
       } else {
         values = e;
@@ -286,14 +234,14 @@ class JsonSchemaCompiler {
       if (!is_annotation(it.key())) constrained = true;
     std::optional<Grammar> check;
     if (constrained) {
-      JsonSchemaCompiler sub(root_, JsonSchemaOptions{});
+      JsonSchemaCompiler sub(root_, JsonSchemaOptions{}, nullptr, literals_);
       sub.memo_.clear();
       check = sub.compile_subschema(siblings, path);
     }
     std::vector<ExprPtr> alts;
     std::set<std::string> seen;
     for (const auto& v : values) {
-      std::string text = canonical_dump(v);
+      std::string text = literals_->dump(v, s.contains("const") ? "const" : "enum", false);
       if (check && !grammar_matches(*check, text)) continue;
       if (!seen.insert(text).second) continue;
       alts.push_back(lit(text));
@@ -310,67 +258,65 @@ class JsonSchemaCompiler {
     if (t == "null") return lit("null");
     if (t == "boolean") return alt({lit("true"), lit("false")});
     if (t == "string") return string_expr(s, path);
-    if (t == "integer" || t == "number") {
-      std::optional<double> lo, hi;
-      bool lo_excl = false, hi_excl = false;
-      auto num = [&](const char* k) -> std::optional<double> {
-        if (!s.contains(k) || s[k].is_boolean()) return std::nullopt;
-        CHECK(s[k].is_number()) << "JSON Schema at '" << path << "': '" << k << "' must be a number";
-        return s[k].get<double>();
-      };
-      auto tighten_lo = [&](std::optional<double> v, bool excl) {
-        if (!v) return;
-        if (!lo || *v > *lo || (*v == *lo && excl)) { lo = v; lo_excl = excl; }
-      };
-      auto tighten_hi = [&](std::optional<double> v, bool excl) {
-        if (!v) return;
-        if (!hi || *v < *hi || (*v == *hi && excl)) { hi = v; hi_excl = excl; }
-      };
-      bool legacy_lo = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean() &&
-                       s["exclusiveMinimum"].get<bool>();
-      bool legacy_hi = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean() &&
-                       s["exclusiveMaximum"].get<bool>();
-      tighten_lo(num("minimum"), legacy_lo);
-      tighten_lo(num("exclusiveMinimum"), true);
-      tighten_hi(num("maximum"), legacy_hi);
-      tighten_hi(num("exclusiveMaximum"), true);
-      // multipleOf: integer divisors only, matched by a remainder automaton over integer
-      // spellings (for "number" this narrows multiples to integer syntax, e.g. 4 but not 4.0).
-      int64_t divisor = 0;
-      if (s.contains("multipleOf")) {
-        CHECK(s["multipleOf"].is_number() && s["multipleOf"].get<double>() > 0)
-            << "JSON Schema at '" << path << "': 'multipleOf' must be a positive number";
-        const double m = s["multipleOf"].get<double>();
-        if (m != std::floor(m) || m > 10000) unsupported(path, "'multipleOf' " + s["multipleOf"].dump() + " (only integers up to 10000)");
-        divisor = static_cast<int64_t>(m);
-      }
-      if (t == "number" && divisor == 0) return number_expr(lo, lo_excl, hi, hi_excl);
-      std::optional<int64_t> ilo, ihi;
-      if (lo) {
-        double c = lo_excl ? std::floor(*lo) + 1 : std::ceil(*lo);
-        if (c > 9e15) return nothing();
-        if (c > -9e15) ilo = static_cast<int64_t>(c);
-      }
-      if (hi) {
-        double f = hi_excl ? std::ceil(*hi) - 1 : std::floor(*hi);
-        if (f < -9e15) return nothing();
-        if (f < 9e15) ihi = static_cast<int64_t>(f);
-      }
-      ExprPtr range = integer_range_expr(ilo, ihi);
-      if (divisor <= 1) return range;
-      Dfa d = intersect_dfa(build_dfa(*range, "integer range"), multiple_of_dfa(divisor), "multipleOf at '" + path + "'");
-      return automaton(std::make_shared<const Dfa>(std::move(d)));
-    }
+    if (t == "integer" || t == "number") return numeric_expr(s, t == "integer", path);
     if (t == "array") return array_expr(s, path);
     if (t == "object") return object_expr(s, path);
     THROW(kInternal) << "type " << t;
   }
 
+  // Bounds and multipleOf are exact decimals (json_numbers.h): no bound is dropped or rounded.
+  ExprPtr numeric_expr(const json& s, bool integer, const std::string& path) {
+    std::optional<NumberBound> lo, hi;
+    auto num = [&](const char* k) -> std::optional<Decimal> {
+      if (!s.contains(k)) return std::nullopt;
+      const bool legacy = std::string_view(k).rfind("exclusive", 0) == 0 && s[k].is_boolean();
+      if (legacy) return std::nullopt;  // draft-04 exclusiveMinimum/Maximum: true/false
+      CHECK(s[k].is_number()) << "JSON Schema at '" << path << "': '" << k << "' must be a number";
+      return literals_->exact(s[k], k, "JSON Schema at '" + path + "': '" + k + "'");
+    };
+    auto tighten = [&](std::optional<NumberBound>& b, std::optional<Decimal> v, bool excl, int sign) {
+      if (!v) return;
+      const int c = b ? compare(*v, b->value) * sign : 1;
+      if (c > 0 || (c == 0 && excl)) b = NumberBound{*v, excl};
+    };
+    auto legacy = [&](const char* k) { return s.contains(k) && s[k].is_boolean() && s[k].get<bool>(); };
+    tighten(lo, num("minimum"), legacy("exclusiveMinimum"), 1);
+    tighten(lo, num("exclusiveMinimum"), true, 1);
+    tighten(hi, num("maximum"), legacy("exclusiveMaximum"), -1);
+    tighten(hi, num("exclusiveMaximum"), true, -1);
+    if ((legacy("exclusiveMinimum") && !s.contains("minimum")) || (legacy("exclusiveMaximum") && !s.contains("maximum")))
+      THROW(kInvalidInput) << "JSON Schema at '" << path << "': boolean 'exclusiveMinimum'/'exclusiveMaximum' without its bound";
+    // multipleOf: integer divisors only, matched by a remainder automaton over integer
+    // spellings (for "number" this narrows multiples to integer syntax, e.g. 4 but not 4.0).
+    int64_t divisor = 0;
+    if (s.contains("multipleOf")) {
+      CHECK(s["multipleOf"].is_number()) << "JSON Schema at '" << path << "': 'multipleOf' must be a positive number";
+      const Decimal m = literals_->exact(s["multipleOf"], "multipleOf", "JSON Schema at '" + path + "': 'multipleOf'");
+      CHECK(!m.neg && !m.is_zero()) << "JSON Schema at '" << path << "': 'multipleOf' must be a positive number";
+      if (!m.is_integer() || m.int_digits.size() > 5 || std::stoll(m.int_digits) > 10000)
+        unsupported(path, "'multipleOf' " + m.text() + " (only integers up to 10000)");
+      divisor = std::stoll(m.int_digits);
+    }
+    if (!integer && divisor == 0) return (lo || hi) ? bounded_number_expr(lo, hi) : number_expr();
+    std::optional<Decimal> ilo, ihi;  // integers n: lo <= n <= hi
+    if (lo) ilo = lo->exclusive ? add_integer(floor_decimal(lo->value), 1) : ceil_decimal(lo->value);
+    if (hi) ihi = hi->exclusive ? add_integer(ceil_decimal(hi->value), -1) : floor_decimal(hi->value);
+    ExprPtr range = integer_range_expr(ilo, ihi);
+    if (divisor <= 1) return range;
+    Dfa d = intersect_dfa(build_dfa(*range, "integer range"), multiple_of_dfa(divisor), "multipleOf at '" + path + "'");
+    return automaton(std::make_shared<const Dfa>(std::move(d)));
+  }
+
+  // A count keyword (minLength, maxItems, ...): a non-negative integer, exactly (3.0 is 3; 2.5 is
+  // refused, not rounded either way); values past 2^62 saturate there (every limit is far below).
   std::optional<int64_t> count(const json& s, const char* k, const std::string& path) {
     if (!s.contains(k)) return std::nullopt;
-    CHECK(s[k].is_number() && s[k].get<double>() >= 0)
-        << "JSON Schema at '" << path << "': '" << k << "' must be a non-negative number";
-    return static_cast<int64_t>(std::ceil(s[k].get<double>() - 1e-9));
+    const std::string where = "JSON Schema at '" + path + "': '" + k + "'";
+    CHECK(s[k].is_number()) << where << " must be a non-negative integer";
+    const Decimal d = literals_->exact(s[k], k, where);
+    CHECK(!d.neg && d.is_integer()) << where << " must be a non-negative integer, not " << d.text();
+    if (d.int_digits.size() > 18) return int64_t{1} << 62;
+    return std::min<int64_t>(std::stoll(d.int_digits), int64_t{1} << 62);
   }
 
   // The JSON-encoded body language of a string schema as an automaton.
@@ -497,7 +443,8 @@ Grammar json_schema_grammar(std::string_view schema_json, const JsonSchemaOption
   } catch (const json::exception& e) {
     THROW(kInvalidInput) << "JSON Schema is not valid JSON: " << e.what();
   }
-  JsonSchemaCompiler c(root, options);
+  const NumberLiterals literals(schema_json);
+  JsonSchemaCompiler c(root, options, nullptr, &literals);
   return c.compile();
 }
 
@@ -514,13 +461,13 @@ namespace deepinfer::grammar {
 struct JsonSchemaRules::Impl {
   json root;
   JsonSchemaCompiler compiler;
-  Impl(json r, const JsonSchemaOptions& options, GrammarBuilder& b)
-      : root(std::move(r)), compiler(root, options, &b) {}
+  Impl(json r, const JsonSchemaOptions& options, GrammarBuilder& b, const NumberLiterals* literals)
+      : root(std::move(r)), compiler(root, options, &b, literals) {}
 };
 
 JsonSchemaRules::JsonSchemaRules(GrammarBuilder& builder, const nlohmann::ordered_json& root,
-                                 const JsonSchemaOptions& options)
-    : impl_(std::make_unique<Impl>(root, options, builder)) {}
+                                 const JsonSchemaOptions& options, const NumberLiterals* literals)
+    : impl_(std::make_unique<Impl>(root, options, builder, literals)) {}
 JsonSchemaRules::~JsonSchemaRules() = default;
 
 int32_t JsonSchemaRules::value_rule(const nlohmann::ordered_json& schema, const std::string& path) {

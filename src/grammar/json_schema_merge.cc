@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "grammar/json_numbers.h"
 
 namespace deepinfer::grammar {
 
@@ -46,6 +47,13 @@ nlohmann::json sorted(const json& v) { return nlohmann::json::parse(normalize_nu
   THROW(kUnsupported) << "JSON Schema at '" << path << "': " << what << " is not supported";
 }
 
+int exact_compare(const NumberLiterals& lits, const json& a, const json& b, const std::string& path,
+                  const std::string& k) {
+  const std::string where = "JSON Schema at '" + path + "': '" + k + "'";
+  CHECK(a.is_number() && b.is_number()) << where << " must be a number";
+  return compare(lits.exact(a, k, where), lits.exact(b, k, where));
+}
+
 json all_of(const json& a, const json& b) {
   if (a == true) return b;
   if (b == true) return a;
@@ -53,7 +61,7 @@ json all_of(const json& a, const json& b) {
   return json{{"allOf", json::array({a, b})}};
 }
 
-json merge(json a, const json& b, const std::string& path) {
+json merge(json a, const json& b, const std::string& path, const NumberLiterals& lits) {
   if (b == true) return a;
   if (b == false) return false;
   if (a == false) return false;
@@ -127,10 +135,10 @@ json merge(json a, const json& b, const std::string& path) {
       x = all_of(x, v);
     } else if (k == "minimum" || k == "minLength" || k == "minItems" || k == "minProperties" ||
                (k == "exclusiveMinimum" && x.is_number() && v.is_number())) {
-      if (v.get<double>() > x.get<double>()) x = v;
+      if (exact_compare(lits, v, x, path, k) > 0) x = v;
     } else if (k == "maximum" || k == "maxLength" || k == "maxItems" || k == "maxProperties" ||
                (k == "exclusiveMaximum" && x.is_number() && v.is_number())) {
-      if (v.get<double>() < x.get<double>()) x = v;
+      if (exact_compare(lits, v, x, path, k) < 0) x = v;
     } else if (k == "pattern") {
       if (!a.contains(kExtraPatterns)) a[kExtraPatterns] = json::array();
       a[kExtraPatterns].push_back(v);
@@ -188,7 +196,10 @@ const json& resolve_ref(const std::string& ref, const json& root, const std::str
   }
 }
 
-json flatten_all_of(const json& s, const json& root, const std::string& path, int depth) {
+json flatten_all_of(const json& s, const json& root, const std::string& path, int depth,
+                    const NumberLiterals* literals) {
+  static const NumberLiterals kNone;
+  const NumberLiterals& lits = literals ? *literals : kNone;
   if (!s.is_object()) return s;
   CHECK_KIND(kUnsupported, depth < 32) << "JSON Schema at '" << path << "': $ref/allOf nesting too deep (recursive allOf)";
   if (!s.contains("$ref") && !s.contains("allOf")) return s;
@@ -205,8 +216,8 @@ json flatten_all_of(const json& s, const json& root, const std::string& path, in
     for (const auto& p : s["allOf"]) parts.push_back(p);
   }
   for (const auto& p : parts) {
-    json f = flatten_all_of(p, root, path, depth + 1);
-    out = merge(out, f, path);
+    json f = flatten_all_of(p, root, path, depth + 1, literals);
+    out = merge(out, f, path, lits);
     if (out == false) return out;
   }
   return out;

@@ -9,6 +9,8 @@
 
 namespace deepinfer::grammar {
 
+class NumberLiterals;
+
 // Internal keyword holding the extra `pattern`s of merged schemas (all must match).
 inline constexpr const char* kExtraPatterns = "x-deepinfer-patterns";
 
@@ -21,8 +23,11 @@ bool json_equal(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b
 const nlohmann::ordered_json& resolve_ref(const std::string& ref, const nlohmann::ordered_json& root,
                                           const std::string& path);
 // Removes $ref (when it has sibling constraints) and allOf by merging everything into one schema.
+// Numeric keywords merge by their exact values (`literals`: those of the schema's text; null:
+// none known, see NumberLiterals::exact).
 nlohmann::ordered_json flatten_all_of(const nlohmann::ordered_json& s, const nlohmann::ordered_json& root,
-                                      const std::string& path, int depth = 0);
+                                      const std::string& path, int depth = 0,
+                                      const NumberLiterals* literals = nullptr);
 // True if no instance can match two of the (flattened) branches.
 bool provably_disjoint(const std::vector<nlohmann::ordered_json>& branches,
                        const nlohmann::ordered_json& root);

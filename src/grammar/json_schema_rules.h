@@ -12,15 +12,17 @@
 
 #include "grammar/dfa.h"
 #include "grammar/grammar.h"
+#include "grammar/json_numbers.h"
 #include "grammar/json_schema.h"
 
 namespace deepinfer::grammar {
 
 class JsonSchemaRules {
  public:
-  // `builder` must outlive this object; `root` is copied.
+  // `builder` must outlive this object; `root` is copied. `literals`: the number literals of
+  // the text `root` was parsed from (json_numbers.h; must outlive this object), null if unknown.
   JsonSchemaRules(GrammarBuilder& builder, const nlohmann::ordered_json& root,
-                  const JsonSchemaOptions& options = {});
+                  const JsonSchemaOptions& options = {}, const NumberLiterals* literals = nullptr);
   ~JsonSchemaRules();
 
   // A rule of `builder` matching the JSON text of the instances of `schema` (a subschema of

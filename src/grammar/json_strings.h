@@ -21,7 +21,5 @@ ExprPtr json_char();
 std::string json_quote(const std::string& utf8);
 // Code-point regex (full match) for a supported `format`, or nullptr if unsupported.
 ExprPtr format_expr(const std::string& format);
-// Decimal integers in [lo, hi] (no leading zeros, "-" for negatives); nullopt bounds are open.
-ExprPtr integer_range_expr(std::optional<int64_t> lo, std::optional<int64_t> hi);
 
 }  // namespace deepinfer::grammar

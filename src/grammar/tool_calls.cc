@@ -124,8 +124,8 @@ std::string key_text(const std::string& name) {
 
 class ToolCallsCompiler {
  public:
-  ToolCallsCompiler(const json& spec, const JsonSchemaOptions& options)
-      : spec_(spec), options_(options), b_("tool calls") {
+  ToolCallsCompiler(const json& spec, const JsonSchemaOptions& options, const NumberLiterals& literals)
+      : spec_(spec), options_(options), literals_(literals), b_("tool calls") {
     CHECK(spec_.is_object()) << "tool_calls spec must be a JSON object";
     syntax_ = read_syntax(spec_.contains("syntax") ? spec_["syntax"] : json());
     CHECK(!syntax_.value_forbidden.empty()) << "tool_calls spec: syntax.value_forbidden must not be empty";
@@ -159,6 +159,7 @@ class ToolCallsCompiler {
  private:
   const json& spec_;
   JsonSchemaOptions options_;
+  const NumberLiterals& literals_;  // of the spec's text: exact numeric keywords
   GrammarBuilder b_;
   Syntax syntax_;
   Dfa contains_forbidden_;
@@ -218,7 +219,7 @@ class ToolCallsCompiler {
       }
     }
     const json additional = params.value("additionalProperties", json(true));
-    schemas_.push_back(std::make_unique<JsonSchemaRules>(b_, params, options_));
+    schemas_.push_back(std::make_unique<JsonSchemaRules>(b_, params, options_, &literals_));
     JsonSchemaRules& rules = *schemas_.back();
     auto add = [&](const std::string& key, const json& schema, bool is_required, const std::string& path) {
       entries.push_back(entry_expr(tool, key, schema, path, rules));
@@ -307,7 +308,8 @@ Grammar tool_calls_grammar(std::string_view spec_json, const JsonSchemaOptions& 
         << "tool_calls spec: max_whitespace must be an integer in 0..8";
     opts.max_whitespace = std::max<int32_t>(opts.max_whitespace, spec["max_whitespace"].get<int32_t>());
   }
-  ToolCallsCompiler c(spec, opts);
+  const NumberLiterals literals(spec_json);
+  ToolCallsCompiler c(spec, opts, literals);
   return c.compile();
 }
 
