@@ -99,7 +99,20 @@ FIXED = dict(num_key_value_heads=1, swiglu_limit=10.0, rms_norm_eps=1e-20, rope_
              num_nextn_predict_layers=0)
 
 
+def is_v4(c):
+    """A V4 config (tools/tiny_v4.py: flat, model_type deepseek_v4) rather than V4.1's text_config."""
+    return c.get("model_type") == "deepseek_v4"
+
+
+def weight_block(c):
+    return 128 if is_v4(c) else BLOCK
+
+
 def make_text_config(preset, vocab_size, bos, eos):
+    """V4.1: the text_config; V4 (tools/tiny_v4.py presets): the flat config."""
+    if preset.startswith("v4-") or preset == "v4":
+        import tiny_v4
+        return tiny_v4.make_config(preset, vocab_size, bos, eos)
     c = {"model_type": "deepseek_v41_text", **FIXED, **PRESETS[preset]}
     c["vocab_size"] = vocab_size
     c["bos_token_id"], c["eos_token_id"] = bos, eos
@@ -107,6 +120,8 @@ def make_text_config(preset, vocab_size, bos, eos):
 
 
 def full_config(text_config):
+    if is_v4(text_config):
+        return dict(text_config)
     return {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
             "text_config": text_config,
             "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
@@ -228,7 +243,11 @@ def ste(w, q):
 # --------------------------------------------------------------------------------------------
 
 def param_specs(c):
-    """[(native name, shape, kind, init)] with kind in fp8/fp4/bf16/f32; init (kind, value)."""
+    """[(native name, shape, kind, init)] with kind in fp8/fp4/bf16/f32 (i32: V4's tid2eid);
+    init (kind, value)."""
+    if is_v4(c):
+        import tiny_v4
+        return tiny_v4.param_specs(c)
     D, H, d, Rq = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
     G, Ro, I, E = c["o_groups"], c["o_lora_rank"], c["moe_intermediate_size"], c["n_routed_experts"]
     HI, dI, hc, V = c["index_n_heads"], c["index_head_dim"], c["hc_mult"], c["vocab_size"]
@@ -285,21 +304,22 @@ def param_specs(c):
 
 
 # Buffers: updated outside the gradient (selection-only router bias, MODEL_SPEC §A.8).
+# V4's hash table gate.tid2eid is a fixed (seeded) buffer too.
 def is_buffer(name):
-    return name.endswith("gate.bias") or name.endswith("gate.bias_vl")
+    return name.endswith("gate.bias") or name.endswith("gate.bias_vl") or name.endswith("gate.tid2eid")
 
 
 def storage_bytes(c):
-    total = 0
+    total, block = 0, weight_block(c)
     for _, shape, kind, _ in param_specs(c):
         n = math.prod(shape)
         if kind == "fp8":
-            total += n + math.prod(-(-s // BLOCK) for s in shape)
+            total += n + math.prod(-(-s // block) for s in shape)
         elif kind == "fp4":
             total += n // 2 + n // BLOCK
         elif kind == "bf16":
             total += 2 * n
-        else:
+        else:  # f32, i32
             total += 4 * n
     return total
 
@@ -316,7 +336,9 @@ def build_model(c, seed, device):
         def __init__(self):
             super().__init__()
             self.c = c
-            self.plan = layer_plan(c)
+            self.v4 = is_v4(c)
+            self.block = weight_block(c)
+            self.plan = None if self.v4 else layer_plan(c)
             self.kinds = {}
             self.params = nn.ParameterDict()
             g = torch.Generator().manual_seed(seed)
@@ -329,6 +351,10 @@ def build_model(c, seed, device):
                     t = torch.randn(shape, generator=g) * (shape[-1] ** -0.5) * (init[1] if len(init) > 1 else 1.0)
                 elif init[0] == "ones":
                     t = torch.ones(shape)
+                elif init[0] == "tid2eid":  # k distinct experts per token, uniformly drawn
+                    t = torch.argsort(torch.rand(shape[0], init[1], generator=g), dim=1)[:, : shape[1]]
+                elif init[0] == "hc_head_base":
+                    t = torch.full(shape, -math.log(init[1] - 1.0))
                 elif init[0] == "hc_base":
                     hc = init[1]
                     # pre = sigmoid(b) + eps ~ 1/hc (the mean of the streams), post = 2 sigmoid(0) = 1,
@@ -350,7 +376,7 @@ def build_model(c, seed, device):
             p = self.params[key]
             kind = self.kinds[name]
             if kind == "fp8":
-                return ste(p, fp8_weight(p.detach()))
+                return ste(p, fp8_weight(p.detach(), self.block))
             if kind == "fp4":
                 return ste(p, fp4_weight(p.detach()))
             if kind == "bf16":
@@ -373,10 +399,18 @@ def build_model(c, seed, device):
                 self._rope[key] = torch.tensor(rope_inv_freq(c, compressed), dtype=torch.float32, device=dev)
             return self._rope[key]
 
-        def forward(self, tokens, qat=True, indexer_loss=False):
+        def forward(self, tokens, qat=True, indexer_loss=False, return_streams=False):
+            if self.v4:
+                return v4_forward(self, tokens, qat, indexer_loss, return_streams)
             return v41_forward(self, tokens, qat, indexer_loss)
 
     return V41().to(device)
+
+
+def v4_forward(m, tokens, qat, indexer_loss, return_streams=False):
+    """The V4 forward (tools/tiny_v4.py): (logits, aux), aux["streams"] = X^L with return_streams."""
+    import tiny_v4
+    return tiny_v4.v4_forward(m, tokens, qat, indexer_loss, return_streams)
 
 
 def rope_inv_freq(c, compressed):
@@ -388,7 +422,7 @@ def rope_inv_freq(c, compressed):
     base = f32(theta)
     inv = np.array([f32(1.0) / np.power(base, f32(2 * i) / f32(r), dtype=f32) for i in range(half)], dtype=f32)
     y = c.get("rope_scaling") or {}
-    if not compressed or y.get("rope_type") != "yarn":
+    if not compressed or y.get("rope_type", y.get("type")) != "yarn":  # V4 configs say "type"
         return inv
 
     def corr(rot):
@@ -656,7 +690,8 @@ def indexer_kl(l, pl, dense_scores, win_scores, sink, state, aux):
     aux["kl"].append(kl.mean())
 
 
-def moe(m, l, x, aux):
+def moe(m, l, x, aux, tokens=None):
+    """V4.1 / V4 MoE; a V4 hash layer (gate.tid2eid) routes by token id."""
     torch = _torch()
     F = torch.nn.functional
     c = m.c
@@ -667,12 +702,18 @@ def moe(m, l, x, aux):
     with torch.autocast(device_type=x.device.type, enabled=False):  # fp32 router (MODEL_SPEC §A.11 D2)
         logits = F.linear(xf.float(), m.w(f + "gate.weight").float())
     s = torch.sqrt(F.softplus(logits))
-    idx = torch.topk(s.detach() + m.w(f + "gate.bias")[None], k, dim=-1).indices
+    hashed = m.has(f + "gate.tid2eid")
+    if hashed:
+        idx = m.w(f + "gate.tid2eid").long()[tokens.reshape(-1)]
+    else:
+        idx = torch.topk(s.detach() + m.w(f + "gate.bias")[None], k, dim=-1).indices
     sel = s.gather(-1, idx)
-    wts = sel / (sel.sum(-1, keepdim=True) + 1e-20) * c["routed_scaling_factor"]
+    sum_eps = 0.0 if m.v4 else 1e-20  # the engine's route_norm_eps trait
+    wts = sel / (sel.sum(-1, keepdim=True) + sum_eps) * c["routed_scaling_factor"]
     dense_w = torch.zeros_like(s).scatter(-1, idx, wts)  # [N, E]
-    aux["loads"].append((l, torch.zeros(E, device=x.device).scatter_add_(
-        0, idx.flatten(), torch.ones(idx.numel(), device=x.device)).detach()))
+    if not hashed:
+        aux["loads"].append((l, torch.zeros(E, device=x.device).scatter_add_(
+            0, idx.flatten(), torch.ones(idx.numel(), device=x.device)).detach()))
     W1, W3, W2 = (m.experts(l, k) for k in ("w1", "w3", "w2"))  # [E, I, D], [E, I, D], [E, D, I]
     gte = torch.einsum("nd,eid->nei", xf, W1).float().clamp(max=lim)
     up = torch.einsum("nd,eid->nei", xf, W3).float().clamp(-lim, lim)
@@ -857,30 +898,45 @@ def train(args):
 # Export (native checkpoint) and loading back
 # --------------------------------------------------------------------------------------------
 
-def export(model, c, out_dir, tokenizer_path, manifest):
+def export(model, c, out_dir, tokenizer_path, manifest, extra=None):
+    """Native checkpoint of the model: config.json, model.safetensors (FP8 block-scaled dense
+    weights, FP4 experts, bf16 / fp32 / int32 as the official checkpoints), tokenizer and
+    manifest. `extra`: {name: (kind, float64 array)} of drafter tensors (`mtp.0.*` of V4's
+    MTP-1, trained by tools/train_drafter.py) written with the same formats; MTP tensors set
+    num_nextn_predict_layers = 1 (and a ratio-0 entry after the backbone's compress_ratios)."""
     import make_goldens as mg
     import make_goldens_v41 as mgv41
     torch = _torch()
     os.makedirs(out_dir, exist_ok=True)
     w = mg.Weights()
-    worst = 0.0
+    worst, block = 0.0, weight_block(c)
     for name, shape, kind, _ in param_specs(c):
         t = model.w(name).detach().float().cpu()
         master = (getattr(model, name.replace(".", "__")) if is_buffer(name)
                   else model.params[name.replace(".", "__")]).detach().float().cpu()
-        w.add(name, kind, master.numpy().astype(np.float64))
+        w.add(name, kind, master.numpy().astype(np.int64 if kind == "i32" else np.float64))
         if kind in ("fp8", "fp4", "bf16"):
-            ref = {"fp8": lambda v: mg.quantize_fp8_block(v, BLOCK)[2],
+            ref = {"fp8": lambda v: mg.quantize_fp8_block(v, block)[2],
                    "fp4": lambda v: mg.quantize_fp4_rows(v, BLOCK)[2],
                    "bf16": mg.round_bf16}[kind](master.numpy().astype(np.float64))
             worst = max(worst, float(np.abs(ref - t.numpy().astype(np.float64)).max()))
     assert worst == 0.0, f"torch storage rounding differs from make_goldens' quantisers by {worst}"
-    final = mgv41.finalize(w)
-    entries = [e for (_, _, _, fp8_entries) in final.values() for e in fp8_entries]
+    cfg = full_config(c)
+    if extra:
+        for name, (kind, value) in extra.items():
+            assert name.startswith("mtp.") and name not in w.items, name
+            w.add(name, kind, value)
+        if is_v4(c) and any(n.startswith("mtp.0.") for n in extra):
+            cfg["num_nextn_predict_layers"] = 1
+            cfg["compress_ratios"] = list(c["compress_ratios"][: c["num_hidden_layers"]]) + [0]
+    if is_v4(c):  # FP8 128x128 (make_goldens' V4 grid)
+        entries = [e for (_, _, v4_entries) in mg.finalize(w, True).values() for e in v4_entries]
+    else:
+        entries = [e for (_, _, _, fp8_entries) in mgv41.finalize(w).values() for e in fp8_entries]
     st = os.path.join(out_dir, "model.safetensors")
     mg.write_safetensors(st, entries)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(full_config(c), f, indent=2)
+        json.dump(cfg, f, indent=2)
     import shutil
     shutil.copyfile(tokenizer_path, os.path.join(out_dir, "tokenizer.json"))
     corpus.tokenizer_config(os.path.join(out_dir, "tokenizer_config.json"))
@@ -901,14 +957,17 @@ def load_checkpoint(ckpt, device):
     import make_goldens as mg
     torch = _torch()
     cfg = json.load(open(os.path.join(ckpt, "config.json")))
-    c = cfg["text_config"]
+    c = cfg.get("text_config", cfg)
+    if is_v4(c):  # the backbone's config (an exported MTP-1 adds a drafter ratio)
+        c = dict(c, num_nextn_predict_layers=0, compress_ratios=c["compress_ratios"][: c["num_hidden_layers"]])
+    block = weight_block(c)
     header, off = mg.read_safetensors_header(os.path.join(ckpt, "model.safetensors"))
     raw = open(os.path.join(ckpt, "model.safetensors"), "rb").read()
 
     def arr(name):
         h = header[name]
         b = raw[off + h["data_offsets"][0]: off + h["data_offsets"][1]]
-        dt = {"F32": "<f4", "BF16": "<u2", "F8_E4M3": "u1", "F8_E8M0": "u1", "I8": "i1"}[h["dtype"]]
+        dt = {"F32": "<f4", "BF16": "<u2", "F8_E4M3": "u1", "F8_E8M0": "u1", "I8": "i1", "I32": "<i4"}[h["dtype"]]
         return h["dtype"], np.frombuffer(b, dtype=dt).reshape(h["shape"])
 
     model = build_model(c, 0, device)
@@ -916,7 +975,7 @@ def load_checkpoint(ckpt, device):
     with torch.no_grad():
         for name, shape, kind, _ in param_specs(c):
             dt, v = arr(name)
-            if dt == "F32":
+            if dt == "F32" or dt == "I32":
                 val = v.astype(np.float64)
             elif dt == "BF16":
                 val = mg.bf16_bits_to_f64(v)
@@ -924,7 +983,7 @@ def load_checkpoint(ckpt, device):
                 _, s = arr(name[: -len(".weight")] + ".scale")
                 mag = e4m3[v & 0x7F] * np.where(v & 0x80, -1.0, 1.0)
                 sc = np.ldexp(1.0, s.astype(np.int64) - 127)
-                sc = np.repeat(np.repeat(sc, BLOCK, 0), BLOCK, 1)[: v.shape[0], : v.shape[1]]
+                sc = np.repeat(np.repeat(sc, block, 0), block, 1)[: v.shape[0], : v.shape[1]]
                 val = mag * sc
             elif dt == "I8":
                 _, s = arr(name[: -len(".weight")] + ".scale")
@@ -934,7 +993,7 @@ def load_checkpoint(ckpt, device):
                 val = mag * np.repeat(np.ldexp(1.0, s.astype(np.int64) - 127), BLOCK, 1)
             else:
                 raise ValueError(dt)
-            t = torch.as_tensor(val.astype(np.float32).reshape(shape), device=device)
+            t = torch.as_tensor(val.astype(np.int64 if kind == "i32" else np.float32).reshape(shape), device=device)
             key = name.replace(".", "__")
             if is_buffer(name):
                 getattr(model, key).copy_(t)
@@ -1046,7 +1105,8 @@ def main():
     ap.add_argument("--tokenizer-vocab", type=int, default=4096)
     ap.add_argument("--tokenizer", default=TOKENIZER)
     ap.add_argument("--engine-bin", help="tests/tools/model_logits binary (default: build-g/, build/)")
-    ap.add_argument("--preset", default="v41", choices=sorted(PRESETS))
+    ap.add_argument("--preset", default="v41", choices=sorted(PRESETS) + ["v4", "v4-small"],
+                    help="v41 / v41-small: V4.1; v4 / v4-small: V4 (tools/tiny_v4.py)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1601)
     ap.add_argument("--steps", default="2000", help="N, or auto:SECONDS (time 10 steps, then fit)")
@@ -1081,7 +1141,9 @@ def main():
               f"{data['stats']['train_files']} files of {data['root']}")
     if args.out:
         model, c, data, info = train(args)
-        manifest = dict(model="trained tiny DeepSeek-V4.1 (tools/train_tiny.py)", text_config=c,
+        family = "V4" if is_v4(c) else "V4.1"
+        manifest = dict(model=f"trained tiny DeepSeek-{family} (tools/train_tiny.py --preset {args.preset})",
+                        text_config=c,
                         command=" ".join(sys.argv), corpus=data["info"], training=info,
                         tokenizer=dict(path=os.path.relpath(args.tokenizer, ROOT), sha256=sha256(args.tokenizer),
                                        vocab=c["vocab_size"]))
