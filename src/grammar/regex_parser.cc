@@ -32,13 +32,29 @@ class RegexParser {
  public:
   RegexParser(std::string_view p, RegexMode mode, RegexFlavor flavor) : p_(p), mode_(mode), flavor_(flavor) {}
 
+  // Search mode: the top-level branches are grouped by their anchors and each group gets one
+  // shared prefix / suffix loop: .*(b1|b2|..).* rather than .*b1.*|.*b2.*|.. , whose subset
+  // construction tracks every branch's own trailing loop (2^branches states: a 5-word
+  // unanchored alternation ran past the 2 s budget).
   ExprPtr parse() {
-    std::vector<ExprPtr> branches;
+    std::vector<ExprPtr> groups[4];  // by (anchored start, anchored end)
     do {
-      branches.push_back(parse_top_branch());
+      auto [body, anchored_start, anchored_end] = parse_top_branch();
+      groups[anchored_start * 2 + anchored_end].push_back(body);
     } while (eat('|'));
     CHECK(pos_ == p_.size()) << named(p_) << ": unbalanced ')' at offset " << pos_;
-    return alt(std::move(branches));
+    std::vector<ExprPtr> alts;
+    for (int g = 0; g < 4; ++g) {
+      if (groups[g].empty()) continue;
+      ExprPtr body = alt(std::move(groups[g]));
+      if (mode_ == RegexMode::kFullMatch) { alts.push_back(body); continue; }
+      std::vector<ExprPtr> parts;
+      if (!(g & 2)) parts.push_back(star(any_char()));
+      parts.push_back(body);
+      if (!(g & 1)) parts.push_back(star(any_char()));
+      alts.push_back(seq(std::move(parts)));
+    }
+    return alt(std::move(alts));
   }
 
  private:
@@ -121,7 +137,11 @@ class RegexParser {
 
   ExprPtr any_char() { return cls({{0, kMaxCodePoint}}); }
 
-  ExprPtr parse_top_branch() {
+  struct TopBranch {
+    ExprPtr body;
+    bool anchored_start, anchored_end;
+  };
+  TopBranch parse_top_branch() {
     bool anchored_start = eat('^');
     std::vector<ExprPtr> items;
     bool anchored_end = false;
@@ -133,13 +153,7 @@ class RegexParser {
       }
       items.push_back(parse_quantified());
     }
-    ExprPtr body = seq(std::move(items));
-    if (mode_ == RegexMode::kFullMatch) return body;
-    std::vector<ExprPtr> parts;
-    if (!anchored_start) parts.push_back(star(any_char()));
-    parts.push_back(body);
-    if (!anchored_end) parts.push_back(star(any_char()));
-    return seq(std::move(parts));
+    return {seq(std::move(items)), anchored_start, anchored_end};
   }
 
   ExprPtr parse_alternation() {
