@@ -23,9 +23,11 @@
 // - Strings: raw UTF-8 except `"`, `\` and U+0000-U+001F; escapes \" \\ \/ \b \f \n \r \t and
 //   \u00XX for control characters only. minLength/maxLength/pattern count decoded code points.
 // - Numbers: integers without fraction or exponent; numbers as JSON numbers (no exponent when
-//   bounds apply). Non-integer bounds of `number` are rounded inwards to integers (narrower, never
-//   wider); a range that becomes empty that way throws kUnsupported.
-// - enum / const literals are written compactly with integral floats as integers (1.0 -> 1).
+//   bounds apply). Bounds and multipleOf are the exact decimal values the schema's text spells
+//   (json_numbers.h), of any magnitude: 9223372036854775808.5 is not rounded to a double.
+//   Counts (minLength, maxItems, ...) must be non-negative integers (2.5 is refused).
+// - enum / const literals are written compactly with their exact values, integral ones as
+//   integers (1.0 -> 1, 1e20 -> 100000000000000000000).
 // - Formats are matched by fixed regular expressions that accept a subset of each format
 //   (e.g. date excludes Feb 29; hostname has at most 3 labels). Format names that no draft or
 //   validator defines (e.g. "topic", "int32") are annotations and ignored; defined ones we do
