@@ -1,12 +1,102 @@
 #include "cli/args.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "base/error.h"
+#include "cli/engine_setup.h"
 #include "engine/engine.h"
 
 namespace deepinfer {
+namespace {
+
+// Help lines: "  --name VALUE" padded to this column, then the text wrapped at kWidth.
+constexpr size_t kHelpColumn = 34;
+constexpr size_t kWidth = 100;
+
+void append_wrapped(std::ostringstream& out, const std::string& text, size_t column) {
+  std::istringstream words(text);
+  std::string word;
+  size_t at = column;
+  bool first = true;
+  while (words >> word) {
+    if (!first && at + 1 + word.size() > kWidth) {
+      out << "\n" << std::string(column, ' ');
+      at = column;
+      first = true;
+    }
+    if (!first) {
+      out << ' ';
+      ++at;
+    }
+    out << word;
+    at += word.size();
+    first = false;
+  }
+  out << "\n";
+}
+
+}  // namespace
+
+std::string format_usage(const std::string& synopsis, const OptionGroups& groups, const std::string& epilogue) {
+  std::ostringstream out;
+  out << synopsis;
+  for (const OptionGroup& g : groups) {
+    out << "\n" << g.title << ":\n";
+    for (const OptionHelp& o : g.options) {
+      std::string head = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
+      if (head.size() + 2 > kHelpColumn) {
+        out << head << "\n" << std::string(kHelpColumn, ' ');
+      } else {
+        out << head << std::string(kHelpColumn - head.size(), ' ');
+      }
+      append_wrapped(out, o.help, kHelpColumn);
+    }
+  }
+  if (!epilogue.empty()) out << "\n" << epilogue;
+  return out.str();
+}
+
+bool wants_help(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+std::set<std::string> option_names(const OptionGroups& groups) {
+  std::set<std::string> names;
+  for (const OptionGroup& g : groups) {
+    for (const OptionHelp& o : g.options) {
+      if (!o.value.empty()) names.insert(o.name);
+    }
+  }
+  return names;
+}
+
+std::set<std::string> flag_names(const OptionGroups& groups) {
+  std::set<std::string> names;
+  for (const OptionGroup& g : groups) {
+    for (const OptionHelp& o : g.options) {
+      if (o.value.empty()) names.insert(o.name);
+    }
+  }
+  return names;
+}
 
 Args::Args(int argc, char** argv, int first, const std::set<std::string>& options,
            const std::set<std::string>& flags) {
+  parse(argc, argv, first, options, flags);
+}
+
+Args::Args(int argc, char** argv, int first, const OptionGroups& groups) {
+  parse(argc, argv, first, option_names(groups), flag_names(groups));
+}
+
+void Args::parse(int argc, char** argv, int first, const std::set<std::string>& options,
+                 const std::set<std::string>& flags) {
+  const std::string command = first >= 2 ? std::string(" ") + argv[first - 1] : "";
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) {
@@ -20,10 +110,12 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& option
       name = name.substr(0, eq);
     }
     if (flags.count(name)) {
+      CHECK(eq == std::string::npos) << "--" << name << " is a flag: it takes no value";
       flags_.insert(name);
       continue;
     }
-    CHECK(options.count(name)) << "unknown option --" << name;
+    CHECK(options.count(name)) << "unknown option --" << name << " (deepinfer" << command
+                               << " --help lists the options)";
     if (eq == std::string::npos) {
       CHECK(i + 1 < argc) << "option --" << name << " needs a value";
       value = argv[++i];
@@ -63,25 +155,67 @@ double Args::get_double(const std::string& name, double fallback) const {
   }
 }
 
-const std::set<std::string> kDeviceOptions = {"device", "gpu-memory-utilization", "weight-format",
-                                               "kv-cache-dtype"};
+const OptionGroup kModelOptionGroup = {
+    "Model",
+    {
+        {"model", "DIR|tiny|tiny-v4.1",
+         "Checkpoint directory (config.json, safetensors, tokenizer.json) or a built-in model; default: "
+         "the built-in tiny V4 model (random weights, the real tokenizer)."},
+        {"tokenizer", "PATH",
+         "tokenizer.json to use instead of the model's (default: DIR/tokenizer.json; a config-only "
+         "directory run with --dummy-weights gets the built-in tokenizer of its family, logged)."},
+        {"dummy-weights", "", "Random weights for DIR's config.json (benchmarks; needs --model DIR)."},
+        {"numerics", "official|reference",
+         "official (default): the quantise-dequantise round trips the model was trained with; "
+         "reference: plain fp32, as transformers computes."},
+        {"batch-invariant", "", "Reductions independent of the batch: a request's logits are bitwise "
+                                "the same alone or in any batch."},
+    }};
 
-const std::set<std::string> kDeviceFlags = {"cuda-graphs"};
+const OptionGroup kDeviceOptionGroup = {
+    "Device and formats",
+    {
+        {"device", "auto|cpu|cuda",
+         "Backend. auto (default): cuda in a CUDA build on a machine with a GPU, for a model the CUDA "
+         "backend runs (V4.1 falls back to cpu with a log line); cpu otherwise."},
+        {"weight-format", "auto|fp8|fp32",
+         "cuda: auto (default) = fp8: projections, experts and head in 128x128 block FP8 (a checkpoint's "
+         "FP8 weights as stored, FP4 experts converted exactly); fp32 only on request. cpu: fp32."},
+        {"kv-cache-dtype", "auto|fp8|bf16",
+         "cuda: KV entries; auto (default) = fp8 with official numerics, bf16 with reference."},
+        {"cuda-graphs", "", "cuda: decode steps replay CUDA graphs (the default on cuda)."},
+        {"no-cuda-graphs", "", "cuda: every step runs eagerly."},
+        {"gpu-memory-utilization", "F",
+         "cuda: fraction of the device memory for weights, activations and state pools (default 0.9)."},
+    }};
 
-const char* const kDeviceUsage =
-    "         [--device cpu|cuda] [--gpu-memory-utilization 0.9] [--weight-format fp32|fp8]\n"
-    "         [--kv-cache-dtype auto|fp8|bf16] [--cuda-graphs]\n";
+const std::set<std::string> kDeviceOptions = option_names({kDeviceOptionGroup});
+const std::set<std::string> kDeviceFlags = flag_names({kDeviceOptionGroup});
+const std::string kDeviceUsage = format_usage("", {kDeviceOptionGroup});
 
-void apply_device_options(const Args& args, EngineArgs& engine_args) {
-  engine_args.device = args.get("device", engine_args.device);
+std::string apply_device_options(const Args& args, EngineArgs& engine_args) {
   engine_args.gpu_memory_utilization =
       args.get_double("gpu-memory-utilization", engine_args.gpu_memory_utilization);
   CHECK(engine_args.gpu_memory_utilization > 0.0 && engine_args.gpu_memory_utilization <= 1.0)
       << "--gpu-memory-utilization must be in (0, 1]";
-  engine_args.weight_format = args.get("weight-format", engine_args.weight_format);
-  engine_args.kv_cache_dtype = args.get("kv-cache-dtype", engine_args.kv_cache_dtype);
-  engine_args.cuda_graphs = args.has("cuda-graphs");
+  CHECK(!(args.has("cuda-graphs") && args.has("no-cuda-graphs")))
+      << "give --cuda-graphs or --no-cuda-graphs, not both";
+  DeviceRequest request;
+  request.device = args.get("device", "auto");
+  request.weight_format = args.get("weight-format", "auto");
+  request.kv_cache_dtype = args.get("kv-cache-dtype", "auto");
+  request.cuda_graphs = args.has("cuda-graphs") ? 1 : args.has("no-cuda-graphs") ? 0 : -1;
+  return resolve_device(request, cuda_device_count(), engine_args);
 }
+
+const OptionGroup kPrefillOptionGroup = {
+    "Prefill fairness (0: off)",
+    {
+        {"max-prefill-tokens-with-decodes", "N",
+         "Prefill tokens of a step that also runs decodes (default 512)."},
+        {"long-prefill-token-threshold", "N",
+         "A request's prefill chunk while it shares its step with other work (default 256)."},
+    }};
 
 void apply_prefill_options(const Args& args, EngineArgs& engine_args) {
   engine_args.max_prefill_tokens_with_decodes =

@@ -1,4 +1,4 @@
-// deepinfer command line: `deepinfer generate ...` (see usage()).
+// deepinfer command line: `deepinfer COMMAND [options]` (top_usage(); each command's --help).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,31 +9,78 @@
 #include "base/logging.h"
 #include "cli/args.h"
 #include "cli/bench.h"
+#include "cli/engine_setup.h"
 #include "cli/model_loading.h"
 #include "cli/serve.h"
+#include "cli/startup_summary.h"
 #include "engine/engine.h"
 #include "engine/generate_loop.h"
 
 namespace deepinfer {
 namespace {
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)\n"
-               "         [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
-               "         [--seed S] [--numerics official|reference] [--batch-invariant] [--ignore-eos]\n"
-               "%s"
-               "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n"
-               "       deepinfer bench [--model DIR [--dummy-weights]] [--input-len N] [--output-len N]\n"
-               "         [--num-prompts N] [--concurrency 1,4,16] [--out PREFIX] [--no-overlap]\n"
-               "         [--max-num-batched-tokens N] [--max-model-len N] [--no-overlap-table]\n"
-               "         [--max-prefill-tokens-with-decodes 512] [--long-prefill-token-threshold 256]\n"
-               "       deepinfer bench --fairness [--streams 4] [--long-len 20000] [--short-len 16]\n"
-               "         [--stream-prompt-len 64] [--warmup-steps 8] [--short-after-steps 2] [--repeat N]\n"
-               "         [--no-alone] [--out FILE] (and the engine options above)\n"
-               "%s",
-               kDeviceUsage, kDeviceUsage);
-  serve_usage();
+const OptionGroups& generate_options() {
+  static const OptionGroups groups = {
+      kModelOptionGroup,
+      {"Prompt and sampling",
+       {
+           {"prompt", "TEXT", "The prompt text (needs a tokenizer)."},
+           {"prompt-ids", "1,2,3", "The prompt as token ids, comma-separated (no tokenizer needed)."},
+           {"max-tokens", "N", "Tokens to generate (default 32)."},
+           {"temperature", "T", "0 = greedy (default 0)."},
+           {"top-p", "P", "Nucleus sampling (default 1)."},
+           {"top-k", "K", "0 = off (default 0)."},
+           {"min-p", "P", "0 = off (default 0)."},
+           {"seed", "S", "Seed of the sampler (default 0)."},
+           {"ignore-eos", "", "Keep generating past the end-of-sequence token."},
+       }},
+      kDeviceOptionGroup,
+  };
+  return groups;
+}
+
+std::string generate_usage() {
+  return format_usage(
+      "usage: deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n\n"
+      "Generates one completion: text on stdout as it comes, the startup summary and timings on stderr.\n"
+      "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n",
+      generate_options());
+}
+
+struct Command {
+  const char* name;
+  const char* summary;
+  std::string (*usage)();
+  int (*run)(int argc, char** argv);
+};
+
+int cmd_generate(int argc, char** argv);
+
+const Command kCommands[] = {
+    {"generate", "one completion from a prompt (text or token ids)", generate_usage, cmd_generate},
+    {"serve", "the OpenAI-compatible HTTP server", serve_usage, cmd_serve},
+    {"bench", "offline serving benchmark (throughput, TTFT, TPOT; --fairness)", bench_usage, cmd_bench},
+};
+
+std::string top_usage() {
+  std::string text =
+      "usage: deepinfer COMMAND [options]\n\n"
+      "A C++/CUDA inference engine for the DeepSeek-V4 family.\n\nCommands:\n";
+  for (const Command& c : kCommands) {
+    text += "  " + std::string(c.name) + std::string(12 - std::string(c.name).size(), ' ') + c.summary + "\n";
+  }
+  text +=
+      "  help [CMD]  this text, or a command's options\n\n"
+      "`deepinfer COMMAND --help` (or -h) lists that command's options; `deepinfer serve --help` is\n"
+      "the reference for the server's flags.\n";
+  return text;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
 }
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -63,15 +110,17 @@ SamplingParams sampling_params(const Args& args) {
 }
 
 // generate on a non-CPU device: one request through the Engine, text streamed as it comes.
-int generate_with_engine(const Args& args, EngineArgs engine_args) {
+int generate_with_engine(const Args& args, EngineArgs engine_args, const std::string& device_note,
+                         const std::string& tokenizer_note) {
   engine_args.max_num_seqs = 1;
   Engine engine(engine_args);
+  print_startup_summary(engine_startup_summary("generate", engine_args, engine, device_note, tokenizer_note));
   std::vector<int32_t> prompt;
   if (args.has("prompt-ids")) {
     prompt = parse_ids(args.get("prompt-ids"));
   } else {
     CHECK(args.has("prompt")) << "give --prompt TEXT or --prompt-ids";
-    CHECK(engine.tokenizer() != nullptr) << "this model has no tokenizer.json: use --prompt-ids";
+    CHECK(engine.tokenizer() != nullptr) << "this model has no tokenizer.json: use --prompt-ids or --tokenizer PATH";
     prompt = engine.tokenizer()->encode(args.get("prompt"), /*add_special_tokens=*/true);
   }
   EngineRequest request;
@@ -107,27 +156,33 @@ int generate_with_engine(const Args& args, EngineArgs engine_args) {
 }
 
 int cmd_generate(int argc, char** argv) {
-  std::set<std::string> names = {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p",
-                                 "top-k", "min-p", "seed", "numerics"};
-  names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
-  std::set<std::string> flags = {"batch-invariant", "ignore-eos", "dummy-weights"};
-  flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  Args args(argc, argv, 2, names, flags);
-  ModelOptions options;
-  options.numerics = parse_numerics(args.get("numerics", "official"));
-  options.batch_invariant = args.has("batch-invariant");
-  if (args.get("device", "cpu") != "cpu" || args.has("dummy-weights") || args.has("kv-cache-dtype") ||
-      args.has("cuda-graphs")) {
-    EngineArgs engine_args;
-    engine_args.model_dir = args.get("model");
-    engine_args.dummy_weights = args.has("dummy-weights");
-    CHECK(!engine_args.dummy_weights || !engine_args.model_dir.empty()) << "--dummy-weights needs --model DIR";
-    engine_args.model_options = options;
-    apply_device_options(args, engine_args);
-    return generate_with_engine(args, engine_args);
+  Args args(argc, argv, 2, generate_options());
+  EngineArgs engine_args;
+  engine_args.model_dir = args.get("model");
+  engine_args.dummy_weights = args.has("dummy-weights");
+  CHECK(!engine_args.dummy_weights || !engine_args.model_dir.empty()) << "--dummy-weights needs --model DIR";
+  engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
+  engine_args.model_options.batch_invariant = args.has("batch-invariant");
+  const std::string device_note = apply_device_options(args, engine_args);
+  const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args);
+  if (engine_args.device != "cpu" || engine_args.dummy_weights || args.has("kv-cache-dtype") ||
+      engine_args.cuda_graphs) {
+    return generate_with_engine(args, engine_args, device_note, tokenizer_note);
   }
-  CHECK(args.get("weight-format", "fp32") == "fp32") << "--weight-format fp8 needs --device cuda";
-  LoadedModel loaded = load_model_for_cli(args.get("model"), options);
+  // The plain loop (model/generate_loop.h) on the CPU: one sequence, prefill and decode timed apart.
+  CHECK(engine_args.weight_format == "fp32") << "--weight-format fp8 needs --device cuda";
+  LoadedModel loaded = load_model_for_cli(engine_args.model_dir, engine_args.model_options, engine_args.tokenizer_path);
+  StartupSummary summary;
+  summary.command = "generate";
+  summary.model = describe_model(engine_args.model_dir, false, 0, loaded.model->config());
+  summary.tokenizer = tokenizer_note;
+  summary.device = "cpu (" + device_note + ")";
+  summary.formats = std::string("weights fp32, kv cache fp32 (") + numerics_name(engine_args.model_options.numerics) +
+                    " numerics), cuda graphs off (cpu)";
+  summary.backend = "cpu, the plain generate loop (one sequence, no engine)";
+  summary.memory = "host: the model's fp32 weights and one sequence's state";
+  summary.capacity = "1 request of up to " + std::to_string(loaded.model->config().max_position_embeddings) + " tokens";
+  print_startup_summary(summary);
 
   std::vector<int32_t> prompt;
   if (args.has("prompt-ids")) {
@@ -158,18 +213,25 @@ int cmd_generate(int argc, char** argv) {
 }  // namespace deepinfer
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    deepinfer::usage();
-    return argc < 2 ? 2 : 0;
+  using deepinfer::find_command;
+  const std::string cmd = argc < 2 ? "" : argv[1];
+  if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
+    const deepinfer::Command* c = cmd == "help" && argc > 2 ? find_command(argv[2]) : nullptr;
+    const std::string text = c != nullptr ? c->usage() : deepinfer::top_usage();
+    std::fputs(text.c_str(), cmd.empty() ? stderr : stdout);
+    return cmd.empty() || (cmd == "help" && argc > 2 && c == nullptr) ? 2 : 0;
   }
-  const std::string cmd = argv[1];
-  try {
-    if (cmd == "generate") return deepinfer::cmd_generate(argc, argv);
-    if (cmd == "serve") return deepinfer::cmd_serve(argc, argv);
-    if (cmd == "bench") return deepinfer::cmd_bench(argc, argv);
-    std::fprintf(stderr, "deepinfer: unknown command '%s'\n", cmd.c_str());
-    deepinfer::usage();
+  const deepinfer::Command* c = find_command(cmd);
+  if (c == nullptr) {
+    std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n%s", cmd.c_str(), deepinfer::top_usage().c_str());
     return 2;
+  }
+  try {
+    if (deepinfer::wants_help(argc, argv, 2)) {
+      std::fputs(c->usage().c_str(), stdout);
+      return 0;
+    }
+    return c->run(argc, argv);
   } catch (const deepinfer::Error& e) {
     std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
     return 1;

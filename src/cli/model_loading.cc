@@ -17,7 +17,7 @@ std::string tiny_tokenizer_path() {
 }
 
 std::vector<int32_t> LoadedModel::encode(const std::string& text) const {
-  CHECK(tokenizer != nullptr) << "this model has no tokenizer.json: use --prompt-ids";
+  CHECK(tokenizer != nullptr) << "this model has no tokenizer.json: use --prompt-ids or --tokenizer PATH";
   return tokenizer->encode(text, /*add_special_tokens=*/true);
 }
 
@@ -29,7 +29,8 @@ std::function<std::string(int32_t)> LoadedModel::make_stream() const {
   return [detok](int32_t id) { return detok->push(id); };
 }
 
-LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions& options) {
+LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions& options,
+                               const std::string& tokenizer_override) {
   LoadedModel loaded;
   const auto t0 = std::chrono::steady_clock::now();
   std::string tokenizer_path;
@@ -45,7 +46,9 @@ LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions&
     tokenizer_path = model_dir + "/tokenizer.json";
     LOG(INFO) << "loaded " << model_dir << ", numerics " << numerics_name(options.numerics);
   }
-  if (std::filesystem::exists(tokenizer_path)) {
+  if (!tokenizer_override.empty()) {
+    loaded.tokenizer = std::make_unique<recipe::Tokenizer>(recipe::Tokenizer::from_file(tokenizer_override));
+  } else if (std::filesystem::exists(tokenizer_path)) {
     loaded.tokenizer = std::make_unique<recipe::Tokenizer>(
         builtin_model_uses_v41_tokenizer(model_dir) ? recipe::Tokenizer::from_json(recipe::v41_tokenizer_json_from_v4(tokenizer_path))
                     : recipe::Tokenizer::from_file(tokenizer_path));

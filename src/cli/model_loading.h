@@ -25,6 +25,9 @@ struct LoadedModel {
 // Path of the built-in tiny model's tokenizer (env DEEPINFER_TINY_TOKENIZER overrides).
 std::string tiny_tokenizer_path();
 
-LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions& options);
+// `tokenizer_path` (--tokenizer, or resolve_tokenizer's choice) replaces the model's own
+// tokenizer.json when not empty.
+LoadedModel load_model_for_cli(const std::string& model_dir, const ModelOptions& options,
+                               const std::string& tokenizer_path = "");
 
 }  // namespace deepinfer

@@ -10,7 +10,9 @@
 #include "base/error.h"
 #include "base/logging.h"
 #include "cli/args.h"
+#include "cli/engine_setup.h"
 #include "cli/model_loading.h"
+#include "cli/startup_summary.h"
 #include "engine/async_engine.h"
 #include "engine/engine.h"
 #include "recipe/chat_encoding.h"
@@ -18,22 +20,65 @@
 
 namespace deepinfer {
 
-void serve_usage() {
-  std::fprintf(stderr,
-               "usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
-               "         [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
-               "         [--max-num-batched-tokens N] [--max-prefill-tokens-with-decodes 512]\n"
-               "         [--long-prefill-token-threshold 256] [--max-live-requests N] [--max-body-bytes N]\n"
-               "         [--chat-encoding auto|v4|v4.1] [--numerics official|reference] [--batch-invariant]\n"
-               "         [--dummy-weights] [--io-threads N] [--prep-threads N] [--drain-seconds S]\n"
-               "         [--default-thinking on|off] [--scheduling-policy fcfs|priority]\n"
-               "         [--state-budget-mib N] [--no-overlap] [--http-idle-timeout S]\n"
-               "         [--http-read-timeout S] [--http-write-timeout S] [--grammar-threads N]\n"
-               "         [--grammar-max-states N] [--grammar-max-memory-mb N] [--grammar-timeout-ms N]\n"
-               "         [--max-prompt-schema-bytes N]\n"
-               "%s"
-               "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
-               kDeviceUsage);
+namespace {
+
+// Every serve option, in help order (its help is the reference for the server's flags).
+const OptionGroups& serve_options() {
+  static const OptionGroups groups = {
+      kModelOptionGroup,
+      {"HTTP server",
+       {
+           {"host", "ADDR", "Address to listen on (default 127.0.0.1)."},
+           {"port", "N", "Port (default 8000)."},
+           {"api-key", "KEY", "Require `Authorization: Bearer KEY` on every /v1 request."},
+           {"served-model-name", "NAME",
+            "The model name of /v1/models and responses (default: the directory's name, or deepinfer-tiny)."},
+           {"max-body-bytes", "N", "Largest request body accepted (default 8 MiB)."},
+           {"io-threads", "N", "HTTP I/O threads (default 1)."},
+           {"prep-threads", "N", "Threads that parse requests and encode prompts (default 2)."},
+           {"http-idle-timeout", "S", "Seconds an idle keep-alive connection is kept (default 60)."},
+           {"http-read-timeout", "S", "Seconds a request's header and body may take to arrive (default 30)."},
+           {"http-write-timeout", "S", "Seconds a client may take to accept a response write (default 60)."},
+           {"drain-seconds", "S", "On SIGINT / SIGTERM, seconds running requests may finish (default 30)."},
+       }},
+      {"Chat",
+       {
+           {"chat-encoding", "auto|v4|v4.1", "Chat template; auto (default) follows the checkpoint's model_type."},
+           {"default-thinking", "on|off", "Reasoning for chat requests that do not say (default off)."},
+       }},
+      {"Engine and scheduling",
+       {
+           {"max-model-len", "N", "Longest request, prompt + output (default: what the model and device hold)."},
+           {"max-num-seqs", "N", "Requests running at once (default 64)."},
+           {"max-num-batched-tokens", "N", "Tokens per step (default 2048)."},
+           {"max-live-requests", "N", "Requests admitted, running or waiting (default max(1024, 4 x max-num-seqs))."},
+           {"scheduling-policy", "fcfs|priority", "Order of admission (default fcfs)."},
+           {"state-budget-mib", "N", "CPU: the attention state pools (default 1024)."},
+           {"no-overlap", "", "Do not schedule step t+1 while step t runs."},
+       }},
+      kPrefillOptionGroup,
+      {"Structured output",
+       {
+           {"grammar-threads", "N", "Threads compiling response_format constraints (default 2)."},
+           {"grammar-max-states", "N", "States one constraint may compile to (default 1000000; 0: no limit)."},
+           {"grammar-max-memory-mb", "N", "Memory one constraint's compilation may use (default 256; 0: no limit)."},
+           {"grammar-timeout-ms", "N", "Time one constraint's compilation may take (default 2000; 0: no limit)."},
+           {"max-prompt-schema-bytes", "N", "A json_schema response_format is shown in the prompt up to this size (default 8192; 0: never)."},
+       }},
+      kDeviceOptionGroup,
+  };
+  return groups;
+}
+
+}  // namespace
+
+std::string serve_usage() {
+  return format_usage(
+      "usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [options]\n\n"
+      "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health,\n"
+      "/metrics. The startup summary goes to stderr once the model is loaded.\n"
+      "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
+      serve_options());
 }
 
 int cmd_serve(int argc, char** argv) {
@@ -43,22 +88,7 @@ int cmd_serve(int argc, char** argv) {
   // below twice its size: a burst of requests then left 6-35 MB resident for good (tiny model,
   // 500 streams). In the main arena malloc_trim returns all of it; throughput was unchanged.
   mallopt(M_ARENA_MAX, 1);
-  std::set<std::string> names = {"model", "host", "port", "api-key", "served-model-name", "max-model-len",
-                                 "max-num-seqs", "max-num-batched-tokens", "max-live-requests",
-                                 "max-prefill-tokens-with-decodes", "long-prefill-token-threshold",
-                                 "max-body-bytes", "chat-encoding", "numerics", "io-threads",
-                                 "prep-threads", "drain-seconds", "default-thinking", "grammar-threads", "grammar-max-states",
-                                 "grammar-max-memory-mb", "grammar-timeout-ms", "max-prompt-schema-bytes",
-                                 "scheduling-policy", "state-budget-mib", "http-idle-timeout",
-                                 "http-read-timeout", "http-write-timeout"};
-  names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
-  std::set<std::string> flags = {"batch-invariant", "dummy-weights", "no-overlap", "help"};
-  flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  Args args(argc, argv, 2, names, flags);
-  if (args.has("help")) {
-    serve_usage();
-    return 0;
-  }
+  Args args(argc, argv, 2, serve_options());
   EngineArgs engine_args;
   engine_args.model_dir = args.get("model");
   engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
@@ -70,7 +100,8 @@ int cmd_serve(int argc, char** argv) {
   engine_args.max_model_len = args.get_int("max-model-len", 0);
   engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
   engine_args.overlap = !args.has("no-overlap");
-  apply_device_options(args, engine_args);
+  const std::string device_note = apply_device_options(args, engine_args);
+  const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args);
   const std::string policy = args.get("scheduling-policy", "fcfs");
   CHECK(policy == "fcfs" || policy == "priority") << "--scheduling-policy must be fcfs or priority";
   engine_args.priority = policy == "priority";
@@ -124,7 +155,8 @@ int cmd_serve(int argc, char** argv) {
   const recipe::Tokenizer* tokenizer = engine->tokenizer();
   CHECK_KIND(kNotFound, tokenizer != nullptr)
       << "serving needs a tokenizer: " << (dir.empty() ? tiny_tokenizer_path() : dir + "/tokenizer.json")
-      << " does not exist";
+      << " does not exist (give --tokenizer PATH)";
+  print_startup_summary(engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_note));
   const ModelConfig& config = engine->model_config();
   options.max_model_len = engine->max_model_len();
   std::vector<int32_t> eos_ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
