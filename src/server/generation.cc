@@ -67,6 +67,7 @@ void Generation::add_choice(const std::vector<int32_t>& prompt, int64_t max_toke
   r.constraint = sampling_.constraint;
   index_[r.id] = i;
   choices_.emplace_back().engine_id = r.id;
+  last_token_at_.emplace_back();
   detok_.emplace_back(tokenizer_, /*skip_special_tokens=*/!keep_special_);
   requests_.push_back(std::move(r));
   if (count_prompt) n_prompt_tokens_ += static_cast<int64_t>(prompt.size());
@@ -76,6 +77,14 @@ int64_t Generation::n_completion_tokens() const {
   int64_t n = 0;
   for (const Choice& c : choices_) n += c.n_tokens;
   return n;
+}
+
+std::vector<std::string> Generation::finish_reasons() const {
+  std::vector<std::string> reasons;
+  for (const Choice& c : choices_) {
+    if (c.finished) reasons.push_back(c.finish_reason);
+  }
+  return reasons;
 }
 
 std::vector<std::string> Generation::unfinished_ids() const {
@@ -133,11 +142,16 @@ void Generation::on_output(const RequestOutput& out, const std::string& error,
       c.finish_reason = "error";
       ++n_finished_;
     }
-    if (stream()) events.push_back(error_->body());
+    if (stream()) events.push_back(stream_error_payload());
     return;
   }
-  if (!out.new_tokens.empty() && ttft_ < 0) {
-    ttft_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (!out.new_tokens.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (ttft_ < 0) ttft_ = std::chrono::duration<double>(now - start_).count();
+    if (choices_[i].n_tokens > 0) {
+      inter_token_.push_back(std::chrono::duration<double>(now - last_token_at_[i]).count());
+    }
+    last_token_at_[i] = now;
   }
   choices_[i].n_tokens += static_cast<int64_t>(out.new_tokens.size());
   std::string text;
@@ -158,7 +172,7 @@ void Generation::on_output(const RequestOutput& out, const std::string& error,
   // client still listens): not an OpenAI finish_reason; the output was truncated, as "length".
   if (out.finished) finish_choice(i, out.finish_reason == "abort" ? "length" : out.finish_reason, chunks);
   if (stream()) {
-    for (Json& c : chunks) events.push_back(dump(envelope(Json::array({std::move(c)}))));
+    for (Json& c : chunks) events.push_back(dump(wrap_chunk(std::move(c))));
   }
 }
 

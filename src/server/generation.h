@@ -63,7 +63,13 @@ class Generation {
   // Engine ids of choices still running (to abort when the client goes away).
   std::vector<std::string> unfinished_ids() const;
   // Streaming: the payloads after the last choice (the usage chunk). Empty otherwise.
-  std::vector<std::string> final_events();
+  virtual std::vector<std::string> final_events();
+  // Streaming: the payloads to send with the response header, before any engine output.
+  virtual std::vector<std::string> initial_events() { return {}; }
+  // SSE framing of one payload, and the text that ends the stream (Chat Completions and
+  // Completions: "data: PAYLOAD" and "data: [DONE]").
+  virtual std::string sse(const std::string& payload) const { return "data: " + payload + "\n\n"; }
+  virtual std::string sse_end() const { return "data: [DONE]\n\n"; }
   // Non-streaming: the response body (call when done() and no error()).
   virtual std::string response_body() = 0;
   // Set when the engine failed a choice (the request then fails as a whole).
@@ -73,6 +79,11 @@ class Generation {
   int64_t n_completion_tokens() const;
   // Seconds from construction to the first token (-1 before it).
   double ttft_seconds() const { return ttft_; }
+  // Seconds between consecutive outputs with new tokens of each choice, in arrival order (the
+  // inter-token latencies; one per engine step that produced tokens after the first).
+  const std::vector<double>& inter_token_seconds() const { return inter_token_; }
+  // The finish reason of every finished choice (as reported: "stop", "length", "tool_calls").
+  std::vector<std::string> finish_reasons() const;
 
  protected:
   struct Choice {
@@ -95,6 +106,11 @@ class Generation {
   void end_early(size_t i, std::string reason);
   virtual Json usage() const;
   Json envelope(Json choices) const;
+  // A chunk of handle_output / handle_finish -> the stream payload (default: one choice in
+  // the chunk envelope).
+  virtual Json wrap_chunk(Json chunk) { return envelope(Json::array({std::move(chunk)})); }
+  // The stream payload that reports a failed generation (default: the error body).
+  virtual std::string stream_error_payload() { return error_->body(); }
 
   // Token text for logprobs (byte-level bytes, invalid UTF-8 replaced at dump time).
   std::string token_text(int32_t id) const;
@@ -122,6 +138,8 @@ class Generation {
   std::optional<ApiError> error_;
   std::chrono::steady_clock::time_point start_;
   double ttft_ = -1.0;
+  std::vector<std::chrono::steady_clock::time_point> last_token_at_;  // per choice
+  std::vector<double> inter_token_;
 };
 
 // A random request id suffix ("chatcmpl-" + 24 hex digits, ...).

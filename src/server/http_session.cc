@@ -7,7 +7,9 @@
 #include "base/logging.h"
 #include "server/chat_generation.h"
 #include "server/completion_generation.h"
+#include "server/responses_generation.h"
 #include "server/structured_output.h"
+#include "server/utility_endpoints.h"
 
 namespace deepinfer::server {
 namespace net = boost::asio;
@@ -119,6 +121,7 @@ void HttpSession::on_header(beast::error_code ec) {
   exchange_active_ = true;
   state_.n_exchanges.fetch_add(1, std::memory_order_relaxed);
   gen_.reset();
+  cors_.clear();
   status_ = 0;
   endpoint_ = "other";
   method_ = "-";
@@ -164,6 +167,16 @@ void HttpSession::route() {
   const bool get = req.method() == http::verb::get;
   const bool post = req.method() == http::verb::post;
   try {
+    const std::string_view origin = std_view(req[http::field::origin]);
+    cors_ = state_.cors.response_headers(origin);
+    if (req.method() == http::verb::options && state_.cors.enabled() && !origin.empty() &&
+        req.count(http::field::access_control_request_method) > 0) {
+      endpoint_ = "preflight";
+      Headers h = state_.cors.preflight(origin, std_view(req[http::field::access_control_request_method]),
+                                        std_view(req[http::field::access_control_request_headers]));
+      cors_.clear();
+      return respond(200, "text/plain; charset=utf-8", "OK", h);
+    }
     if (path == "/health") {
       endpoint_ = path;
       if (!get) throw method_not_allowed("GET", path);
@@ -175,8 +188,26 @@ void HttpSession::route() {
       return respond(200, "text/plain; version=0.0.4; charset=utf-8",
                      state_.metrics.render(state_.engine.stats()));
     }
+    if (path == "/version") {
+      endpoint_ = path;
+      if (!get) throw method_not_allowed("GET", path);
+      return respond(200, "application/json", version_body());
+    }
+    if (path == "/tokenize" || path == "/detokenize") {
+      endpoint_ = path;
+      if (!post) throw method_not_allowed("POST", path);
+      check_content_type(std_view(req[http::field::content_type]));
+      const ServerState& st = state_;
+      if (path == "/detokenize") {
+        return respond_from_pool([&st](const Json& body) { return detokenize_body(body, st.model); });
+      }
+      return respond_from_pool([&st](const Json& body) {
+        return tokenize_body(body, st.model, st.options.limits, st.options.default_thinking);
+      });
+    }
     const bool model_path = path.rfind("/v1/models/", 0) == 0;
-    const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions";
+    const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
+                       path == "/v1/responses";
     if (known) endpoint_ = path;
     if (model_path) endpoint_ = "/v1/models/{id}";
     if (path.rfind("/v1/", 0) == 0 && !state_.options.api_key.empty() &&
@@ -207,12 +238,15 @@ void HttpSession::route() {
     stream_.expires_never();
     watch();
     auto executor = stream_.get_executor();
+    const Kind kind = path == "/v1/chat/completions" ? Kind::kChat
+                      : path == "/v1/responses"      ? Kind::kResponses
+                                                     : Kind::kCompletion;
     net::post(*state_.prep_pool, [self = shared_from_this(), executor, body = std::move(parser_->get().body()),
-                                 chat = path == "/v1/chat/completions"]() mutable {
+                                 kind]() mutable {
       std::shared_ptr<Generation> gen;
       std::optional<ApiError> error;
       try {
-        gen = self->prepare(body, chat);
+        gen = self->prepare(body, kind);
       } catch (const ApiError& e) {
         error = e;
       } catch (const std::exception& e) {
@@ -252,12 +286,42 @@ void HttpSession::route() {
   }
 }
 
-std::shared_ptr<Generation> HttpSession::prepare(const std::string& text, bool chat) const {
+void HttpSession::respond_from_pool(std::function<std::string(const Json&)> job) {
+  stream_.expires_never();
+  watch();
+  auto executor = stream_.get_executor();
+  net::post(*state_.prep_pool, [self = shared_from_this(), executor, job = std::move(job),
+                               text = std::move(parser_->get().body())] {
+    std::string body;
+    std::optional<ApiError> error;
+    try {
+      const Json request = parse_body(text, self->state_.options.limits);
+      check_model(request, self->state_.options.model_name);
+      body = job(request);
+    } catch (const ApiError& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      error = ApiError(500, e.what(), "server_error");
+    }
+    net::post(executor, [self, body = std::move(body), error]() mutable {
+      if (self->closed_) return;
+      if (error) return self->respond_error(*error);
+      self->respond(200, "application/json", std::move(body));
+    });
+  });
+}
+
+std::shared_ptr<Generation> HttpSession::prepare(const std::string& text, Kind kind) const {
   const ServerOptions& o = state_.options;
   const Json body = parse_body(text, o.limits);
   check_model(body, o.model_name);
   const int64_t vocab_size = state_.tokenizer.vocab_size();
-  if (chat) {
+  if (kind == Kind::kResponses) {
+    const ResponsesRequest request = parse_responses_request(body, o.limits, o.chat_version, o.default_thinking);
+    check_token_ids(request.chat.sampling, vocab_size);
+    return std::make_shared<ResponsesGeneration>(request, state_.model);
+  }
+  if (kind == Kind::kChat) {
     const ChatRequest request = parse_chat_request(body, o.limits, o.chat_version, o.default_thinking);
     check_token_ids(request.sampling, vocab_size);
     return std::make_shared<ChatGeneration>(request, state_.model);
@@ -313,9 +377,13 @@ void HttpSession::start_generation(std::shared_ptr<Generation> gen, const std::o
   }
   if (gen_->stream()) {
     status_ = 200;
-    write(std::string("HTTP/1.1 200 OK\r\nServer: deepinfer\r\nContent-Type: text/event-stream\r\n") +
-          "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" +
-          (keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n") + "\r\n");
+    std::string head = "HTTP/1.1 200 OK\r\nServer: deepinfer\r\nContent-Type: text/event-stream\r\n"
+                       "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+    for (const auto& [name, value] : cors_) head += name + ": " + value + "\r\n";
+    write(head + (keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n") + "\r\n");
+    std::string data;
+    for (const std::string& e : gen_->initial_events()) data += gen_->sse(e);
+    if (!data.empty()) write(chunk(data));
   }
 }
 
@@ -326,10 +394,10 @@ void HttpSession::on_engine_output(const RequestOutput& out, const std::string& 
   for (const std::string& id : aborts) state_.engine.abort(id);
   if (gen_->stream()) {
     std::string data;
-    for (const std::string& e : events) data += "data: " + e + "\n\n";
+    for (const std::string& e : events) data += gen_->sse(e);
     if (gen_->done()) {
-      for (const std::string& e : gen_->final_events()) data += "data: " + e + "\n\n";
-      data += "data: [DONE]\n\n";
+      for (const std::string& e : gen_->final_events()) data += gen_->sse(e);
+      data += gen_->sse_end();
     }
     if (!data.empty()) write(chunk(data));
     if (gen_->done()) {
@@ -354,6 +422,7 @@ void HttpSession::respond(int status, const std::string& content_type, std::stri
   head += "Server: deepinfer\r\nContent-Type: " + content_type + "\r\n";
   head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   for (const auto& [name, value] : extra) head += name + ": " + value + "\r\n";
+  for (const auto& [name, value] : cors_) head += name + ": " + value + "\r\n";
   head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   write(head + body);
   response_complete_ = true;
@@ -481,7 +550,15 @@ void HttpSession::log_exchange() {
   const int64_t n_prompt = gen_ ? gen_->n_prompt_tokens() : 0;
   const int64_t n_completion = gen_ ? gen_->n_completion_tokens() : 0;
   const double ttft = gen_ ? gen_->ttft_seconds() : -1.0;
-  state_.metrics.observe(endpoint_, status_, n_prompt, n_completion, secs, ttft);
+  RequestRecord record{endpoint_, status_, n_prompt, n_completion, secs, ttft, {}, {}};
+  if (gen_) {
+    record.inter_token_seconds = gen_->inter_token_seconds();
+    if (status_ == 200) record.finish_reasons = gen_->finish_reasons();
+    if (status_ == 499) {
+      record.finish_reasons.assign(gen_->finish_reasons().size() + gen_->unfinished_ids().size(), "abort");
+    }
+  }
+  state_.metrics.observe(record);
   char line[160];
   std::snprintf(line, sizeof(line), " %d prompt=%lld completion=%lld ttft_ms=%.1f e2e_ms=%.1f", status_,
                 static_cast<long long>(n_prompt), static_cast<long long>(n_completion),

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
  private:
   using Headers = std::vector<std::pair<std::string, std::string>>;
+  enum class Kind { kCompletion, kChat, kResponses };
 
   void await_request();
   void read_request();
@@ -51,7 +53,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_body(boost::beast::error_code ec);
   void route();
   // Runs on the preparation pool: body -> Generation (throws ApiError). Reads only `state_`.
-  std::shared_ptr<Generation> prepare(const std::string& body, bool chat) const;
+  std::shared_ptr<Generation> prepare(const std::string& body, Kind kind) const;
+  // Runs `job` (JSON body -> response body; throws ApiError) on the preparation pool and
+  // answers 200 with its result or the error.
+  void respond_from_pool(std::function<std::string(const Json&)> job);
   void start_generation(std::shared_ptr<Generation> gen, const std::optional<ApiError>& error);
   void on_engine_output(const RequestOutput& out, const std::string& error);
 
@@ -84,6 +89,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::chrono::steady_clock::time_point read_deadline_;  // of the request being read
 
   std::shared_ptr<Generation> gen_;
+  Headers cors_;  // CORS headers of the current exchange's response (cors.h)
   std::string method_, target_, endpoint_;
   int status_ = 0;
   std::chrono::steady_clock::time_point t0_;

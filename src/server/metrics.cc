@@ -3,45 +3,118 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 namespace deepinfer::server {
+namespace {
 
-void Metrics::Histogram::add(double x) {
-  for (size_t b = 0; b < kBuckets.size(); ++b) {
-    if (x <= kBuckets[b]) {
-      ++counts[b];
-      break;
+const std::vector<double> kDeepinferBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
+// vLLM's buckets (vllm/v1/metrics/loggers.py).
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,   0.75,
+                                          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kTokenLatencyBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                                  0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kRequestLatencyBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0, 15.0, 20.0,
+                                                    30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+// 1, 2, 5, 10, 20, 50, ... up to `max_value` (vLLM's build_1_2_5_buckets).
+std::vector<double> buckets_1_2_5(int64_t max_value) {
+  std::vector<double> b;
+  for (int64_t scale = 1; scale <= max_value && scale <= INT64_MAX / 10; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      if (m * scale <= max_value) b.push_back(static_cast<double>(m * scale));
     }
   }
+  return b;
+}
+
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// vLLM's finished_reason for one of our finish reasons ("" for none: not a success).
+std::string vllm_finish_reason(const std::string& reason) {
+  if (reason == "stop" || reason == "tool_calls") return "stop";
+  if (reason == "length" || reason == "abort") return reason;
+  return "";
+}
+
+}  // namespace
+
+Metrics::Histogram::Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size(), 0) {}
+
+void Metrics::Histogram::add(double x) {
+  const auto it = std::lower_bound(bounds.begin(), bounds.end(), x);  // first bound >= x: le is inclusive
+  if (it != bounds.end()) ++counts[it - bounds.begin()];
   ++count;
   sum += x;
 }
 
-void Metrics::observe(const std::string& endpoint, int status, int64_t prompt_tokens,
-                      int64_t completion_tokens, double e2e_seconds, double ttft_seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++requests_[{endpoint, status}];
-  prompt_tokens_ += prompt_tokens;
-  generation_tokens_ += completion_tokens;
-  if (ttft_seconds >= 0) ttft_.add(ttft_seconds);
-  if (ttft_seconds >= 0 && completion_tokens > 1) {
-    tpot_.add((e2e_seconds - ttft_seconds) / static_cast<double>(completion_tokens - 1));
-  }
-  if (completion_tokens > 0 || prompt_tokens > 0) e2e_.add(e2e_seconds);
+Metrics::Metrics()
+    : ttft_(kDeepinferBuckets), tpot_(kDeepinferBuckets), e2e_(kDeepinferBuckets), vllm_ttft_(kTtftBuckets),
+      vllm_itl_(kTokenLatencyBuckets), vllm_tpot_(kTokenLatencyBuckets), vllm_e2e_(kRequestLatencyBuckets) {
+  configure("deepinfer", 1 << 20);
 }
 
-void Metrics::render_histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
+void Metrics::configure(const std::string& model_name, int64_t max_model_len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  labels_ = "model_name=\"" + label_value(model_name) + "\",engine=\"0\"";
+  vllm_prompt_ = Histogram(buckets_1_2_5(std::max<int64_t>(1, max_model_len)));
+  vllm_generation_ = Histogram(buckets_1_2_5(std::max<int64_t>(1, max_model_len)));
+}
+
+void Metrics::observe(const RequestRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{r.endpoint, r.status}];
+  prompt_tokens_ += r.prompt_tokens;
+  generation_tokens_ += r.completion_tokens;
+  if (r.ttft_seconds >= 0) {
+    ttft_.add(r.ttft_seconds);
+    vllm_ttft_.add(r.ttft_seconds);
+  }
+  if (r.ttft_seconds >= 0 && r.completion_tokens > 1) {
+    const double tpot = (r.e2e_seconds - r.ttft_seconds) / static_cast<double>(r.completion_tokens - 1);
+    tpot_.add(tpot);
+    vllm_tpot_.add(tpot);
+  }
+  for (double gap : r.inter_token_seconds) vllm_itl_.add(gap);
+  if (r.completion_tokens > 0 || r.prompt_tokens > 0) {
+    e2e_.add(r.e2e_seconds);
+    vllm_e2e_.add(r.e2e_seconds);
+    vllm_prompt_.add(static_cast<double>(r.prompt_tokens));
+    vllm_generation_.add(static_cast<double>(r.completion_tokens));
+  }
+  for (const std::string& reason : r.finish_reasons) {
+    const std::string v = vllm_finish_reason(reason);
+    if (!v.empty()) ++successes_[v];
+  }
+}
+
+void Metrics::render_histogram(std::string& out, const std::string& name, const char* help, const Histogram& h,
+                               const std::string& labels) {
   std::ostringstream s;
+  const std::string sep = labels.empty() ? "" : labels + ",";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
   s << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
   int64_t cumulative = 0;
-  for (size_t b = 0; b < kBuckets.size(); ++b) {
+  for (size_t b = 0; b < h.bounds.size(); ++b) {
     cumulative += h.counts[b];
-    s << name << "_bucket{le=\"" << kBuckets[b] << "\"} " << cumulative << "\n";
+    s << name << "_bucket{" << sep << "le=\"" << h.bounds[b] << "\"} " << cumulative << "\n";
   }
-  s << name << "_bucket{le=\"+Inf\"} " << h.count << "\n";
-  s << name << "_sum " << h.sum << "\n" << name << "_count " << h.count << "\n";
+  s << name << "_bucket{" << sep << "le=\"+Inf\"} " << h.count << "\n";
+  s << name << "_sum" << plain << " " << h.sum << "\n" << name << "_count" << plain << " " << h.count << "\n";
   out += s.str();
 }
 
@@ -111,6 +184,50 @@ std::string Metrics::render(const AsyncEngineStats& engine) const {
   render_histogram(out, "deepinfer_time_to_first_token_seconds", "Time to the first token.", ttft_);
   render_histogram(out, "deepinfer_time_per_output_token_seconds", "Time per output token after the first.", tpot_);
   render_histogram(out, "deepinfer_e2e_request_latency_seconds", "Request latency, end to end.", e2e_);
+
+  // vLLM's names (metrics.h).
+  std::ostringstream v;
+  const std::string& l = labels_;
+  const int64_t running = engine.load.n_state_slots_used;
+  const int64_t waiting = std::max<int64_t>(0, engine.n_live - running);
+  auto gauge = [&](const char* name, const char* help, auto value) {
+    v << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << "{" << l << "} "
+      << value << "\n";
+  };
+  auto counter = [&](const char* name, const char* help, int64_t value) {
+    v << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << "{" << l << "} "
+      << value << "\n";
+  };
+  gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running);
+  gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting);
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", engine.load.max_block_usage);
+  gauge("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage (older name).",
+        engine.load.max_block_usage);
+  counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", prompt_tokens_);
+  counter("vllm:generation_tokens_total", "Number of generation tokens processed.", engine.n_output_tokens);
+  counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", engine.load.n_preemptions);
+  v << "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+    << "# TYPE vllm:request_success_total counter\n";
+  for (const char* reason : {"stop", "length", "abort"}) {
+    const auto it = successes_.find(reason);
+    v << "vllm:request_success_total{" << l << ",finished_reason=\"" << reason << "\"} "
+      << (it == successes_.end() ? 0 : it->second) << "\n";
+  }
+  out += v.str();
+  render_histogram(out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                   vllm_ttft_, l);
+  render_histogram(out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                   vllm_itl_, l);
+  render_histogram(out, "vllm:time_per_output_token_seconds",
+                   "Histogram of time per output token in seconds (older name of the inter-token latency).",
+                   vllm_itl_, l);
+  render_histogram(out, "vllm:request_time_per_output_token_seconds",
+                   "Histogram of time_per_output_token_seconds per request.", vllm_tpot_, l);
+  render_histogram(out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                   vllm_e2e_, l);
+  render_histogram(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", vllm_prompt_, l);
+  render_histogram(out, "vllm:request_generation_tokens", "Number of generation tokens processed.",
+                   vllm_generation_, l);
   return out;
 }
 

@@ -74,6 +74,8 @@ struct Server::Impl {
     state.model.max_model_len = state.options.max_model_len;
     state.model.eos_ids = std::move(eos_ids);
     state.model.chat_version = state.options.chat_version;
+    state.cors = CorsPolicy(state.options.allowed_origins);
+    state.metrics.configure(state.options.model_name, state.options.max_model_len);
     state.prep_pool = std::make_unique<net::thread_pool>(std::max(1, state.options.n_prep_threads));
     state.grammar_pool = std::make_unique<net::thread_pool>(std::max(1, state.options.n_grammar_threads));
   }

@@ -1,7 +1,10 @@
 // Server: the OpenAI-compatible HTTP server (`deepinfer serve`, GitHub issue 6).
 //
-// Endpoints: GET /health, GET /v1/models, GET /metrics, POST /v1/completions,
-// POST /v1/chat/completions (stream and non-stream; SSE `data: {...}\n\n` ... `data: [DONE]\n\n`).
+// Endpoints: GET /health, GET /v1/models, GET /metrics (metrics.h; also under vLLM's names),
+// POST /v1/completions, POST /v1/chat/completions (stream and non-stream; SSE `data: {...}\n\n`
+// ... `data: [DONE]\n\n`), POST /v1/responses (responses_generation.h), and vLLM's
+// POST /tokenize, POST /detokenize, GET /version (utility_endpoints.h). Only /v1/* needs the
+// API key (as in vLLM). CORS when allowed_origins is set (cors.h).
 // Asynchronous (Boost.Asio/Beast): `n_io_threads` threads serve every connection, one strand
 // per connection; the engine runs on the AsyncEngine's own thread.
 // Errors use the OpenAI format: 400 malformed/invalid (also a request needing more sequences
@@ -55,6 +58,7 @@ struct ServerOptions {
   double read_timeout_seconds = 30.0;   // a request's header and body must arrive within this
   double write_timeout_seconds = 60.0;  // a response write the client does not take closes
   bool handle_signals = true;        // SIGINT/SIGTERM -> graceful shutdown
+  std::vector<std::string> allowed_origins;  // CORS (cors.h): empty = off, "*" = any origin
 };
 
 // What every connection shares.

@@ -14,6 +14,7 @@
 
 #include "engine/async_engine.h"
 #include "recipe/tokenizer.h"
+#include "server/cors.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -55,6 +56,7 @@ struct ServerState {
   std::atomic<int64_t> n_exchanges{0};
   std::atomic<int64_t> n_exchanges_ended{0};
   LiveRequests live;
+  CorsPolicy cors;
 };
 
 }  // namespace deepinfer::server
