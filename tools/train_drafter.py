@@ -475,12 +475,23 @@ def train(args):
     bb, c0 = tt.load_checkpoint(args.backbone, device)
     bb.requires_grad_(False)
     bb.eval()
-    c = dspark_config(c0, args)
-    dr = build_drafter(c, bb, args.seed, args.init == "backbone", device)
     data = tt.load_data(os.path.join(args.backbone, "tokenizer.json"), args.cache)
-    check_taps_loop(bb, torch.as_tensor(data["train"][:200].astype(np.int64), device=device)[None])
+    if args.kind == "mtp":
+        import mtp_drafter as mtp
+        c = c0
+        dr = mtp.build(c, bb, args.seed, args.init == "backbone", device)
+        stored = mtp.storage_bytes(c)
+        frozen_fn = lambda toks: mtp.backbone(bb, toks, args.qat)  # noqa: E731
+        loss_fn = lambda toks, frozen, loads, rng: mtp.loss(dr, bb, toks, args, loads, frozen)  # noqa: E731
+    else:
+        c = dspark_config(c0, args)
+        dr = build_drafter(c, bb, args.seed, args.init == "backbone", device)
+        stored = storage_bytes(c)
+        check_taps_loop(bb, torch.as_tensor(data["train"][:200].astype(np.int64), device=device)[None])
+        frozen_fn = lambda toks: backbone_taps(bb, toks, args.qat)  # noqa: E731
+        loss_fn = lambda toks, frozen, loads, rng: drafter_loss(dr, bb, toks, args.anchors, args, rng, loads, frozen)  # noqa: E731
     n_params = sum(p.numel() for p in dr.parameters())
-    print(f"[drafter] {n_params / 1e6:.3f} M parameters, {storage_bytes(c) / 2**20:.3f} MiB stored; corpus "
+    print(f"[drafter] {args.kind}: {n_params / 1e6:.3f} M parameters, {stored / 2**20:.3f} MiB stored; corpus "
           f"{data['info']['train_tokens']} train tokens ({time.time() - t0:.0f} s)", flush=True)
     decay = [p for n, p in dr.params.items() if p.dim() >= 2 and "hc_" not in n and "markov" not in n]
     other = [p for n, p in dr.params.items() if not (p.dim() >= 2 and "hc_" not in n and "markov" not in n)]
@@ -502,7 +513,7 @@ def train(args):
         outs = []
         with torch.no_grad():
             for i in range(0, len(toks), Bsz):
-                lg, tp = backbone_taps(bb, toks[i:i + Bsz], args.qat)
+                lg, tp = frozen_fn(toks[i:i + Bsz])
                 outs.append((lg.half(), tp))
         cache = (toks, torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs]))
         print(f"[drafter] cached the backbone on {len(toks)} windows ({time.time() - t1:.0f} s)", flush=True)
@@ -536,13 +547,13 @@ def train(args):
         loads = []
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
             toks, frozen = next_batch()
-            loss, st = drafter_loss(dr, bb, toks, args.anchors, args, rng, loads, frozen)
+            loss, st = loss_fn(toks, frozen, loads, rng)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(dr.parameters(), args.clip)
         opt.step()
         with torch.no_grad():
-            for k, load in loads:
+            for k, load in (loads if args.kind == "dspark" else [(0, ld) for ld in loads]):
                 b = getattr(dr, f"mtp__{k}__ffn__gate__bias")
                 b += args.bias_update * torch.sign(load.mean() - load)
         step += 1
@@ -552,7 +563,7 @@ def train(args):
             log.append(rec)
             print(f"[drafter] {json.dumps(rec)}", flush=True)
     train_s = time.time() - t_train
-    ev = evaluate(dr, bb, data["held"], args, device)
+    ev = evaluate(dr, loss_fn, data["held"], args, device)
     print(f"[drafter] held-out (teacher-forced): {json.dumps(ev)}", flush=True)
     info = dict(seed=args.seed, steps=step, steps_arg=str(args.steps), batch=Bsz, seq_len=T, anchors=args.anchors,
                 lr=args.lr, warmup=args.warmup, weight_decay=args.weight_decay, clip=args.clip,
@@ -561,10 +572,10 @@ def train(args):
                 device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
                 torch=torch.__version__, train_seconds=round(train_s, 1), parameters=n_params, log=log,
                 held_out=ev)
-    return dr, c, info
+    return dr, bb, c, info
 
 
-def evaluate(dr, bb, held, args, device):
+def evaluate(dr, loss_fn, held, args, device):
     """Teacher-forced held-out metrics on the first eval windows with fixed anchors (seeded)."""
     torch = _torch()
     T = args.seq_len
@@ -575,7 +586,7 @@ def evaluate(dr, bb, held, args, device):
     dr.eval()
     with torch.no_grad():
         for i in range(0, n, args.eval_batch):
-            _, st = drafter_loss(dr, bb, w[i:i + args.eval_batch], args.anchors, args, rng, [])
+            _, st = loss_fn(w[i:i + args.eval_batch], None, [], rng)
             for key, v in st.items():
                 tot[key] = [a + b for a, b in zip(tot[key], v)] if isinstance(v, list) and key in tot else \
                     (tot.get(key, 0.0) + v if not isinstance(v, list) else list(v))
@@ -633,6 +644,44 @@ def export(dr, c, backbone, out_dir, manifest):
           flush=True)
 
 
+def export_mtp(mt, bb, c, backbone, out_dir, manifest):
+    """V4 + MTP-1: one model.safetensors (tools/train_tiny.py export with the mtp.0 tensors as
+    `extra`; the backbone's tensors are re-encoded from the stored values, byte-identical)."""
+    import make_goldens as mg
+    import mtp_drafter as mtp
+    extra, worst, block = {}, 0.0, tt.weight_block(c)
+    for name, shape, kind in mtp.param_specs(c):
+        key = name.replace(".", "__")
+        master = (getattr(mt, key) if tt.is_buffer(name) else mt.params[key]).detach().float().cpu().numpy()
+        extra[name] = (kind, master.astype(np.float64))
+        if kind != "f32":
+            ref = {"fp8": lambda v: mg.quantize_fp8_block(v, block)[2], "fp4": lambda v: mg.quantize_fp4_rows(v, BLOCK)[2],
+                   "bf16": mg.round_bf16}[kind](master.astype(np.float64))
+            worst = max(worst, float(np.abs(ref - mt.w(name).detach().float().cpu().numpy()).max()))
+    assert worst == 0.0, f"torch storage rounding differs from make_goldens' quantisers by {worst}"
+    bman = json.load(open(os.path.join(backbone, "manifest.json")))
+    bman["mtp"] = manifest
+    tt.export(bb, c, out_dir, os.path.join(backbone, "tokenizer.json"), bman, extra=extra)
+
+
+def load_mtp(ckpt, device):
+    """V4 + MTP-1 checkpoint -> (mtp module with the stored values, backbone, config)."""
+    import dspark_reference as dref
+    import mtp_drafter as mtp
+    torch = _torch()
+    bb, c = tt.load_checkpoint(ckpt, device)
+    bb.requires_grad_(False)
+    mt = mtp.build(c, bb, 0, False, device)
+    raw = dref._read_raw(os.path.join(ckpt, BACKBONE_FILE))
+    W = _decode({n: v for n, v in raw.items() if n.startswith("mtp.")}, tt.weight_block(c))
+    with torch.no_grad():
+        for name, shape, kind in mtp.param_specs(c):
+            key = name.replace(".", "__")
+            (getattr(mt, key) if tt.is_buffer(name) else mt.params[key]).copy_(
+                torch.as_tensor(W[name].astype(np.float32).reshape(shape), device=device))
+    return mt, bb, c
+
+
 def load_drafter(ckpt, device):
     """Exported checkpoint -> (drafter with the stored values as masters, backbone, config)."""
     import dspark_reference as dref
@@ -650,7 +699,7 @@ def load_drafter(ckpt, device):
     return dr, bb, c
 
 
-def _decode(raw):
+def _decode(raw, block=BLOCK):
     """Safetensors entries (dspark_reference._read_raw) -> {name: float64 array}, FP8 / FP4
     dequantised with their e8m0 scales (the decoding of tools/dspark_reference.py)."""
     import dspark_reference as dref
@@ -667,7 +716,7 @@ def _decode(raw):
             codes = np.frombuffer(buf, np.uint8).reshape(shape)
             _, sshape, sbuf = raw[name[:-len(".weight")] + ".scale"]
             s = np.ldexp(1.0, np.frombuffer(sbuf, np.uint8).reshape(sshape).astype(np.int64) - 127)
-            s = np.repeat(np.repeat(s, BLOCK, 0), BLOCK, 1)[:shape[0], :shape[1]]
+            s = np.repeat(np.repeat(s, block, 0), block, 1)[:shape[0], :shape[1]]
             v = dref._E4M3_SIGNED[codes] * s
         elif dt == "I8":
             packed = np.frombuffer(buf, np.uint8).reshape(shape)
@@ -797,6 +846,52 @@ def check_engine(ckpt, engine_dir, device, n_seqs=3, length=300, positions=(0, 5
     return report
 
 
+def check_engine_mtp(ckpt, engine_dir, device, n_seqs=3, length=300, positions=(0, 1, 5, 126, 127, 128, 200, 298)):
+    """Model::draft of V4's MTP-1 (tests/tools/draft_logits: one draft after 0..p with the anchor
+    ids[p+1]) against mtp_drafter.forward at position p of the whole window, both numerics."""
+    import mtp_drafter as mtp
+    torch = _torch()
+    mt, bb, c = load_mtp(ckpt, device)
+    mt.eval()
+    wins = heldout_windows(ckpt, n_seqs, length)
+    tmp = os.path.join(ckpt, ".check_drafter")
+    os.makedirs(tmp, exist_ok=True)
+    ids_path = os.path.join(tmp, "ids.txt")
+    with open(ids_path, "w") as f:
+        for w in wins:
+            f.write(",".join(map(str, w.tolist())) + "\n")
+    tool = find_tool("draft_logits", engine_dir)
+    V = c["vocab_size"]
+    report = dict(engine_bin=tool, sequences=int(len(wins)), length=length, positions=list(positions))
+    ok = True
+    for numerics, qat in (("official", True), ("reference", False)):
+        pre = os.path.join(tmp, numerics)
+        info = run_tool(tool, ["--model", ckpt, "--ids", ids_path, "--positions", ",".join(map(str, positions)),
+                               "--out", pre, "--numerics", numerics])[-1]
+        e_logits = np.fromfile(pre + ".logits.f32", np.float32).reshape(-1, V).astype(np.float64)
+        ours = []
+        with torch.no_grad():
+            for s_, p_ in info["rows_at"]:
+                toks = torch.as_tensor(wins[s_][None, : p_ + 2].astype(np.int64), device=device)
+                _, streams = mtp.backbone(bb, toks, qat)
+                ours.append(mtp.forward(mt, streams[:, :-1], toks[:, 1:], qat)[0, p_].double().cpu().numpy())
+        ol = np.stack(ours)
+        rel = np.abs(e_logits - ol).max(-1) / np.abs(ol).max(-1)
+        agree = float(np.mean(e_logits.argmax(-1) == ol.argmax(-1)))
+        r = dict(rows=len(ol), logits_max_rel_diff=float(rel.max()), logits_median_rel_diff=float(np.median(rel)),
+                 argmax_agree=agree)
+        report[numerics] = r
+        ok &= (r["logits_max_rel_diff"] < 1e-3) if not qat else (r["logits_median_rel_diff"] < 1e-3 and agree >= 0.95)
+        print(f"[check] mtp {numerics}: logits max rel diff {r['logits_max_rel_diff']:.2e} (median "
+              f"{r['logits_median_rel_diff']:.2e}), argmax agree {agree:.3f}", flush=True)
+    report["pass"] = bool(ok)
+    with open(os.path.join(ckpt, "drafter_engine_check.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    shutil.rmtree(tmp)
+    print(f"[check] {'PASS' if ok else 'FAIL'}", flush=True)
+    return report
+
+
 def write_prompts(ckpt, path, n, length):
     """n held-out prompts of `length` tokens: the starts of the held-out windows of 1024 tokens
     (spread over the held-out files)."""
@@ -842,6 +937,9 @@ def main():
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--engine-dir", help="directory with draft_logits / draft_acceptance (default: .carry, build-h, build)")
     ap.add_argument("--pack-engine", metavar="BUILD", help="pack BUILD's engine tools into .carry/train_drafter")
+    ap.add_argument("--kind", default="dspark", choices=["dspark", "mtp"],
+                    help="dspark: V4.1 DSpark (3 stages); mtp: V4's MTP-1 (--backbone a trained V4 checkpoint)")
+    ap.add_argument("--k", type=int, default=0, help="drafts per verification (default: DSpark block, MTP 1)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1602)
     ap.add_argument("--steps", default="300", help="N, or auto:SECONDS")
@@ -882,35 +980,41 @@ def main():
         pack_engine(args.pack_engine)
     done = {}
     if args.out:
-        dr, c, info = train(args)
-        manifest = dict(model="DSpark drafter of the trained tiny V4.1 (tools/train_drafter.py)",
+        dr, bb, c, info = train(args)
+        manifest = dict(model=f"{args.kind} drafter (tools/train_drafter.py)",
                         backbone=os.path.relpath(os.path.abspath(args.backbone), ROOT),
                         backbone_sha256=sha256(os.path.join(args.backbone, BACKBONE_FILE)),
                         command=" ".join(sys.argv), dspark_config={k: v for k, v in c.items() if k.startswith("dspark")
                                                                    or k == "num_nextn_predict_layers"},
-                        stored_bytes=storage_bytes(c), training=info)
-        export(dr, c, args.backbone, args.out, manifest)
+                        training=info)
+        if args.kind == "mtp":
+            export_mtp(dr, bb, c, args.backbone, args.out, manifest)
+        else:
+            manifest["stored_bytes"] = storage_bytes(c)
+            export(dr, c, args.backbone, args.out, manifest)
+        checker = check_engine_mtp if args.kind == "mtp" else check_engine
         if args.check_engine_after:
-            done["engine_check"] = check_engine(args.out, args.engine_dir, args.device)
+            done["engine_check"] = checker(args.out, args.engine_dir, args.device)
         if args.acceptance_after:
             args.acceptance = args.out
-        if done:
+        if done and args.kind == "dspark":
             manifest["engine_check"] = done["engine_check"]
             with open(os.path.join(args.out, "drafter_manifest.json"), "w") as f:
                 json.dump(manifest, f, indent=1)
     if args.check_engine:
-        check_engine(args.check_engine, args.engine_dir, args.device)
+        (check_engine_mtp if args.kind == "mtp" else check_engine)(args.check_engine, args.engine_dir, args.device)
     if args.acceptance:
         d = args.acceptance
         prompts = os.path.join(d, "drafter_prompts.txt")
         if args.record or not os.path.exists(prompts):
             write_prompts(d, prompts, args.prompts, args.prompt_len)
-        c = json.load(open(os.path.join(d, "config.json")))["text_config"]
-        res = {n: acceptance(d, args.engine_dir, prompts, args.max_new, c["dspark_block_size"], n)
-               for n in ("official", "reference")}
+        cj = json.load(open(os.path.join(d, "config.json")))
+        c = cj.get("text_config", cj)
+        k = args.k or c.get("dspark_block_size", 1)
+        res = {n: acceptance(d, args.engine_dir, prompts, args.max_new, k, n) for n in ("official", "reference")}
         if args.record:
             rec = dict(prompts="drafter_prompts.txt", n_prompts=args.prompts, prompt_len=args.prompt_len,
-                       max_new=args.max_new, k=c["dspark_block_size"], python=sys.version.split()[0],
+                       max_new=args.max_new, k=k, kind="dspark" if "dspark_block_size" in c else "mtp", python=sys.version.split()[0],
                        temperature=0.0, **{n: {key: r[key] for key in ("mean_acceptance_length", "acceptance_rate_at",
                                                                       "steps", "accepted", "drafted",
                                                                       "all_equal_to_plain")}

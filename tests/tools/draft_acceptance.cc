@@ -8,7 +8,8 @@
 //
 // FILE holds one prompt per line (token ids separated by commas or spaces). Each prompt runs
 // in a fresh state (batch-invariant GEMMs, so verification rows equal single-token rows):
-// greedy_speculative with the model's drafter, k drafts per step (default: the block size),
+// greedy_speculative with the model's drafter (DSpark or MTP-1: spec::model_drafter), k drafts
+// per step (default: the drafter's draft length; the model's rollback depth is set to k),
 // N new tokens (default 64); with --plain 1 (default) also greedy_plain, compared token for
 // token. Prints one JSON line per prompt and a summary line:
 //   {"prompt":i,"steps":..,"drafted":..,"accepted":..,"mean_acceptance_length":..,
@@ -90,10 +91,11 @@ int run(int argc, char** argv) {
   ModelOptions options;
   options.numerics = parse_numerics(numerics);
   options.batch_invariant = true;
+  if (k > 0) options.max_rollback = k;
   auto model = Model::load(model_dir, options);
   if (!model->has_drafter()) throw std::runtime_error(model_dir + " has no drafter");
   if (k == 0) k = model->rollback_depth();
-  const Drafter drafter = dspark_drafter(*model);
+  const Drafter drafter = model_drafter(*model);
   SpeculativeStats total;
   total.accepted_at.assign(k, 0);
   bool all_equal = true;
