@@ -7,7 +7,15 @@
 //  * MODEL_SPEC §E.17: the MTP context never changes backbone logits (bitwise: with and
 //    without drafts interleaved, and against the same backbone without the MTP module);
 //  * bad draft requests fail cleanly.
-// The match against the float64 reference (tools/mtp_reference.py) is in the Reference* tests.
+//  * against the float64 reference (tools/mtp_reference.py; tests/data/golden_mtp: a tiny V4
+//    checkpoint with FP8 e_proj / h_proj): the backbone logits, the MTP draft logits and hidden
+//    after every position 0..T-2 (decoding token by token, next = the sequence's token), the MTP
+//    keys the forwards wrote, and 3 chained drafts at three positions, each row within
+//    1e-4 * max|ref| in reference numerics. Official numerics round the window keys (FP8 NoPE
+//    dims, bf16 rope dims) of the backbone and the MTP block: a fp32 value next to a rounding
+//    boundary lands on the other side of it in a few elements (one bf16 step of a key moves the
+//    logits by ~1e-4), so there the bound is 1e-3 per row (measured worst 2.3e-4; a wrong formula
+//    moves them by > 0.1) and a key may differ by one bf16 step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,6 +175,106 @@ TEST(Mtp, BackboneLogitsNeverDependOnTheDrafter) {
     lc = run(*plain, *c, t);
   }
 }
+
+constexpr const char* kGolden = "tests/data/golden_mtp";
+
+float max_abs_of(const float* a, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i]));
+  return m;
+}
+
+class MtpReference : public ::testing::TestWithParam<Numerics> {
+ protected:
+  void SetUp() override {
+    ref_ = SafetensorsFile::open(std::string(kGolden) + "/mtp_reference.safetensors");
+    model_ = Model::load(std::string(kGolden) + "/model", {GetParam(), false});
+    ids_ = testing::read_ids(*ref_, "input_ids");
+  }
+  std::vector<float> golden(const std::string& name) const {
+    return testing::read_f32(*ref_, name + (GetParam() == Numerics::kOfficial ? "_official" : ""));
+  }
+  // Per row max|diff| <= bound * max|ref| (bound by numerics, see the top); prints the worst.
+  void expect_rows(const std::vector<float>& got, const std::vector<float>& want, int64_t width,
+                   const std::string& what) const {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    const float bound = GetParam() == Numerics::kOfficial ? 1e-3f : 1e-4f;
+    float worst = 0;
+    for (size_t r = 0; r < want.size() / width; ++r) {
+      const float* w = &want[r * width];
+      float diff = 0;
+      for (int64_t i = 0; i < width; ++i) diff = std::max(diff, std::abs(got[r * width + i] - w[i]));
+      worst = std::max(worst, diff / max_abs_of(w, width));
+      EXPECT_LE(diff, bound * max_abs_of(w, width)) << what << " row " << r;
+    }
+    std::printf("%s (%s): worst row max|diff| / max|ref| = %.3g\n", what.c_str(), numerics_name(GetParam()), worst);
+  }
+  std::vector<int32_t> golden_ids(const std::string& name) const {
+    return testing::read_ids(*ref_, name + (GetParam() == Numerics::kOfficial ? "_official" : ""));
+  }
+  std::shared_ptr<SafetensorsFile> ref_;
+  std::unique_ptr<Model> model_;
+  std::vector<int32_t> ids_;
+};
+
+TEST_P(MtpReference, BackboneLogits) {
+  ASSERT_EQ(model_->drafter_kind(), DrafterKind::kMtp);
+  expect_rows(testing::run_chunked(*model_, ids_, ids_.size()), golden("backbone_logits"),
+              model_->config().vocab_size, "backbone logits");
+}
+
+TEST_P(MtpReference, DraftsAtEveryPosition) {
+  const ModelConfig& cfg = model_->config();
+  const int64_t V = cfg.vocab_size, D = cfg.hidden_size, d = cfg.head_dim;
+  const int64_t T = static_cast<int64_t>(ids_.size());
+  const auto want = golden("mtp_logits"), hidden = golden("mtp_hidden"), keys = golden("mtp_keys");
+  std::vector<float> got, got_hidden;
+  auto state = model_->new_state();
+  for (int64_t p = 0; p + 1 < T; ++p) {
+    run(*model_, *state, {ids_[p]});
+    const DraftBlock b = model_->draft(*state, ids_[p + 1]);
+    ASSERT_EQ(b.tokens.size(), 1u);
+    EXPECT_TRUE(b.confidence.empty());
+    got.insert(got.end(), b.logits.begin(), b.logits.end());
+    got_hidden.insert(got_hidden.end(), b.hidden.begin(), b.hidden.end());
+  }
+  expect_rows(got, want, V, "MTP draft logits");
+  expect_rows(got_hidden, hidden, D, "MTP hidden");
+  // The keys the forwards wrote for the positions still in the ring (all but the last, whose
+  // next token no forward has seen).
+  for (int64_t t = std::max<int64_t>(0, T - state->n_mtp_slots); t < T - 2; ++t) {
+    const float* w = &keys[t * d];
+    const float* g = &state->mtp_ring[(t % state->n_mtp_slots) * d];
+    const bool official = GetParam() == Numerics::kOfficial;
+    for (int64_t i = 0; i < d; ++i) {
+      const float step = official ? std::abs(w[i]) * 0x1p-7f : 0.0f;  // one bf16 step
+      ASSERT_NEAR(g[i], w[i], 1e-4f * max_abs_of(w, d) + step) << "key " << t << " dim " << i;
+    }
+  }
+}
+
+TEST_P(MtpReference, ChainedDrafts) {
+  const int64_t V = model_->config().vocab_size;
+  const auto positions = testing::read_ids(*ref_, "chain_positions");
+  const auto anchors = golden_ids("chain_anchors");
+  const auto tokens = golden_ids("chain_tokens");
+  const auto logits = golden("chain_logits");
+  const int64_t n = static_cast<int64_t>(tokens.size() / positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    SCOPED_TRACE("p = " + std::to_string(positions[i]));
+    auto state = model_->new_state();
+    run(*model_, *state, std::vector<int32_t>(ids_.begin(), ids_.begin() + positions[i] + 1));
+    const DraftBlock b = model_->draft(*state, anchors[i], n);
+    expect_rows(b.logits, std::vector<float>(&logits[i * n * V], &logits[(i + 1) * n * V]), V,
+                "chained draft logits");
+    EXPECT_EQ(b.tokens, std::vector<int32_t>(&tokens[i * n], &tokens[(i + 1) * n]));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Numerics, MtpReference, ::testing::Values(Numerics::kReference, Numerics::kOfficial),
+                         [](const ::testing::TestParamInfo<Numerics>& info) {
+                           return std::string(numerics_name(info.param));
+                         });
 
 TEST(Mtp, BadDraftRequestsFailCleanly) {
   auto model = mtp_model(Numerics::kReference);
