@@ -1,5 +1,6 @@
 #include "runtime/cpu_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -57,11 +58,9 @@ void CpuRunner::free_sequence(int64_t sequence) {
 
 int64_t CpuRunner::n_tokens(int64_t sequence) const { return live(sequence).n_tokens; }
 
-std::string CpuRunner::drafter() const { return model_->has_drafter() ? "dspark" : "none"; }
+std::string CpuRunner::drafter() const { return drafter_kind_name(model_->drafter_kind()); }
 
-int64_t CpuRunner::draft_length() const {
-  return model_->has_drafter() ? model_->config().dspark.block_size : 0;
-}
+int64_t CpuRunner::draft_length() const { return model_->draft_length(); }
 
 void CpuRunner::truncate(int64_t sequence, int64_t n_tokens) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CpuRunner: truncate() with a launched step uncollected";
@@ -71,8 +70,12 @@ void CpuRunner::truncate(int64_t sequence, int64_t n_tokens) {
 RunnerDraft CpuRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CpuRunner: draft() with a launched step uncollected";
   CHECK(n_drafts >= 0) << "CpuRunner: " << n_drafts << " drafts asked";
-  DraftBlock block = model_->draft(live(sequence), next);
   RunnerDraft d;
+  if (n_drafts == 0) return d;
+  // DSpark drafts its block (the first n_drafts kept); MTP chains n_drafts steps.
+  const bool block_drafter = model_->drafter_kind() == DrafterKind::kDspark;
+  DraftBlock block = model_->draft(live(sequence), next,
+                                   block_drafter ? std::min(n_drafts, model_->draft_length()) : n_drafts);
   d.tokens = std::move(block.tokens);
   d.confidence = std::move(block.confidence);
   if (int64_t(d.tokens.size()) > n_drafts) d.tokens.resize(size_t(n_drafts));
