@@ -287,7 +287,7 @@ std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
   return finish(std::move(d));
 }
 
-Dfa build_dfa_nfa(const Expr& e, const std::string& what);
+Dfa build_dfa_nfa(const Expr& e, const std::string& what, bool stop_at_accept = false);
 Dfa build_dfa_uncached(const Expr& e, const std::string& what);
 
 }  // namespace
@@ -367,7 +367,7 @@ Dfa build_dfa_uncached(const Expr& e, const std::string& what) {
 
 namespace {
 
-Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
+Dfa build_dfa_nfa(const Expr& e, const std::string& what, bool stop_at_accept) {
   Nfa nfa;
   nfa.what = &what;
   int32_t s0 = nfa.add();
@@ -406,6 +406,7 @@ Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
     work.grow(256 * sizeof(int32_t) + 1);
     d.next.resize((i + 1) * 256, kDead);
     d.accept.push_back(std::binary_search(sets[i].begin(), sets[i].end(), end));
+    if (stop_at_accept && d.accept[i]) continue;  // build_shortest_match_dfa: no longer words
     for (size_t k = 0; k < reps.size(); ++k) {
       budget_tick();
       int lo = reps[k], hi = (k + 1 < reps.size()) ? reps[k + 1] - 1 : 255;
@@ -441,6 +442,10 @@ Dfa build_dfa_nfa(const Expr& e, const std::string& what) {
 }
 
 }  // namespace
+
+Dfa build_shortest_match_dfa(const Expr& e, const std::string& what) {
+  return build_dfa_nfa(e, what, /*stop_at_accept=*/true);
+}
 
 Dfa trim_dfa(const Dfa& d) {
   // Works on byte classes; the result keeps d's classes (wide inputs are compressed by finish()).

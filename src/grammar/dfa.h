@@ -44,6 +44,11 @@ struct Dfa {
 
 // `what` names the construct in error messages (e.g. "pattern '^a+$'").
 Dfa build_dfa(const Expr& e, const std::string& what);
+// The words of L(e) none of whose proper prefixes is in L(e) (a prefix-free automaton): subset
+// construction stops at accepting sets. For search semantics, contains(R) = that of .*R, then
+// anything: the states after a first match are never built (an unanchored URI regex, whose
+// continuations after "a:" the full construction tracks, ran past the 2 s budget).
+Dfa build_shortest_match_dfa(const Expr& e, const std::string& what);
 Dfa intersect_dfa(const Dfa& a, const Dfa& b, const std::string& what);
 Dfa subtract_dfa(const Dfa& a, const Dfa& b, const std::string& what);  // L(a) \ L(b)
 // Removes states that cannot reach acceptance and renumbers; an empty language gives an empty Dfa.

@@ -319,6 +319,24 @@ class JsonSchemaCompiler {
     return std::min<int64_t>(std::stoll(d.int_digits), int64_t{1} << 62);
   }
 
+  // The JSON-encoded string bodies matching `pattern` under search semantics. A starts / contains
+  // group is its shortest matches (of R, or of .*R) followed by any body, so no state after a
+  // first match is ever built.
+  static Dfa pattern_body_dfa(const std::string& pattern, const std::string& path) {
+    const SearchParts parts = parse_search_regex(pattern, RegexFlavor::kNarrow);
+    const std::string what = "pattern at '" + path + "'";
+    static const auto any_body = std::make_shared<const Dfa>(build_dfa(*star(json_char()), "JSON string body"));
+    const ExprPtr any = star(cls({{0, kMaxCodePoint}}));
+    auto dfa = [](Dfa d) { return automaton(std::make_shared<const Dfa>(std::move(d))); };
+    std::vector<ExprPtr> alts;
+    if (parts.full) alts.push_back(dfa(build_dfa(*json_encode(parts.full), what)));
+    if (parts.starts) alts.push_back(seq({dfa(build_shortest_match_dfa(*json_encode(parts.starts), what)), automaton(any_body)}));
+    if (parts.ends) alts.push_back(dfa(build_dfa(*json_encode(seq({any, parts.ends})), what)));
+    if (parts.contains)
+      alts.push_back(seq({dfa(build_shortest_match_dfa(*json_encode(seq({any, parts.contains})), what)), automaton(any_body)}));
+    return build_dfa(*alt(std::move(alts)), what);
+  }
+
   // The JSON-encoded body language of a string schema as an automaton.
   std::shared_ptr<const Dfa> string_body_dfa(const json& s, const std::string& path) {
     std::vector<ExprPtr> parts;
@@ -339,7 +357,7 @@ class JsonSchemaCompiler {
       for (const auto& p : s[kExtraPatterns]) patterns.push_back(p.get<std::string>());
     for (const auto& p : patterns) {
       try {
-        constraints.push_back(parse_regex(p, RegexMode::kSearch, RegexFlavor::kNarrow));
+        constraints.push_back(automaton(std::make_shared<const Dfa>(pattern_body_dfa(p, path))));
       } catch (const Error& e) {
         THROW(kUnsupported) << "JSON Schema at '" << path << "': pattern: " << e.what();
       }

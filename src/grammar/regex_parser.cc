@@ -1,5 +1,6 @@
 #include "grammar/regex_parser.h"
 
+#include <array>
 #include <string>
 
 #include "base/error.h"
@@ -36,17 +37,27 @@ class RegexParser {
   // shared prefix / suffix loop: .*(b1|b2|..).* rather than .*b1.*|.*b2.*|.. , whose subset
   // construction tracks every branch's own trailing loop (2^branches states: a 5-word
   // unanchored alternation ran past the 2 s budget).
-  ExprPtr parse() {
-    std::vector<ExprPtr> groups[4];  // by (anchored start, anchored end)
+  // The top-level branches' alternation per anchor kind (index: anchored start * 2 + anchored end);
+  // null where no branch has that kind.
+  std::array<ExprPtr, 4> parse_groups() {
+    std::vector<ExprPtr> groups[4];
     do {
       auto [body, anchored_start, anchored_end] = parse_top_branch();
       groups[anchored_start * 2 + anchored_end].push_back(body);
     } while (eat('|'));
     CHECK(pos_ == p_.size()) << named(p_) << ": unbalanced ')' at offset " << pos_;
+    std::array<ExprPtr, 4> out;
+    for (int g = 0; g < 4; ++g)
+      if (!groups[g].empty()) out[g] = alt(std::move(groups[g]));
+    return out;
+  }
+
+  ExprPtr parse() {
+    std::array<ExprPtr, 4> groups = parse_groups();
     std::vector<ExprPtr> alts;
     for (int g = 0; g < 4; ++g) {
-      if (groups[g].empty()) continue;
-      ExprPtr body = alt(std::move(groups[g]));
+      if (!groups[g]) continue;
+      ExprPtr body = groups[g];
       if (mode_ == RegexMode::kFullMatch) { alts.push_back(body); continue; }
       std::vector<ExprPtr> parts;
       if (!(g & 2)) parts.push_back(star(any_char()));
@@ -373,6 +384,11 @@ class RegexParser {
 
 ExprPtr parse_regex(std::string_view pattern, RegexMode mode, RegexFlavor flavor) {
   return RegexParser(pattern, mode, flavor).parse();
+}
+
+SearchParts parse_search_regex(std::string_view pattern, RegexFlavor flavor) {
+  auto g = RegexParser(pattern, RegexMode::kSearch, flavor).parse_groups();
+  return SearchParts{g[3], g[2], g[1], g[0]};
 }
 
 }  // namespace deepinfer::grammar

@@ -31,6 +31,14 @@ enum class RegexFlavor { kEcma, kNarrow, kWide };
 
 ExprPtr parse_regex(std::string_view pattern, RegexMode mode, RegexFlavor flavor = RegexFlavor::kEcma);
 
+// A search pattern's top-level branches by anchors, each group an alternation or null: a string
+// matches iff it is in `full` (^..$), starts with `starts` (^..), ends with `ends` (..$) or
+// contains `contains`. For constructions that treat the kinds apart (json_schema.cc).
+struct SearchParts {
+  ExprPtr full, starts, ends, contains;
+};
+SearchParts parse_search_regex(std::string_view pattern, RegexFlavor flavor);
+
 // The classes behind \d, \w, \s and `.` (exposed for the JSON Schema formats and tests).
 CodeRanges digit_ranges();
 CodeRanges word_ranges();
