@@ -46,6 +46,23 @@
 // (the sampler's RNG is keyed by (seed, output index)); with ModelOptions::batch_invariant
 // its logits are bitwise the same in any batch composition, chunking or after preemption.
 //
+// Speculative decoding (EngineArgs::speculative_method; engine_spec.cc, spec_decode.h): after
+// each step, every running request that decodes next gets up to num_speculative_tokens
+// drafts from the drafter (ModelRunner::draft on its committed state, or the test hook; a
+// constrained request's drafts are cut before the first one its grammar refuses); the
+// scheduler gives it the chunk [y, drafts] (fewer drafts near max_tokens or when the step's
+// budget is short), which runs in the same batch as prefills and plain decodes with logits at
+// every row (kHost rows); the engine verifies the rows in order (each with the penalties,
+// logit_bias, grammar mask, EOS mask and logprobs of the output before it, accepted drafts
+// included; nothing past a stop token id), commits the accepted drafts plus one token, and
+// rolls the sequence back to the committed positions (ModelRunner::truncate). Greedy output
+// is token for token that of non-speculative decoding (with batch_invariant the committed
+// logits are bitwise equal); sampled output has the same distribution (rejection sampling).
+// Stop strings and max_tokens apply to the committed tokens as to any others. Preemption
+// drops the drafts with the state; abort works as always. Speculative steps are not chained:
+// with speculative decoding on, the engine runs one step at a time whatever `overlap` says.
+// CPU backend only for now (CudaRunner has no rollback: refused at construction).
+//
 // Thread-safety: Engine is single-threaded (one caller drives add_request/step/abort).
 // AsyncEngine (async_engine.h) runs the loop on its own thread for the server.
 #pragma once
