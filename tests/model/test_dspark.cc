@@ -8,12 +8,16 @@
 //  * the same in official numerics;
 //  * MODEL_SPEC §E.16: the block is bidirectional (another noise token changes slot 0's
 //    logits), temperature-0 drafting is deterministic; §E.17: drafting changes no state and
-//    the backbone logits equal mlx's with the drafter present.
+//    the backbone logits equal mlx's with the drafter present, and are bitwise those of the same
+//    checkpoint without the drafter, with or without drafts interleaved; §E.16's tap: with the
+//    taps moved by one layer the context keys and the drafts change (that acceptance drops needs
+//    a trained drafter: tests/spec/test_tap_moved.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "golden_data.h"
@@ -159,6 +163,62 @@ TEST_F(Dspark, BackboneLogitsUnchangedByTheDrafter) {
   auto r = SafetensorsFile::open(std::string(kModel) + "/reference.safetensors");
   expect_rows_match(testing::run_chunked(*model_, tokens_, tokens_.size()), read_f32(*r, "logits_reference"),
                     model_->config().vocab_size, "backbone with drafter");
+}
+
+TEST_F(Dspark, TapMovedByOneLayerChangesTheDrafts) {
+  ModelConfig cfg = load_model_config(std::string(kModel) + "/bf16");
+  for (int64_t& l : cfg.dspark.target_layer_ids) l -= 1;  // streams entering the layer before
+  ASSERT_GE(*std::min_element(cfg.dspark.target_layer_ids.begin(), cfg.dspark.target_layer_ids.end()), 0);
+  auto source = open_checkpoint_weights(std::string(kModel) + "/bf16", cfg);
+  auto moved = Model::from_source(cfg, *source, {Numerics::kReference, false});
+  auto a = prefix(20);
+  auto b = moved->new_state();
+  SequenceChunk c{b.get(), std::span<const int32_t>(tokens_.data(), 21), false};
+  moved->forward(std::span<const SequenceChunk>(&c, 1));
+  const int64_t d = cfg.head_dim, slot = (20 % a->n_draft_slots) * d;
+  float key_diff = 0;
+  for (int64_t i = 0; i < d; ++i) {
+    key_diff = std::max(key_diff, std::abs(a->draft_rings[0][slot + i] - b->draft_rings[0][slot + i]));
+  }
+  EXPECT_GT(key_diff, 1e-3f * max_abs_of(&a->draft_rings[0][slot], d));
+  const DraftBlock x = model_->draft(*a, 5), y = moved->draft(*b, 5);
+  const int64_t V = cfg.vocab_size;
+  float diff = 0;
+  for (size_t i = 0; i < x.logits.size(); ++i) diff = std::max(diff, std::abs(x.logits[i] - y.logits[i]));
+  EXPECT_GT(diff, 1e-2f * max_abs_of(x.logits.data(), V));
+}
+
+// MODEL_SPEC §E.17, bitwise: the drafter's rings never reach the backbone.
+TEST_F(Dspark, BackboneLogitsBitwiseIndependentOfTheDrafter) {
+  for (Numerics numerics : {Numerics::kReference, Numerics::kOfficial}) {
+    SCOPED_TRACE(numerics_name(numerics));
+    const ModelOptions o{numerics, /*batch_invariant=*/true};
+    auto with = Model::load(std::string(kModel) + "/bf16", o);
+    ModelConfig cfg = load_model_config(std::string(kModel) + "/bf16");
+    cfg.dspark = DsparkConfig{};  // the same checkpoint read without its drafter
+    auto source = open_checkpoint_weights(std::string(kModel) + "/bf16", cfg);
+    auto without = Model::from_source(cfg, *source, o);
+    ASSERT_TRUE(with->has_drafter());
+    ASSERT_FALSE(without->has_drafter());
+    const int64_t V = cfg.vocab_size;
+    auto a = with->new_state(), b = with->new_state(), c = without->new_state();
+    const std::vector<int32_t> prompt(tokens_.begin(), tokens_.begin() + 12);
+    auto run = [](const Model& m, SequenceState& st, std::span<const int32_t> t) {
+      SequenceChunk ch{&st, t, true};
+      return m.forward(std::span<const SequenceChunk>(&ch, 1));
+    };
+    Tensor la = run(*with, *a, prompt), lb = run(*with, *b, prompt), lc = run(*without, *c, prompt);
+    for (int step = 0; step < 20; ++step) {
+      ASSERT_EQ(0, std::memcmp(la.f32(), lb.f32(), la.numel() * sizeof(float))) << "step " << step;
+      ASSERT_EQ(0, std::memcmp(la.f32(), lc.f32(), la.numel() * sizeof(float))) << "step " << step;
+      const float* last = la.f32() + (la.numel() / V - 1) * V;
+      const int32_t next = static_cast<int32_t>(std::max_element(last, last + V) - last);
+      with->draft(*b, next);  // drafting in between, on one state only
+      la = run(*with, *a, std::span<const int32_t>(&next, 1));
+      lb = run(*with, *b, std::span<const int32_t>(&next, 1));
+      lc = run(*without, *c, std::span<const int32_t>(&next, 1));
+    }
+  }
 }
 
 TEST_F(Dspark, BadDraftRequestsFailCleanly) {
