@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots a `deepinfer bench` sweep: output tokens/s per device against tokens/s per user,
-one point per concurrency. Usage: plot_bench.py SWEEP.csv OUT.png"""
+one point per run (a concurrency or a request rate). Usage: plot_bench.py SWEEP.csv OUT.png"""
 import csv
 import sys
 
@@ -18,7 +18,8 @@ def main(src: str, dst: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(x, y, marker="o")
     for r, xi, yi in zip(rows, x, y):
-        ax.annotate(f"c={r['concurrency']}", (xi, yi), textcoords="offset points", xytext=(4, 4))
+        label = r.get("label") or f"c={r['concurrency']}"  # "concurrency 4", "rate 2/s"
+        ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 4))
     ax.set_xlabel("tokens/s per user")
     ax.set_ylabel("output tokens/s per device")
     ax.set_title("deepinfer bench")

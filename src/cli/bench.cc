@@ -1,11 +1,10 @@
 #include "cli/bench.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
-#include <map>
-#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,150 +12,180 @@
 
 #include "base/error.h"
 #include "cli/args.h"
+#include "cli/bench_engine.h"
 #include "cli/bench_fairness.h"
+#include "cli/bench_http.h"
+#include "cli/bench_idle.h"
+#include "cli/bench_metrics.h"
+#include "cli/bench_traffic.h"
+#include "cli/engine_setup.h"
 #include "engine/engine.h"
+#include "io/config_parser.h"
+#include "model/tiny_model.h"
 
 namespace deepinfer {
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct SweepPoint {
-  int64_t concurrency = 0;
-  double wall_s = 0, ttft_p50 = 0, ttft_p99 = 0, tpot_mean = 0, out_tok_s = 0, user_tok_s = 0;
-  int64_t n_out_tokens = 0;
-  std::string device;
-};
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
+const OptionGroups& bench_options() {
+  static const OptionGroups groups = {
+      {"Traffic",
+       {
+           {"input-len", "N", "Prompt tokens per request: random ids, seeded (default 128)."},
+           {"output-len", "N", "Output tokens per request: greedy, EOS ignored (default 32)."},
+           {"num-prompts", "N", "Requests per run (default 32)."},
+           {"concurrency", "1,4,16", "Closed loop: N requests in flight, a new one sent when one finishes; "
+                                     "one run per value (default 1,4,16)."},
+           {"request-rate", "R,...", "Open loop instead: Poisson arrivals at R requests/s (inf: all at once), "
+                                     "one run per value."},
+           {"max-concurrency", "N", "Open loop: at most N requests in flight (default: unbounded)."},
+           {"seed", "S", "Seed of the prompts and the arrivals (default 0)."},
+           {"no-warmup", "", "Skip the warm-up request (not recorded) before each run."},
+       }},
+      {"Results",
+       {
+           {"goodput", "ttft:MS", "SLO for goodput, e.g. --goodput ttft:500 tpot:50 (ttft, tpot, e2el in ms): "
+                                  "requests/s meeting all of them."},
+           {"out", "PREFIX", "Write PREFIX.md (the table), PREFIX.csv and PREFIX.png (matplotlib plot)."},
+           {"no-overlap-table", "", "In process, closed loop: skip the overlap on/off idle-time table."},
+       }},
+      {"A running server (instead of the engine in this process)",
+       {
+           {"base-url", "URL", "http://HOST:PORT of an OpenAI-compatible server (ours, vLLM, SGLang): "
+                               "streaming completions; --model NAME is then the served model's name "
+                               "(default: the first of GET /v1/models)."},
+           {"endpoint", "PATH", "Completions endpoint (default /v1/completions)."},
+           {"vocab-size", "N", "Random prompt ids are below min(N, 100000) (default 100000)."},
+       }},
+      kModelOptionGroup,
+      {"Engine (in process)",
+       {
+           {"max-num-seqs", "N", "Open loop: requests running at once (default 64; closed loop: --concurrency)."},
+           {"max-num-batched-tokens", "N", "Tokens per step (default 2048)."},
+           {"max-model-len", "N", "Longest request (default: what the model and device hold)."},
+           {"no-overlap", "", "Do not schedule step t+1 while step t runs."},
+       }},
+      kPrefillOptionGroup,
+      kDeviceOptionGroup,
+  };
+  return groups;
 }
 
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
+}  // namespace
+
+std::string bench_usage() {
+  return format_usage(
+      "usage: deepinfer bench [--model DIR] [--concurrency 1,4,16 | --request-rate R] [options]\n"
+      "       deepinfer bench --base-url http://HOST:PORT [--model NAME] [options]\n"
+      "       deepinfer bench --fairness [options]\n\n"
+      "Serving benchmark in the terms of `vllm bench serve`: per run, request / output / total token\n"
+      "throughput, TTFT, TPOT, ITL and E2E latency (mean, median, p99) and goodput; then a table of\n"
+      "the runs. TTFT counts from each request's own send.\n",
+      bench_options(),
+      "--fairness: how running streams and a short request fare while a long prompt is prefilled\n"
+      "(engine level): [--streams 4] [--long-len 20000] [--short-len 16] [--stream-prompt-len 64]\n"
+      "[--warmup-steps 8] [--short-after-steps 2] [--repeat N] [--no-alone] [--out FILE], and the\n"
+      "Model, Engine, Prefill and Device options above.\n");
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, const std::string& what) {
+  std::vector<std::string> out;
   std::stringstream ss(text);
   std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (const std::logic_error&) {
-      THROW(kInvalidInput) << "--concurrency: '" << item << "' is not a number";
-    }
-    CHECK(out.back() >= 1) << "--concurrency values must be >= 1";
-  }
-  CHECK(!out.empty()) << "--concurrency is empty";
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  CHECK(!out.empty()) << what << " is empty";
   return out;
 }
 
-// Backend idle time between decode steps, for one overlap setting: `concurrency` requests
-// all admitted at once; the window starts once every request has its first token (prefill
-// done) and ends when they finish, so it covers decode steps only.
-struct IdlePoint {
-  bool overlap = false;
-  std::string device;
-  int64_t concurrency = 0, n_steps = 0, n_tokens = 0;
-  double wall_s = 0, busy_s = 0;
-};
-
-IdlePoint run_idle(const EngineArgs& base, bool overlap, int64_t concurrency, int64_t input_len,
-                   int64_t output_len, uint64_t seed) {
-  EngineArgs args = base;
-  args.overlap = overlap;
-  args.max_num_seqs = concurrency;
-  Engine engine(args);
-  const int64_t vocab = engine.model_config().vocab_size;
-  std::mt19937_64 gen(seed);
-  for (int64_t i = 0; i < concurrency; ++i) {
-    EngineRequest r;
-    r.id = "idle-" + std::to_string(i);
-    r.prompt.resize(static_cast<size_t>(input_len));
-    for (auto& t : r.prompt) t = static_cast<int32_t>(gen() % static_cast<uint64_t>(vocab));
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = output_len;
-    r.params.ignore_eos = true;
-    engine.add_request(std::move(r));
-  }
-  std::map<std::string, bool> started;
-  IdlePoint p;
-  p.overlap = overlap;
-  p.device = engine.runner().name();
-  p.concurrency = concurrency;
-  // With overlap a step is in flight when step() returns: the window starts after the
-  // steps already done (stats.n_steps_done, stats.busy_seconds); the step in flight started
-  // a little before the window, so its busy time makes the idle time slightly smaller.
-  bool in_window = false;
-  Clock::time_point w0;
-  double busy0 = 0;
-  int64_t steps0 = 0, tokens = 0;
-  while (engine.has_unfinished()) {
-    for (const RequestOutput& out : engine.step()) {
-      if (!out.new_tokens.empty()) started[out.id] = true;
-      if (in_window) tokens += static_cast<int64_t>(out.new_tokens.size());
+std::vector<int64_t> parse_concurrency(const std::string& text) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split(text, "--concurrency")) {
+    size_t used = 0;
+    try {
+      out.push_back(std::stoll(item, &used));
+    } catch (const std::logic_error&) {
+      used = 0;
     }
-    if (!in_window && static_cast<int64_t>(started.size()) == concurrency) {
-      in_window = true;
-      w0 = Clock::now();
-      busy0 = engine.stats().busy_seconds;
-      steps0 = engine.stats().n_steps_done;
-    }
+    CHECK(used == item.size() && used > 0) << "--concurrency: '" << item << "' is not a number";
+    CHECK(out.back() >= 1) << "--concurrency values must be >= 1";
   }
-  if (!in_window) return p;  // some request produced no token
-  p.wall_s = std::chrono::duration<double>(Clock::now() - w0).count();
-  p.busy_s = engine.stats().busy_seconds - busy0;
-  p.n_steps = engine.stats().n_steps_done - steps0;
-  p.n_tokens = tokens;
-  return p;
+  return out;
 }
 
-SweepPoint run_point(const EngineArgs& base, int64_t concurrency, int64_t n_prompts, int64_t input_len,
-                     int64_t output_len, uint64_t seed) {
-  EngineArgs args = base;
-  args.max_num_seqs = concurrency;
-  Engine engine(args);
-  const int64_t vocab = engine.model_config().vocab_size;
-  std::mt19937_64 gen(seed);
-  const auto t0 = Clock::now();
-  std::map<std::string, double> first, last;
-  std::map<std::string, int64_t> counts;
-  for (int64_t i = 0; i < n_prompts; ++i) {
-    EngineRequest r;
-    r.id = "bench-" + std::to_string(i);
-    r.prompt.resize(input_len);
-    for (auto& t : r.prompt) t = static_cast<int32_t>(gen() % static_cast<uint64_t>(vocab));
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = output_len;
-    r.params.ignore_eos = true;
-    engine.add_request(std::move(r));
-  }
-  while (engine.has_unfinished()) {
-    for (const RequestOutput& out : engine.step()) {
-      const double now = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (!out.new_tokens.empty()) {
-        if (!first.count(out.id)) first[out.id] = now;
-        last[out.id] = now;
-        counts[out.id] += static_cast<int64_t>(out.new_tokens.size());
-      }
+std::vector<double> parse_rates(const std::string& text) {
+  std::vector<double> out;
+  for (const std::string& item : split(text, "--request-rate")) {
+    if (item == "inf") {
+      out.push_back(kInfiniteRate);
+      continue;
     }
+    size_t used = 0;
+    try {
+      out.push_back(std::stod(item, &used));
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+    CHECK(used == item.size() && used > 0) << "--request-rate: '" << item << "' is not a number or inf";
+    CHECK(out.back() > 0 && std::isfinite(out.back())) << "--request-rate values must be > 0 (or inf)";
   }
-  SweepPoint p;
-  p.device = engine.runner().name();
-  p.concurrency = concurrency;
-  p.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<double> ttft, tpot;
-  for (const auto& [id, t] : first) {
-    ttft.push_back(t);
-    p.n_out_tokens += counts[id];
-    if (counts[id] > 1) tpot.push_back((last[id] - t) / static_cast<double>(counts[id] - 1));
+  return out;
+}
+
+// `--goodput ttft:500 tpot:50`: the words after --goodput's value are positional to Args.
+Slo goodput_slo(const Args& args) {
+  std::vector<std::string> items;
+  if (args.has("goodput")) items.push_back(args.get("goodput"));
+  for (const std::string& p : args.positional()) {
+    CHECK(args.has("goodput") && p.find(':') != std::string::npos) << "unexpected argument '" << p << "'";
+    items.push_back(p);
   }
-  p.ttft_p50 = percentile(ttft, 0.5);
-  p.ttft_p99 = percentile(ttft, 0.99);
-  for (double v : tpot) p.tpot_mean += v / static_cast<double>(tpot.size());
-  p.out_tok_s = static_cast<double>(p.n_out_tokens) / p.wall_s;
-  p.user_tok_s = p.tpot_mean > 0 ? 1.0 / p.tpot_mean : 0.0;
-  return p;
+  return parse_slo(items);
+}
+
+EngineArgs engine_args(const Args& args) {
+  EngineArgs base;
+  base.model_dir = args.get("model");
+  base.dummy_weights = args.has("dummy-weights");
+  CHECK(!base.dummy_weights || !base.model_dir.empty()) << "--dummy-weights needs --model DIR (its config.json)";
+  base.model_options.numerics = parse_numerics(args.get("numerics", "official"));
+  base.model_options.batch_invariant = args.has("batch-invariant");
+  base.overlap = !args.has("no-overlap");
+  base.max_num_seqs = args.get_int("max-num-seqs", base.max_num_seqs);
+  base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 2048);
+  base.max_model_len = args.get_int("max-model-len", 0);
+  apply_prefill_options(args, base);
+  apply_device_options(args, base);
+  resolve_tokenizer(args.get("tokenizer"), base);
+  return base;
+}
+
+// The vocabulary random prompts draw from: the engine's model's, or --vocab-size for a server.
+int64_t prompt_vocab(const Args& args, const EngineArgs* base) {
+  if (base == nullptr) return args.get_int("vocab-size", 100000);
+  if (selects_builtin_model(base->model_dir)) return builtin_model_config(base->model_dir).vocab_size;
+  return load_model_config(base->model_dir).vocab_size;
+}
+
+void refuse_for_server(const Args& args) {
+  for (const char* name : {"dummy-weights", "tokenizer", "numerics", "batch-invariant", "no-overlap", "max-num-seqs",
+                           "max-num-batched-tokens", "max-model-len", "max-prefill-tokens-with-decodes",
+                           "long-prefill-token-threshold", "device", "gpu-memory-utilization", "weight-format",
+                           "kv-cache-dtype", "cuda-graphs", "no-cuda-graphs"}) {
+    CHECK(!args.has(name)) << "--" << name << " configures the in-process engine; with --base-url the server's "
+                           << "own options apply";
+  }
+}
+
+void write_outputs(const std::string& prefix, const std::string& table, const std::vector<BenchSummary>& runs) {
+  std::ofstream(prefix + ".md") << table;
+  std::ofstream(prefix + ".csv") << csv_table(runs);
+  const std::string cmd = "python3 " + std::string(DEEPINFER_SOURCE_DIR) + "/tools/plot_bench.py '" + prefix +
+                          ".csv' '" + prefix + ".png'";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "deepinfer bench: plotting failed (is matplotlib installed?); table and CSV written\n");
+  }
 }
 
 }  // namespace
@@ -165,84 +194,96 @@ int cmd_bench(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     if (std::string(argv[i]) == "--fairness") return cmd_bench_fairness(argc, argv);
   }
-  std::set<std::string> names = {"model", "input-len", "output-len", "num-prompts", "concurrency", "seed",
-                                 "numerics", "out", "max-num-batched-tokens", "max-model-len",
-                                 "max-prefill-tokens-with-decodes", "long-prefill-token-threshold"};
-  names.insert(kDeviceOptions.begin(), kDeviceOptions.end());
-  std::set<std::string> flags = {"dummy-weights", "batch-invariant", "no-overlap", "no-overlap-table"};
-  flags.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  Args args(argc, argv, 2, names, flags);
-  EngineArgs base;
-  base.model_dir = args.get("model");
-  base.dummy_weights = args.has("dummy-weights");
-  CHECK(!base.dummy_weights || !base.model_dir.empty()) << "--dummy-weights needs --model DIR (its config.json)";
-  base.model_options.numerics = parse_numerics(args.get("numerics", "official"));
-  base.model_options.batch_invariant = args.has("batch-invariant");
-  base.overlap = !args.has("no-overlap");
-  base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 2048);
-  base.max_model_len = args.get_int("max-model-len", 0);
-  apply_prefill_options(args, base);
-  apply_device_options(args, base);
+  Args args(argc, argv, 2, bench_options());
+  const Slo slo = goodput_slo(args);
+  const bool server = args.has("base-url");
+  CHECK(server || !args.has("endpoint")) << "--endpoint needs --base-url";
+  CHECK(server || !args.has("vocab-size")) << "--vocab-size needs --base-url (in process the model's is used)";
+  CHECK(!(args.has("concurrency") && args.has("request-rate")))
+      << "--concurrency is the closed loop; with --request-rate cap the open loop with --max-concurrency";
+  CHECK(args.has("request-rate") || !args.has("max-concurrency")) << "--max-concurrency needs --request-rate";
   const int64_t input_len = args.get_int("input-len", 128);
   const int64_t output_len = args.get_int("output-len", 32);
   const int64_t n_prompts = args.get_int("num-prompts", 32);
   CHECK(input_len >= 1 && output_len >= 1 && n_prompts >= 1) << "lengths and --num-prompts must be >= 1";
-  const auto sweep = parse_list(args.get("concurrency", "1,4,16"));
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  const bool warmup = !args.has("no-warmup");
 
-  std::vector<SweepPoint> points;
-  for (int64_t c : sweep) points.push_back(run_point(base, c, n_prompts, input_len, output_len, seed));
+  HttpTarget target;
+  EngineArgs base;
+  if (server) {
+    refuse_for_server(args);
+    target = parse_base_url(args.get("base-url"));
+    target.endpoint = args.get("endpoint", target.endpoint);
+    if (const char* key = std::getenv("OPENAI_API_KEY")) target.api_key = key;
+    target.model = args.has("model") ? args.get("model") : first_served_model(target);
+  } else {
+    base = engine_args(args);
+  }
+  const int64_t vocab = prompt_vocab(args, server ? nullptr : &base);
+  CHECK(vocab >= 1) << "--vocab-size must be >= 1";
+
+  // The runs of the sweep: one Traffic each, the same prompts in all.
+  std::vector<Traffic> runs;
+  const auto prompts = random_prompts(n_prompts, input_len, vocab, seed);
+  if (args.has("request-rate")) {
+    const int64_t cap = args.get_int("max-concurrency", 0);
+    CHECK(cap >= 0) << "--max-concurrency must be >= 1 (or 0: unbounded)";
+    for (double rate : parse_rates(args.get("request-rate"))) {
+      runs.push_back({prompts, poisson_arrivals(n_prompts, rate, seed), cap, output_len, rate});
+    }
+  } else {
+    for (int64_t c : parse_concurrency(args.get("concurrency", "1,4,16"))) {
+      runs.push_back({prompts, std::vector<double>(static_cast<size_t>(n_prompts), 0.0), c, output_len, 0.0});
+    }
+  }
+
+  std::vector<BenchSummary> summaries;
+  std::string backend;
+  for (const Traffic& traffic : runs) {
+    std::vector<RequestRecord> records;
+    double duration = 0;
+    if (server) {
+      HttpRun run = run_http_traffic(target, traffic, warmup);
+      records = std::move(run.records);
+      duration = run.duration_s;
+      backend = "http://" + target.host + ":" + target.port + target.path_prefix + target.endpoint + " (" +
+                target.model + ")";
+    } else {
+      EngineRun run = run_engine_traffic(base, traffic, warmup);
+      records = std::move(run.records);
+      duration = run.duration_s;
+      backend = run.backend + (base.overlap ? "" : ", overlap off");
+    }
+    BenchSummary s = summarize(records, duration, slo);
+    s.label = traffic.label();
+    s.max_concurrency = traffic.max_concurrency;
+    s.request_rate = traffic.request_rate;
+    std::fputs(format_summary(s, backend).c_str(), stdout);
+    std::fflush(stdout);
+    summaries.push_back(std::move(s));
+  }
 
   std::ostringstream table;
-  table << "Backend: " << points.front().device << (base.overlap ? "" : ", overlap off") << "\n\n";
-  table << "| concurrency | requests | in/out tokens | wall s | TTFT p50 ms | TTFT p99 ms | TPOT ms | "
-           "out tok/s per device | tok/s per user |\n|---|---|---|---|---|---|---|---|---|\n";
-  char line[512];
-  for (const SweepPoint& p : points) {
-    std::snprintf(line, sizeof(line), "| %lld | %lld | %lld/%lld | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
-                  static_cast<long long>(p.concurrency), static_cast<long long>(n_prompts),
-                  static_cast<long long>(input_len), static_cast<long long>(output_len), p.wall_s,
-                  p.ttft_p50 * 1e3, p.ttft_p99 * 1e3, p.tpot_mean * 1e3, p.out_tok_s, p.user_tok_s);
-    table << line;
+  table << "\nBackend: " << backend << "; " << n_prompts << " requests of in/out " << input_len << "/"
+        << output_len << " tokens per run";
+  if (slo.any()) {
+    table << "; goodput SLO";
+    if (slo.ttft_ms) table << " ttft " << *slo.ttft_ms << " ms";
+    if (slo.tpot_ms) table << " tpot " << *slo.tpot_ms << " ms";
+    if (slo.e2el_ms) table << " e2el " << *slo.e2el_ms << " ms";
   }
-  if (!args.has("no-overlap-table")) {
-    // Overlap on vs off at the sweep's largest concurrency, decode steps only.
-    const int64_t c = *std::max_element(sweep.begin(), sweep.end());
-    table << "\nBackend idle time between decode steps (" << c << " requests, in/out " << input_len << "/"
-          << output_len << "; busy = " << (base.device == "cuda" ? "device time between CUDA events around each forward"
-                                                                  : "forward wall time on the CPU worker")
-          << ", idle = step-loop wall - busy):\n\n"
-          << "| overlap | backend | decode steps | wall ms/step | busy ms/step | idle ms/step | idle % | "
-             "decode tok/s |\n|---|---|---|---|---|---|---|---|\n";
-    for (bool overlap : {true, false}) {
-      const IdlePoint p = run_idle(base, overlap, c, input_len, output_len, seed);
-      const double n = static_cast<double>(std::max<int64_t>(p.n_steps, 1));
-      std::snprintf(line, sizeof(line), "| %s | %s | %lld | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
-                    overlap ? "on" : "off", p.device.c_str(), static_cast<long long>(p.n_steps),
-                    p.wall_s * 1e3 / n, p.busy_s * 1e3 / n, (p.wall_s - p.busy_s) * 1e3 / n,
-                    p.wall_s > 0 ? 100.0 * (p.wall_s - p.busy_s) / p.wall_s : 0.0,
-                    p.wall_s > 0 ? static_cast<double>(p.n_tokens) / p.wall_s : 0.0);
-      table << line;
-    }
+  table << "\n\n" << markdown_table(summaries);
+  if (!server && !args.has("request-rate") && !args.has("no-overlap-table")) {
+    int64_t c = 0;
+    for (const Traffic& t : runs) c = std::max(c, t.max_concurrency);
+    table << idle_table(base, c, input_len, output_len, seed);
   }
   std::fputs(table.str().c_str(), stdout);
-  if (args.has("out")) {
-    const std::string prefix = args.get("out");
-    std::ofstream(prefix + ".md") << table.str();
-    std::ofstream csv(prefix + ".csv");
-    csv << "concurrency,out_tok_s_per_device,tok_s_per_user,ttft_p50_s,tpot_s\n";
-    for (const SweepPoint& p : points) {
-      csv << p.concurrency << "," << p.out_tok_s << "," << p.user_tok_s << "," << p.ttft_p50 << ","
-          << p.tpot_mean << "\n";
-    }
-    csv.close();
-    const std::string cmd = "python3 " + std::string(DEEPINFER_SOURCE_DIR) + "/tools/plot_bench.py '" +
-                            prefix + ".csv' '" + prefix + ".png'";
-    if (std::system(cmd.c_str()) != 0) {
-      std::fprintf(stderr, "deepinfer bench: plotting failed (is matplotlib installed?); table and CSV written\n");
-    }
-  }
-  return 0;
+  if (args.has("out")) write_outputs(args.get("out"), table.str(), summaries);
+  int64_t failed = 0;
+  for (const BenchSummary& s : summaries) failed += s.n_failed;
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace deepinfer

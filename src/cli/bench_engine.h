@@ -1,0 +1,26 @@
+// The in-process driver of `deepinfer bench`: runs a Traffic against a fresh Engine on this
+// thread (one step() at a time; requests are added between steps once their arrival time
+// has passed and a slot is free) and records every request from its add_request.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/bench_metrics.h"
+#include "cli/bench_traffic.h"
+
+namespace deepinfer {
+
+struct EngineArgs;
+
+struct EngineRun {
+  std::vector<RequestRecord> records;  // one per prompt, in order
+  double duration_s = 0;               // first send to last finish
+  std::string backend;                 // the runner's name
+};
+
+// One warm-up request (input and output of the traffic's first prompt, not recorded) runs
+// first when `warmup`. max_num_seqs is the traffic's max_concurrency when it has one.
+EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup);
+
+}  // namespace deepinfer
