@@ -4,6 +4,11 @@
     llm = deepinfer.LLM()                       # the built-in tiny model (random weights)
     out = llm.generate(["hi"], deepinfer.SamplingParams(temperature=0, max_tokens=8))
     print(out[0].text, out[0].token_ids, out[0].finish_reason)
+    llm.generate(prompt_token_ids=[[0, 100, 200]])            # prompts as token ids
+    llm.chat([{"role": "user", "content": "Weather?"}], tools=[...], thinking=True,
+             reasoning_effort="high")[0].tool_calls      # chat with tools and reasoning
+    async for out in deepinfer.AsyncLLM().generate("hi"):    # asyncio streaming
+        ...
 
 `LLM(model=None, **engine_args)`: `model` is a checkpoint directory (config.json,
 safetensors, tokenizer.json) or None for the built-in tiny model. Engine arguments:
@@ -48,7 +53,7 @@ def _load_core():
 _core = _load_core()
 Error = _core.Error  # a ValueError: bad arguments, requests or inputs
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "Error"]
+__all__ = ["LLM", "AsyncLLM", "SamplingParams", "RequestOutput", "StreamDelta", "Error"]
 
 
 class SamplingParams:
@@ -202,6 +207,13 @@ def _packaged_tiny_tokenizer() -> Optional[str]:
 Prompt = Union[str, Sequence[int], dict]
 
 
+def _as_prompt_list(prompts: Union[Prompt, Sequence[Prompt]]) -> list[Prompt]:
+    if isinstance(prompts, (str, dict)) or (
+            isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+        return [prompts]
+    return list(prompts)
+
+
 class LLM:
     """An engine serving one model in this process. Calls are serialized by a lock; one
     LLM may be used from several threads, but they take turns."""
@@ -227,9 +239,11 @@ class LLM:
 
     # -- tokenizer -------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text` (with BOS when add_special_tokens); needs a tokenizer."""
         return self._engine.encode(text, add_special_tokens)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of `token_ids`; needs a tokenizer."""
         return self._engine.decode(list(token_ids), skip_special_tokens)
 
     # -- requests --------------------------------------------------------------------------
@@ -255,15 +269,23 @@ class LLM:
             r.constraint_kind, r.constraint = params.constraint
         return r, text
 
-    def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
-                 sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None
+    def generate(self, prompts: Union[None, Prompt, Sequence[Prompt]] = None,
+                 sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None,
+                 *, prompt_token_ids: Union[None, Sequence[int], Sequence[Sequence[int]]] = None
                  ) -> list[RequestOutput]:
-        """Runs every prompt (text, token ids, or {"prompt_token_ids": [...]}) to completion,
-        batched; returns one RequestOutput per prompt, in order."""
-        if isinstance(prompts, (str, dict)) or (
-                isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
+        """Runs every prompt to completion, batched; returns one RequestOutput per prompt, in
+        order. A prompt is text, a list of token ids, or {"prompt_token_ids": [...]};
+        `prompt_token_ids` (one list of ids or a list of them) gives token-id prompts instead
+        of `prompts`, as vLLM's older API did. Ids must be below the model's vocabulary size
+        (ValueError otherwise); no tokenizer is needed for them, except to fill `text`."""
+        if prompt_token_ids is not None:
+            if prompts is not None:
+                raise ValueError("generate: give prompts or prompt_token_ids, not both")
+            ids = list(prompt_token_ids)
+            prompts = [ids] if not ids or isinstance(ids[0], int) else [list(p) for p in ids]
+        if prompts is None:
+            raise ValueError("generate: no prompts")
+        prompts = _as_prompt_list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params or SamplingParams()] * len(prompts)
         else:
@@ -290,8 +312,9 @@ class LLM:
 
     def generate_stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None
                         ) -> Iterator[StreamDelta]:
-        """Yields StreamDelta pieces of one prompt as they are produced. Closing the
-        iterator early aborts the request. Several streams may be read in turns."""
+        """Yields StreamDelta pieces of one prompt (text, token ids or {"prompt_token_ids"})
+        as they are produced. Closing the iterator early aborts the request. Several streams
+        may be read in turns. For asyncio, see AsyncLLM."""
         r, _ = self._request(prompt, sampling_params or SamplingParams())
         with self._lock:
             self._engine.add_request(r)
@@ -318,31 +341,58 @@ class LLM:
 
     # -- chat ------------------------------------------------------------------------------
     def chat(self, messages: Union[Sequence[dict], Sequence[Sequence[dict]]],
-             sampling_params: Optional[SamplingParams] = None, *, thinking: bool = False,
-             tools: Optional[Sequence[dict]] = None, chat_version: Optional[str] = None,
+             sampling_params: Optional[SamplingParams] = None, *, thinking: Optional[bool] = None,
+             reasoning_effort: Union[None, str, int] = None, tools: Optional[Sequence[dict]] = None,
+             tool_choice: Union[None, str, dict] = None, parallel_tool_calls: Optional[bool] = None,
+             chat_template_kwargs: Optional[dict] = None, chat_version: Optional[str] = None,
              **request_fields: Any) -> list[RequestOutput]:
-        """Chat completion through the DeepSeek V4/V4.1 chat encoding. `messages` is one
-        conversation (a list of {"role", "content", ...}) or a list of them. Further
-        request fields (tool_choice, reasoning_effort, response_format, ...) are those of
-        recipe/chat_request.h. Each output also has `content`, `reasoning_content` and
-        `tool_calls` ([{"name", "arguments"}]) parsed from the completion. `chat_version`
-        ("v4" or "v4.1") defaults to the model's: V4.1 for model_type deepseek_v41*."""
+        """Chat completion through the DeepSeek V4/V4.1 chat encoding, with the server's
+        Chat Completions conversion (OpenAI-style messages and tools).
+
+        `messages`: one conversation (a list of {"role", "content", ...}; assistant turns may
+        carry "reasoning_content" and "tool_calls", tool results "tool_call_id") or a list of
+        them. `tools`: OpenAI function tools ({"type": "function", "function": {"name",
+        "description", "parameters"}}) or {"name", "description", "parameters"}; `tool_choice`
+        "auto" (default) | "none" | "required" (enforced by the tool-call grammar) | a named
+        function; `parallel_tool_calls` False: at most one call. Reasoning: `thinking` turns
+        thinking mode on (default off); `reasoning_effort` is "low" | "high" | "xhigh" | "max" |
+        "none" or 1..100; `chat_template_kwargs` may give {"thinking": bool} (or
+        "enable_thinking") as vLLM users pass it. Other request fields (response_format,
+        drop_thinking, ...) are those of recipe/chat_request.h.
+
+        Each output also has `content`, `reasoning_content` (the thinking text, "" without
+        thinking) and `tool_calls` ([{"name", "arguments"}], arguments as JSON text) parsed
+        from the completion. `chat_version` ("v4" or "v4.1") defaults to the model's: V4.1
+        for model_type deepseek_v41*."""
         if chat_version is None:
             chat_version = "v4.1" if self._engine.model_type.startswith("deepseek_v41") else "v4"
+        kwargs = dict(chat_template_kwargs or {})
+        unknown = set(kwargs) - {"thinking", "enable_thinking", "reasoning_effort"}
+        if unknown:
+            raise ValueError(f"chat: unsupported chat_template_kwargs {sorted(unknown)}")
+        if thinking is None:
+            thinking = bool(kwargs.get("thinking", kwargs.get("enable_thinking", False)))
+        if reasoning_effort is None:
+            reasoning_effort = kwargs.get("reasoning_effort")
+        fields = dict(request_fields)
+        for key, value in (("reasoning_effort", reasoning_effort), ("tool_choice", tool_choice),
+                           ("parallel_tool_calls", parallel_tool_calls)):
+            if value is not None:
+                fields[key] = value
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         params = sampling_params or SamplingParams()
         reqs, prompts, per_prompt = [], [], []
         eos = set(self._engine.eos_token_ids)
         for conv in conversations:
-            body = dict(request_fields, messages=list(conv), thinking_mode=bool(thinking))
+            body = dict(fields, messages=list(conv), thinking_mode=bool(thinking))
             if tools:
                 body["tools"] = list(tools)
             request_json = json.dumps(body)
-            ids = self._engine.encode_chat(request_json, chat_version)
+            ids = self._engine.encode_chat(request_json, chat_version, openai=True)
             reqs.append(request_json)
             prompts.append({"prompt_token_ids": ids})
             # tool_choice "required": the DSML tool-call grammar with each tool's schema.
-            spec = _core.tool_call_constraint(request_json, chat_version)
+            spec = _core.tool_call_constraint(request_json, chat_version, openai=True)
             if spec is None:
                 per_prompt.append(params)
             else:
@@ -355,19 +405,27 @@ class LLM:
         outs = self.generate(prompts, per_prompt)
         for first, request_json in zip(outs, reqs):
             for out in first.outputs:
-                ids = list(out.token_ids)
-                if ids and ids[-1] in eos and out.finish_reason == "stop":
-                    ids = ids[:-1]
-                raw = self._engine.decode(ids, False)
-                if out.stop_reason:
-                    cut = raw.find(out.stop_reason)
-                    raw = raw[:cut] if cut >= 0 else raw
-                reasoning, content, calls = _core.parse_chat_output(request_json, raw)
-                out.reasoning_content = reasoning
-                out.content = content
-                out.tool_calls = [{"name": n, "arguments": a} for n, a in calls]
+                self._parse_chat(out, request_json, eos)
         return outs
 
+    def _parse_chat(self, out: RequestOutput, request_json: str, eos: set[int]) -> None:
+        ids = list(out.token_ids)
+        if ids and ids[-1] in eos and out.finish_reason == "stop":
+            ids = ids[:-1]
+        raw = self._engine.decode(ids, False)
+        if out.stop_reason:
+            cut = raw.find(out.stop_reason)
+            raw = raw[:cut] if cut >= 0 else raw
+        reasoning, content, calls = _core.parse_chat_output(request_json, raw)
+        out.reasoning_content = reasoning
+        out.content = content
+        out.tool_calls = [{"name": n, "arguments": a} for n, a in calls]
+
     def abort(self, request_id: str) -> bool:
+        """Cancels a running request (its id is RequestOutput.request_id); False if unknown
+        or finished."""
         with self._lock:
             return self._engine.abort(request_id)
+
+
+from ._async import AsyncLLM  # noqa: E402  (it builds on LLM)

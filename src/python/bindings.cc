@@ -23,8 +23,15 @@ const recipe::Tokenizer& need_tokenizer(const Engine& e) {
   return *e.tokenizer();
 }
 
-recipe::Conversation conversation(const std::string& request_json) {
-  return recipe::conversation_from_json(recipe::OrderedJson::parse(request_json));
+// `openai`: the server's Chat Completions conversion (recipe/chat_request.h), else the JSON
+// taken literally.
+recipe::Conversation conversation(const std::string& request_json, const std::string& version = "v4",
+                                  bool openai = false) {
+  const recipe::ChatRequestOptions options =
+      openai ? recipe::chat_completions_request_options(recipe::parse_chat_version(version) ==
+                                                        recipe::ChatVersion::kV41)
+             : recipe::ChatRequestOptions();
+  return recipe::conversation_from_json(recipe::OrderedJson::parse(request_json), options);
 }
 
 }  // namespace
@@ -153,19 +160,20 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("ids"), py::arg("skip_special_tokens") = true)
       // Chat: `request_json` is a chat request (recipe/chat_request.h: messages, thinking_mode,
-      // tools, ...); returns the prompt's token ids.
+      // tools, ...); returns the prompt's token ids. openai: the Chat Completions conversion.
       .def("encode_chat",
-           [](const Engine& e, const std::string& request_json, const std::string& version) {
-             return recipe::encode_conversation(conversation(request_json),
+           [](const Engine& e, const std::string& request_json, const std::string& version, bool openai) {
+             return recipe::encode_conversation(conversation(request_json, version, openai),
                                                 recipe::parse_chat_version(version),
                                                 need_tokenizer(e));
            },
-           py::arg("request_json"), py::arg("version") = "v4");
+           py::arg("request_json"), py::arg("version") = "v4", py::arg("openai") = false);
 
   // The structured-output constraint that enforces a chat request's tool_choice "required"
   // (recipe/tool_call_constraint.h; parallel_tool_calls false: exactly one call), or None.
-  m.def("tool_call_constraint", [](const std::string& request_json, const std::string& version) -> py::object {
-    const recipe::Conversation conv = conversation(request_json);
+  m.def("tool_call_constraint", [](const std::string& request_json, const std::string& version,
+                                   bool openai) -> py::object {
+    const recipe::Conversation conv = conversation(request_json, version, openai);
     if (conv.tool_choice != recipe::ToolChoice::kRequired || conv.tools.empty()) return py::none();
     const recipe::OrderedJson body = recipe::OrderedJson::parse(request_json);
     bool parallel = true;
@@ -177,7 +185,7 @@ PYBIND11_MODULE(_core, m) {
                                             ? recipe::DsmlDialect::kV41
                                             : recipe::DsmlDialect::kV4;
     return py::str(recipe::dsml_tool_call_constraint(conv.tools, dialect, parallel));
-  });
+  }, py::arg("request_json"), py::arg("version") = "v4", py::arg("openai") = false);
 
   // Parses a completion of the chat request: (reasoning_content, content, [(name, arguments)]).
   m.def("parse_chat_output", [](const std::string& request_json, const std::string& text) {

@@ -177,3 +177,29 @@ def test_n_completions_use_consecutive_seeds(small):
     assert len({tuple(c.token_ids) for c in out.outputs}) > 1
     with pytest.raises(ValueError):
         SP(n=0)
+
+
+def test_generate_from_token_ids(small, tiny):
+    """prompt_token_ids= (one list or several), plain id lists and {"prompt_token_ids"} dicts
+    are the same prompts; the text prompt that encodes to those ids gives the same output."""
+    params = SP(temperature=0, max_tokens=5, ignore_eos=True)
+    ps = prompts(3)
+    by_keyword = small.generate(prompt_token_ids=ps, sampling_params=params)
+    by_list = small.generate(ps, params)
+    by_dict = small.generate([{"prompt_token_ids": p} for p in ps], params)
+    one = small.generate(prompt_token_ids=ps[1], sampling_params=params)
+    assert len(by_keyword) == 3 and len(one) == 1
+    for a, b, c in zip(by_keyword, by_list, by_dict):
+        assert a.token_ids == b.token_ids == c.token_ids and len(a.token_ids) == 5
+        assert a.text == b.text == c.text == small.decode(a.token_ids)
+    assert one[0].token_ids == by_keyword[1].token_ids
+    assert [o.prompt_token_ids for o in by_keyword] == ps
+    # The tiny model has the real vocabulary: a text prompt and its ids are the same request.
+    text_ids = tiny.encode("Hello, world")
+    by_text = tiny.generate("Hello, world", params)[0]
+    by_ids = tiny.generate(prompt_token_ids=text_ids, sampling_params=params)[0]
+    assert by_text.prompt_token_ids == text_ids and by_text.token_ids == by_ids.token_ids
+    with pytest.raises(ValueError):
+        small.generate(ps, params, prompt_token_ids=ps)
+    with pytest.raises(ValueError):
+        small.generate(prompt_token_ids=[[1, 2, 999999]], sampling_params=params)
