@@ -700,7 +700,7 @@ std::vector<RequestOutput> Engine::step() {
     auto f = m.prepare(std::move(so), {});
     m.launch(*f);
     f->result = m.runner->collect();
-    m.note_done();
+    m.note_done(*f);
     const auto sampled = m.sample(*f);
     m.update(*f, sampled, out);
     if (m.spec_k > 0) m.propose_drafts();
@@ -749,7 +749,7 @@ std::vector<RequestOutput> Engine::step() {
   // is waited for (and collected) before its InFlight goes away.
   try {
     m.inflight->result = m.runner->collect();
-    m.note_done();
+    m.note_done(*m.inflight);
     if (!launched) m.free_deferred();
     const auto sampled = m.sample(*m.inflight);
     if (launched == nullptr && !next.scheduled.empty()) {

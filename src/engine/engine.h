@@ -127,9 +127,16 @@ struct EngineArgs {
   // per verification, 0 = the drafter's default (DSpark: dspark_block_size; MTP: 1), at most
   // the model's rollback depth. spec_scheduling: "fixed" (every decoding request verifies
   // num_speculative_tokens drafts, fewer near max_tokens or when the step's token budget is
-  // short); "confidence" is not implemented yet and is refused. While speculative decoding
-  // is on, steps run one at a time (no overlap: a step's drafts need the previous step's
-  // tokens); results are those of overlap off.
+  // short); "confidence" (engine/spec_schedule.h): each step verifies, of all requests'
+  // drafts, the prefixes that maximise expected committed tokens per second under a
+  // step-time-vs-tokens curve profiled at start-up (forwards of 1..N tokens on the runner,
+  // spread over sequences of num_speculative_tokens + 1 tokens) and corrected online with the
+  // measured step times; per-draft acceptance estimates: DSpark sigma(confidence logit), MTP
+  // the drafter's softmax probability of its draft, a test drafter's `confidence` or its q at
+  // the draft, else the engine's running per-position acceptance (EngineStats). Any choice
+  // of verified drafts leaves the output lossless (greedy: token for token). While
+  // speculative decoding is on, steps run one at a time (no overlap: a step's drafts need the
+  // previous step's tokens); results are those of overlap off.
   std::string speculative_method = "none";
   int64_t num_speculative_tokens = 0;
   std::string spec_scheduling = "fixed";
@@ -139,9 +146,13 @@ struct EngineArgs {
   // target chose last, not yet computed) and the most drafts wanted. Returns the drafts and
   // optionally `q`, [drafts, V]: the probabilities each draft was drawn from (for sampled
   // verification; empty: one-hot at the drafts, a greedy drafter).
+  // `confidence` (optional, one per draft): raw confidence logits c_j as DSpark's head gives
+  // them (sigma(c_j): the chance that draft j is accepted after drafts 0..j-1 were), read by
+  // spec_scheduling "confidence".
   struct DraftProposal {
     std::vector<int32_t> tokens;
     std::vector<float> q;
+    std::vector<float> confidence;
   };
   std::function<DraftProposal(const std::string& id, std::span<const int32_t> tokens, int64_t k)>
       spec_test_drafter;
@@ -199,7 +210,8 @@ struct EngineStats {
   int64_t n_preemptions = 0;
   int64_t max_running = 0;             // most chunks in one step
   // Steps finished (collected from the runner) and the runner's busy time over them
-  // (ModelRunner::busy_seconds), updated on the engine's thread as each step is collected.
+  // (ModelRunner::busy_seconds, less the start-up profile of spec_scheduling "confidence"),
+  // updated on the engine's thread as each step is collected.
   int64_t n_steps_done = 0;
   double busy_seconds = 0;
   // Speculative decoding (zero while off). A verification is one request's [y, drafts] chunk.
@@ -207,6 +219,7 @@ struct EngineStats {
   int64_t n_drafts_verified = 0;       // draft tokens verified
   int64_t n_drafts_accepted = 0;       // of those, accepted
   std::vector<int64_t> accepted_at;    // [k]: verifications that accepted draft i
+  std::vector<int64_t> verified_at;    // [k]: verifications that carried draft i
   int64_t n_verify_steps = 0;          // steps with at least one verification
   int64_t n_verified_tokens = 0;       // tokens of verification chunks ([y, drafts]) in them
   double draft_seconds = 0;            // wall time spent drafting (on the engine's thread)
@@ -216,6 +229,10 @@ struct EngineStats {
   }
   double verified_tokens_per_step() const {
     return n_verify_steps ? double(n_verified_tokens) / double(n_verify_steps) : 0.0;
+  }
+  // Of the verifications that carried draft i, the share that accepted it (and all before it).
+  double acceptance_at(size_t i) const {
+    return i < verified_at.size() && verified_at[i] > 0 ? double(accepted_at[i]) / double(verified_at[i]) : 0.0;
   }
   // Drafting's share of the time spent computing (drafts + forwards).
   double draft_time_share() const {

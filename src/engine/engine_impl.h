@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/spec_schedule.h"
 #include "engine/step_worker.h"
 #include "engine/structured_output.h"
 #include "engine/text_stream.h"
@@ -108,6 +109,15 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<grammar::GrammarMatcher>> retired_matchers;
   // Speculative decoding: drafts per verification (0: off).
   int64_t spec_k = 0;
+  // spec_scheduling "confidence": the step-time curve (spec_schedule.h; empty otherwise), and
+  // the runner's busy time its start-up profile took (not counted in stats.busy_seconds).
+  StepTimeCurve step_curve;
+  double busy_offset = 0;
+  // Profiles step_curve on the runner (before any request: its sequences are its own).
+  void profile_step_curve();
+  // Per-draft acceptance estimates from the engine's running per-position acceptance, for
+  // drafts without their own (spec_schedule.h).
+  std::vector<double> running_acceptance(size_t n) const;
 
   void init();
   void init_speculative();
@@ -139,9 +149,13 @@ struct Engine::Impl {
   // Whether `next` can be launched before `f`'s tokens reach the host: every request of
   // `next` that needs a token `f` samples has it sampled on the backend.
   bool can_chain(const InFlight& f, const SchedulerOutput& next) const;
-  void note_done() {  // a step was collected
+  // A step was collected: counts it; with confidence scheduling its busy time corrects the
+  // step-time curve (steps are collected one at a time then: the delta is this step's).
+  void note_done(const InFlight& f) {
     ++stats.n_steps_done;
-    stats.busy_seconds = runner->busy_seconds();
+    const double busy = runner->busy_seconds() - busy_offset;
+    if (!step_curve.empty()) step_curve.observe(f.sched.n_scheduled_tokens, busy - stats.busy_seconds);
+    stats.busy_seconds = busy;
   }
   Sampled sample(const InFlight& f);
   void precompute_masks(InFlight& f);

@@ -7,6 +7,8 @@
 // propose_drafts() drafts from that committed state for the next step.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <string>
 
 #include "base/error.h"
 #include "base/logging.h"
@@ -44,13 +46,73 @@ void Engine::Impl::init_speculative() {
   CHECK(k <= runner->rollback_depth())
       << "engine: " << k << " speculative tokens, but " << runner->name() << " rolls back at most "
       << runner->rollback_depth() << " positions (ModelOptions::max_rollback)";
-  CHECK(args.spec_scheduling == "fixed")
-      << "engine: spec_scheduling confidence is not implemented yet (use fixed)";
   spec_k = k;
   stats.accepted_at.assign(size_t(k), 0);
+  stats.verified_at.assign(size_t(k), 0);
   LOG(INFO) << "engine: speculative decoding, " << k << " drafts per verification ("
             << (args.spec_test_drafter ? std::string("test drafter") : runner->drafter()) << ", "
             << args.spec_scheduling << ")";
+  if (args.spec_scheduling == "confidence") profile_step_curve();
+}
+
+// Forwards of 1, 2, 4, .. N tokens (N: the most a step of verifications can hold), each as
+// fresh sequences of spec_k + 1 tokens (a verification's shape) with logits at every row;
+// per size one warm-up and the fastest of three runs.
+void Engine::Impl::profile_step_curve() {
+  const int64_t per_seq = spec_k + 1;
+  const RunnerCapacity cap = runner->capacity();
+  const int64_t max_seqs = std::min(scheduler->config().max_num_seqs, cap.max_sequences);
+  const int64_t top = std::max<int64_t>(
+      1, std::min({args.max_num_batched_tokens, cap.max_batch_tokens, max_seqs * per_seq}));
+  std::vector<int64_t> sizes;
+  for (int64_t n = 1; n < top; n *= 2) sizes.push_back(n);
+  sizes.push_back(top);
+  const int64_t V = runner->config().vocab_size;
+  std::vector<std::pair<int64_t, double>> points;
+  for (int64_t n : sizes) {
+    std::vector<std::vector<int32_t>> tokens;
+    for (int64_t done = 0; done < n; done += per_seq) {
+      std::vector<int32_t>& t = tokens.emplace_back(size_t(std::min(per_seq, n - done)));
+      for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t((int64_t(done) + int64_t(i)) * 7 + 3) % int32_t(V);
+    }
+    std::vector<double> times;
+    for (int run = 0; run < 4; ++run) {
+      std::vector<RunnerChunk> chunks;
+      try {
+        for (const std::vector<int32_t>& t : tokens) chunks.push_back({runner->new_sequence(), t, true});
+        const auto t0 = std::chrono::steady_clock::now();
+        runner->forward(chunks);
+        if (run > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } catch (...) {
+        for (const RunnerChunk& c : chunks) runner->free_sequence(c.sequence);
+        throw;
+      }
+      for (const RunnerChunk& c : chunks) runner->free_sequence(c.sequence);
+    }
+    // The fastest run (others were descheduled on a loaded machine), and never below a
+    // smaller size's: the work grows with the tokens.
+    double t = std::max(*std::min_element(times.begin(), times.end()), 1e-9);
+    if (!points.empty()) t = std::max(t, points.back().second);
+    points.emplace_back(n, t);
+  }
+  step_curve = StepTimeCurve(std::move(points));
+  busy_offset = runner->busy_seconds();
+  std::string curve;
+  for (const auto& [n, t] : step_curve.points()) curve += " " + std::to_string(n) + ":" + std::to_string(t * 1e3);
+  LOG(INFO) << "engine: step time (tokens:ms) profiled on " << runner->name() << ":" << curve;
+}
+
+std::vector<double> Engine::Impl::running_acceptance(size_t n) const {
+  std::vector<double> rates;
+  double before = 1.0;
+  for (size_t j = 0; j < n; ++j) {
+    const double a = j < stats.accepted_at.size() ? double(stats.accepted_at[j]) : 0.0;
+    const double v = j < stats.verified_at.size() ? double(stats.verified_at[j]) : 0.0;
+    const double cum = (a + 1) / (v + 2);  // P(drafts 0..j accepted), with a uniform prior
+    rates.push_back(std::min(1.0, cum / before));
+    before = cum;
+  }
+  return rates;
 }
 
 std::vector<int32_t> Engine::Impl::verify(const InFlight& f, size_t i, Live& l, const Request& r) {
@@ -96,6 +158,7 @@ void Engine::Impl::note_verification(const InFlight& f, size_t i, Live& l,
   const ScheduledChunk& c = f.sched.scheduled[i];
   const std::vector<int32_t>& drafts = c.draft_token_ids;
   size_t accepted = 0;
+  for (size_t j = 0; j < drafts.size() && j < stats.verified_at.size(); ++j) ++stats.verified_at[j];
   while (accepted < drafts.size() && accepted < committed.size() && committed[accepted] == drafts[accepted]) {
     ++stats.accepted_at[accepted];
     ++accepted;
@@ -109,9 +172,24 @@ void Engine::Impl::note_verification(const InFlight& f, size_t i, Live& l,
   runner->truncate(l.sequence, c.start_position + int64_t(committed.size()));
 }
 
+namespace {
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+// Drafts every decoding request; with confidence scheduling, then keeps of all those drafts
+// the prefixes select_verification() picks (spec_schedule.h).
 void Engine::Impl::propose_drafts() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = runner->config().vocab_size;
+  struct Proposal {
+    int64_t num;
+    std::vector<int32_t> drafts;
+    std::vector<double> rates;  // per draft: its acceptance estimate (empty: none of its own)
+  };
+  std::vector<Proposal> proposals;
+  int64_t n_plain_decodes = 0;  // decoding requests without drafts next step
   for (auto& [num, l] : live) {
     l.draft_q.clear();
     const Request* r = scheduler->find(num);
@@ -119,9 +197,11 @@ void Engine::Impl::propose_drafts() {
         r->num_output_placeholders > 0 || r->num_computed_tokens + 1 != r->num_tokens()) {
       continue;
     }
+    ++n_plain_decodes;
     const int64_t k = std::min(spec_k, r->max_tokens - r->num_output_tokens() - 1);
     if (k <= 0 || (l.matcher && l.matcher->is_terminated())) continue;
     std::vector<int32_t> drafts;
+    std::vector<double> rates;
     try {
       if (args.spec_test_drafter) {
         EngineArgs::DraftProposal p = args.spec_test_drafter(l.id, r->token_ids, k);
@@ -130,11 +210,25 @@ void Engine::Impl::propose_drafts() {
         CHECK(p.q.empty() || int64_t(p.q.size()) == int64_t(p.tokens.size()) * V)
             << "engine: the test drafter's q has " << p.q.size() << " entries for " << p.tokens.size()
             << " drafts";
+        CHECK(p.confidence.empty() || p.confidence.size() == p.tokens.size())
+            << "engine: the test drafter gave " << p.confidence.size() << " confidences for " << p.tokens.size()
+            << " drafts";
         drafts = std::move(p.tokens);
+        if (!p.confidence.empty()) {
+          for (float c : p.confidence) rates.push_back(sigmoid(c));
+        } else if (!p.q.empty()) {
+          for (size_t j = 0; j < drafts.size(); ++j) rates.push_back(p.q[j * size_t(V) + size_t(drafts[j])]);
+        }
         l.draft_q = std::move(p.q);
       } else {
         ICHECK(runner->n_tokens(l.sequence) == r->num_computed_tokens);
-        drafts = runner->draft(l.sequence, r->token_ids.back(), k).tokens;
+        RunnerDraft d = runner->draft(l.sequence, r->token_ids.back(), k);
+        drafts = std::move(d.tokens);
+        if (d.confidence.size() == drafts.size()) {
+          for (float c : d.confidence) rates.push_back(sigmoid(c));
+        } else if (d.probability.size() == drafts.size()) {
+          rates.assign(d.probability.begin(), d.probability.end());
+        }
       }
       for (int32_t t : drafts) CHECK(t >= 0 && t < V) << "engine: draft token " << t << " outside the vocabulary";
       if (l.matcher) {
@@ -151,7 +245,20 @@ void Engine::Impl::propose_drafts() {
       l.draft_q.clear();
     }
     if (drafts.empty()) continue;
-    scheduler->set_draft_tokens(num, std::move(drafts));
+    if (!rates.empty()) rates.resize(drafts.size());
+    proposals.push_back({num, std::move(drafts), std::move(rates)});
+  }
+  n_plain_decodes -= int64_t(proposals.size());
+  if (!step_curve.empty() && !proposals.empty()) {
+    std::vector<std::vector<double>> rates;
+    for (Proposal& p : proposals) {
+      rates.push_back(p.rates.empty() ? running_acceptance(p.drafts.size()) : std::move(p.rates));
+    }
+    const VerifySelection sel = select_verification(rates, step_curve, n_plain_decodes);
+    for (size_t i = 0; i < proposals.size(); ++i) proposals[i].drafts.resize(size_t(sel.n_drafts[i]));
+  }
+  for (Proposal& p : proposals) {
+    if (!p.drafts.empty()) scheduler->set_draft_tokens(p.num, std::move(p.drafts));
   }
   stats.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -80,6 +80,16 @@ RunnerDraft CpuRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
   d.confidence = std::move(block.confidence);
   if (int64_t(d.tokens.size()) > n_drafts) d.tokens.resize(size_t(n_drafts));
   if (int64_t(d.confidence.size()) > n_drafts) d.confidence.resize(size_t(n_drafts));
+  const int64_t V = model_->config().vocab_size;
+  if (int64_t(block.logits.size()) >= int64_t(d.tokens.size()) * V) {
+    for (size_t i = 0; i < d.tokens.size(); ++i) {  // softmax of the row at its draft, in double
+      const float* row = block.logits.data() + int64_t(i) * V;
+      const double mx = *std::max_element(row, row + V);
+      double total = 0;
+      for (int64_t t = 0; t < V; ++t) total += std::exp(double(row[t]) - mx);
+      d.probability.push_back(float(std::exp(double(row[d.tokens[i]]) - mx) / total));
+    }
+  }
   return d;
 }
 

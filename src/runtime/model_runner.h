@@ -85,10 +85,12 @@ struct StepResult {
 // A speculative draft after a sequence's committed positions (ModelRunner::draft): `tokens[i]`
 // is the drafter's greedy (argmax) token for the position i+1 after the given next token;
 // `confidence[i]` the drafter's raw confidence logit c_i where it has one (DSpark; empty
-// otherwise).
+// otherwise); `probability[i]` the drafter's own softmax probability of tokens[i] (empty where
+// the runner does not have the drafter's logits).
 struct RunnerDraft {
   std::vector<int32_t> tokens;
   std::vector<float> confidence;
+  std::vector<float> probability;
 };
 
 // What the runner can hold. The engine's scheduler limits never exceed these.

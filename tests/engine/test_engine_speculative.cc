@@ -180,13 +180,40 @@ TEST(EngineSpeculative, GreedyEqualsPlainWithPreemptionAndAborts) {
     EXPECT_LT(spec.stats.n_drafts_accepted, spec.stats.n_drafts_verified);
     EXPECT_LT(spec.stats.n_steps, plain.stats.n_steps);
   }
-  // The checkpoint's own DSpark drafter (its acceptance is whatever the random weights give).
-  EngineArgs d = small;
-  d.speculative_method = "dspark";
-  const EngineRun dspark = run_engine(d, jobs, aborted, 6);
-  print_stats("dspark drafter", dspark.stats);
-  expect_same_greedy(plain, dspark, aborted);
-  EXPECT_GT(dspark.stats.n_verifications, 0);
+  // Confidence scheduling (spec_schedule.h): the oracle's confidences say which drafts are
+  // right (high) or wrong (low), so the schedule keeps some drafts and cuts others; any cut
+  // leaves the output that of plain decoding, overlap on or off.
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "confidence, overlap on" : "confidence, overlap off");
+    EngineArgs a = small;
+    a.overlap = overlap;
+    a.num_speculative_tokens = 4;
+    a.spec_scheduling = "confidence";
+    a.spec_test_drafter = [&](const std::string& id, std::span<const int32_t> tokens, int64_t k) {
+      EngineArgs::DraftProposal p = oracle_draft(truth, prompt_len, id, tokens, k);
+      const std::vector<int32_t>& t = truth.at(id);
+      const size_t first = tokens.size() - prompt_len.at(id);
+      for (size_t j = 0; j < p.tokens.size(); ++j) p.confidence.push_back(p.tokens[j] == t[first + j] ? 3.0f : -3.0f);
+      return p;
+    };
+    const EngineRun spec = run_engine(a, jobs, aborted, 6);
+    print_stats("oracle drafter, confidence scheduling", spec.stats);
+    expect_same_greedy(plain, spec, aborted);
+    EXPECT_GT(spec.stats.n_drafts_accepted, 0);
+    EXPECT_LT(spec.stats.n_steps, plain.stats.n_steps);
+  }
+  // The checkpoint's own DSpark drafter (its acceptance is whatever the random weights give),
+  // fixed and confidence-scheduled.
+  for (const char* scheduling : {"fixed", "confidence"}) {
+    SCOPED_TRACE(scheduling);
+    EngineArgs d = small;
+    d.speculative_method = "dspark";
+    d.spec_scheduling = scheduling;
+    const EngineRun dspark = run_engine(d, jobs, aborted, 6);
+    print_stats((std::string("dspark drafter, ") + scheduling).c_str(), dspark.stats);
+    expect_same_greedy(plain, dspark, aborted);
+    if (std::string(scheduling) == "fixed") EXPECT_GT(dspark.stats.n_verifications, 0);
+  }
 }
 
 // Structured output: every verified row gets the grammar mask of the output before it (drafts
@@ -250,6 +277,11 @@ TEST(EngineSpeculative, MtpGreedyEqualsPlain) {
   print_stats("mtp drafter", spec.stats);
   expect_same_greedy(plain, spec, {});
   EXPECT_GT(spec.stats.n_verifications, 0);
+  // Confidence scheduling with MTP's estimates (the drafter's softmax probability of its draft).
+  a.spec_scheduling = "confidence";
+  const EngineRun conf = run_engine(a, jobs, {}, 0, small_mtp_model);
+  print_stats("mtp drafter, confidence scheduling", conf.stats);
+  expect_same_greedy(plain, conf, {});
 }
 
 TEST(EngineSpeculative, RefusesWhatItCannotDo) {
@@ -273,8 +305,24 @@ TEST(EngineSpeculative, RefusesWhatItCannotDo) {
   g.num_speculative_tokens = 6;  // more than the block of 5
   EXPECT_THROW(Engine(g, golden_model(), nullptr), Error);
   g.num_speculative_tokens = 0;
-  g.spec_scheduling = "confidence";
+  g.spec_scheduling = "adaptive";
   EXPECT_THROW(Engine(g, golden_model(), nullptr), Error);
+  g.spec_scheduling = "confidence";
+  EXPECT_NO_THROW(Engine(g, golden_model(), nullptr));
+  EngineArgs c = spec_args(false);  // a test drafter's confidences must match its drafts
+  c.num_speculative_tokens = 2;
+  c.spec_scheduling = "confidence";
+  c.spec_test_drafter = [](const std::string&, std::span<const int32_t>, int64_t) {
+    return EngineArgs::DraftProposal{{3, 4}, {}, {0.5f}};
+  };
+  EngineRequest r;
+  r.id = "c";
+  r.prompt = {5, 6};
+  r.params.max_tokens = 6;
+  Engine e(c, golden_model(), nullptr);
+  const std::vector<RequestOutput> out = e.generate({r});  // no drafts, plain decoding
+  EXPECT_EQ(out[0].new_tokens.size(), 6u);
+  EXPECT_EQ(e.stats().n_verifications, 0);
 }
 
 // ---- sampled verification is lossless --------------------------------------------------
