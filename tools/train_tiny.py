@@ -10,6 +10,8 @@ does not run this) and HF `tokenizers`.
     python3 tools/train_tiny.py --check-engine models/trained-v41
     # retrain the committed tokenizer (models/trained/tokenizer.json)
     python3 tools/train_tiny.py --train-tokenizer models/trained/tokenizer.json
+    # the tiny V4 model (tools/tiny_v4.py: SWA, CSA, HCA, hash + top-k MoE, multi-pass mHC)
+    python3 tools/train_tiny.py --preset v4 --out models/trained-v4 --device cuda --steps auto:330
 
 The forward (`V41`) is the project's V4.1 math (MODEL_SPEC §C, engine src/model/*.cc) in PyTorch:
 single-pass mHC with Sinkhorn, attention without q-norm, sliding window + sink, ratio-2 / ratio-1
@@ -19,6 +21,10 @@ twin of src/io/layer_plan.cc), MoE with sqrt-softplus routing + selection-only b
 SwiGLU, shared expert, RMSNorm eps 1e-20. No Engram: the engine's Engram hash multipliers exist only
 for the compressed vocabulary of DeepSeek's tokenizer (src/ops/engram/engram_multipliers.inc), and
 this model uses its own tokenizer. No DSpark drafter yet.
+
+`--preset v4` / `v4-small` train the DeepSeek-V4 architecture instead (tools/tiny_v4.py, whose
+docstring lists its math and QAT roundings); everything else below applies to both. V4 weights
+use V4's 128x128 FP8 grid and ship `gate.tid2eid` (int32) in the hash layers.
 
 Numerics. Weights are fp32 masters; the forward uses them in their storage format through a
 straight-through estimator (value of the rounded weight, gradient to the master): FP8 e4m3 with one
