@@ -16,6 +16,7 @@
 #include "engine/async_engine.h"
 #include "engine/engine.h"
 #include "recipe/chat_encoding.h"
+#include "server/cors.h"
 #include "server/server.h"
 
 namespace deepinfer {
@@ -31,6 +32,8 @@ const OptionGroups& serve_options() {
            {"host", "ADDR", "Address to listen on (default 127.0.0.1)."},
            {"port", "N", "Port (default 8000)."},
            {"api-key", "KEY", "Require `Authorization: Bearer KEY` on every /v1 request."},
+           {"allowed-origins", "LIST",
+            "CORS: origins browsers may call from, a JSON list ('[\"*\"]') or comma-separated (default: none, CORS off)."},
            {"served-model-name", "NAME",
             "The model name of /v1/models and responses (default: the directory's name, or deepinfer-tiny)."},
            {"max-body-bytes", "N", "Largest request body accepted (default 8 MiB)."},
@@ -75,8 +78,9 @@ const OptionGroups& serve_options() {
 std::string serve_usage() {
   return format_usage(
       "usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [options]\n\n"
-      "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health,\n"
-      "/metrics. The startup summary goes to stderr once the model is loaded.\n"
+      "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models,\n"
+      "/health, /metrics (also under vLLM's names), /tokenize, /detokenize, /version. The startup\n"
+      "summary goes to stderr once the model is loaded.\n"
       "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
       serve_options());
 }
@@ -112,6 +116,7 @@ int cmd_serve(int argc, char** argv) {
   CHECK(port >= 0 && port < 65536) << "--port " << port << " is out of range";
   options.port = static_cast<uint16_t>(port);
   options.api_key = args.get("api-key");
+  options.allowed_origins = server::parse_allowed_origins(args.get("allowed-origins"));
   const int64_t body = args.get_int("max-body-bytes", static_cast<int64_t>(options.max_body_bytes));
   CHECK(body > 0) << "--max-body-bytes must be positive";
   options.max_body_bytes = static_cast<size_t>(body);
