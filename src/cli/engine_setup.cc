@@ -107,26 +107,29 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
   return why;
 }
 
-std::string resolve_tokenizer(const std::string& tokenizer, EngineArgs& engine_args) {
+TokenizerChoice resolve_tokenizer(const std::string& tokenizer, EngineArgs& engine_args) {
   if (!tokenizer.empty()) {
     CHECK_KIND(kNotFound, std::filesystem::exists(tokenizer)) << "--tokenizer " << tokenizer << " does not exist";
     engine_args.tokenizer_path = tokenizer;
-    return tokenizer + " (--tokenizer)";
+    return {tokenizer + " (--tokenizer)", true};
   }
   if (selects_builtin_model(engine_args.model_dir)) {
-    return tiny_tokenizer_path() +
-           (builtin_model_uses_v41_tokenizer(engine_args.model_dir) ? " (built-in, V4.1 spellings)" : " (built-in)");
+    const std::string path = tiny_tokenizer_path();
+    const bool v41 = builtin_model_uses_v41_tokenizer(engine_args.model_dir);
+    return {path + (v41 ? " (built-in, V4.1 spellings)" : " (built-in)"), std::filesystem::exists(path)};
   }
   const std::string own = engine_args.model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(own)) return own;
-  if (!engine_args.dummy_weights) return "none: token ids only (" + own + " does not exist; --tokenizer PATH adds one)";
+  if (std::filesystem::exists(own)) return {own, true};
+  if (!engine_args.dummy_weights) {
+    return {"none: token ids only (" + own + " does not exist; --tokenizer PATH adds one)", false};
+  }
   const bool v41 = model_config_of(engine_args).is_v41();
   engine_args.tokenizer_path = v41 ? v41_tokenizer_file().path() : tiny_tokenizer_path();
   const std::string note = std::string("built-in ") + (v41 ? "V4.1" : "V4") + " tokenizer (" +
                            tiny_tokenizer_path() + (v41 ? ", V4.1 spellings" : "") + "): " + own +
                            " does not exist";
   LOG(INFO) << "tokenizer: " << note;
-  return note;
+  return {note, true};
 }
 
 }  // namespace deepinfer

@@ -30,12 +30,17 @@ struct DeviceRequest {
 // the fp8 note on cuda). Returns one line saying what was chosen and why.
 std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs& engine_args);
 
+struct TokenizerChoice {
+  std::string note;    // which file and why, for the startup summary
+  bool found = false;  // false: the engine runs on token ids only
+};
+
 // The tokenizer of `engine_args` (model_dir, dummy_weights): `tokenizer` (--tokenizer PATH)
-// when given; else the directory's tokenizer.json; else, for a directory without one run with
-// dummy weights (a config-only directory such as bench/configs/v4-flash-4l), the built-in
-// tokenizer of the model's family (V4: models/tiny/tokenizer.json; V4.1: the same with V4.1's
-// two renamed tokens), logged. Sets engine_args.tokenizer_path when it is not the engine's own
-// default choice. Returns a line for the startup summary (which file and why).
-std::string resolve_tokenizer(const std::string& tokenizer, EngineArgs& engine_args);
+// when given; else the built-in model's or the directory's tokenizer.json; else, for a
+// directory without one run with dummy weights (a config-only directory such as
+// bench/configs/v4-flash-4l), the built-in tokenizer of the model's family (V4:
+// models/tiny/tokenizer.json; V4.1: the same with V4.1's two renamed tokens), logged. Sets
+// engine_args.tokenizer_path when the engine's own default would not find that file.
+TokenizerChoice resolve_tokenizer(const std::string& tokenizer, EngineArgs& engine_args);
 
 }  // namespace deepinfer

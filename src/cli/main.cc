@@ -164,7 +164,7 @@ int cmd_generate(int argc, char** argv) {
   engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
   engine_args.model_options.batch_invariant = args.has("batch-invariant");
   const std::string device_note = apply_device_options(args, engine_args);
-  const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args);
+  const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args).note;
   if (engine_args.device != "cpu" || engine_args.dummy_weights || args.has("kv-cache-dtype") ||
       engine_args.cuda_graphs) {
     return generate_with_engine(args, engine_args, device_note, tokenizer_note);

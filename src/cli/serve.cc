@@ -105,7 +105,8 @@ int cmd_serve(int argc, char** argv) {
   engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
   engine_args.overlap = !args.has("no-overlap");
   const std::string device_note = apply_device_options(args, engine_args);
-  const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args);
+  const TokenizerChoice tokenizer_choice = resolve_tokenizer(args.get("tokenizer"), engine_args);
+  CHECK_KIND(kNotFound, tokenizer_choice.found) << "serving needs a tokenizer: " << tokenizer_choice.note;
   const std::string policy = args.get("scheduling-policy", "fcfs");
   CHECK(policy == "fcfs" || policy == "priority") << "--scheduling-policy must be fcfs or priority";
   engine_args.priority = policy == "priority";
@@ -161,7 +162,7 @@ int cmd_serve(int argc, char** argv) {
   CHECK_KIND(kNotFound, tokenizer != nullptr)
       << "serving needs a tokenizer: " << (dir.empty() ? tiny_tokenizer_path() : dir + "/tokenizer.json")
       << " does not exist (give --tokenizer PATH)";
-  print_startup_summary(engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_note));
+  print_startup_summary(engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_choice.note));
   const ModelConfig& config = engine->model_config();
   options.max_model_len = engine->max_model_len();
   std::vector<int32_t> eos_ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
