@@ -152,6 +152,10 @@ class RequestOutput:
         self.stop_reason: Optional[str] = None
         self.error: Optional[str] = None
         self.num_preemptions = 0
+        # Set by LLM.chat: the completion parsed as the chat encoding's output.
+        self.content: Optional[str] = None
+        self.reasoning_content: Optional[str] = None
+        self.tool_calls: Optional[list[dict[str, str]]] = None
         self._choices: list["RequestOutput"] = [self]
 
     @property
