@@ -708,13 +708,13 @@ def moe(m, l, x, aux, tokens=None):
     with torch.autocast(device_type=x.device.type, enabled=False):  # fp32 router (MODEL_SPEC §A.11 D2)
         logits = F.linear(xf.float(), m.w(f + "gate.weight").float())
     s = torch.sqrt(F.softplus(logits))
-    hashed = m.has(f + "gate.tid2eid")
+    hashed = tokens is not None and m.has(f + "gate.tid2eid")
     if hashed:
         idx = m.w(f + "gate.tid2eid").long()[tokens.reshape(-1)]
     else:
         idx = torch.topk(s.detach() + m.w(f + "gate.bias")[None], k, dim=-1).indices
     sel = s.gather(-1, idx)
-    sum_eps = 0.0 if m.v4 else 1e-20  # the engine's route_norm_eps trait
+    sum_eps = 0.0 if getattr(m, "v4", False) else 1e-20  # the engine's route_norm_eps trait
     wts = sel / (sel.sum(-1, keepdim=True) + sum_eps) * c["routed_scaling_factor"]
     dense_w = torch.zeros_like(s).scatter(-1, idx, wts)  # [N, E]
     if not hashed:
