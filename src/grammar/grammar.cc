@@ -50,8 +50,25 @@ int32_t GrammarBuilder::new_rule(std::string name) {
 }
 
 int32_t GrammarBuilder::add_dfa(const ExprPtr& e, bool& empty_language) {
-  Dfa d = build_dfa(*e, what_);
-  if (d.empty()) { empty_language = true; return -1; }
+  // The same value expression (a shared string body in `"..."|null`) recurs under many rules:
+  // its automaton is built once per compilation (the rule bodies keep every automaton alive).
+  std::string key;
+  const bool keyed = expr_key(*e, key, /*automata_by_address=*/true);
+  if (keyed) {
+    auto it = expr_dfa_ids_.find(key);
+    if (it != expr_dfa_ids_.end()) {
+      if (it->second < 0) empty_language = true;
+      return it->second;
+    }
+  }
+  const int32_t id = add_dfa(build_dfa(*e, what_));
+  if (id < 0) empty_language = true;
+  if (keyed) expr_dfa_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t GrammarBuilder::add_dfa(Dfa d) {
+  if (d.empty()) return -1;
   uint64_t fp = d.fingerprint();
   for (int32_t id : dfa_ids_[fp])
     if (g_.dfas[id].next == d.next && g_.dfas[id].accept == d.accept && g_.dfas[id].start == d.start &&
@@ -175,6 +192,8 @@ std::vector<std::vector<Element>> GrammarBuilder::lower_alts(const ExprPtr& e) {
 
 Grammar GrammarBuilder::build(int32_t root) {
   g_ = Grammar{};
+  dfa_ids_.clear();
+  expr_dfa_ids_.clear();
   for (int32_t r = 0; r < n_rules(); ++r) new_rule(names_[r]);
   for (int32_t r = 0; r < n_rules(); ++r) {
     CHECK(bodies_[r] != nullptr) << what_ << ": rule '" << names_[r] << "' is used but not defined";

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/dfa.h"
@@ -57,11 +58,13 @@ class GrammarBuilder {
   Grammar g_;
   std::map<uint64_t, std::vector<int32_t>> dfa_ids_;  // fingerprint -> candidate ids
   std::map<const Expr*, int32_t> aux_rules_;
+  std::unordered_map<std::string, int32_t> expr_dfa_ids_;  // expr_key (automata by address) -> dfa id
 
   std::vector<std::vector<Element>> lower_alts(const ExprPtr& e);
   std::vector<Element> lower_seq(const ExprPtr& e, bool& empty_language);
   int32_t aux_rule(const ExprPtr& e);
   int32_t add_dfa(const ExprPtr& e, bool& empty_language);
+  int32_t add_dfa(Dfa d);  // -1 for the empty language; equal automata share one id
   int32_t new_rule(std::string name);
 };
 

@@ -87,6 +87,7 @@ class JsonSchemaCompiler {
   GrammarBuilder& b_;
   const NumberLiterals* literals_;
   std::map<std::string, int32_t> memo_;
+  std::map<std::string, std::shared_ptr<const Dfa>> string_bodies_;
   int32_t any_rule_ = -1;
 
   static const NumberLiterals& no_literals() {
@@ -106,7 +107,17 @@ class JsonSchemaCompiler {
   ExprPtr tok(const char* s) { return seq({ws(), lit(s), ws()}); }
 
   int32_t rule_for(const json& s, const std::string& path) {
-    std::string key = s.dump();
+    // Keyed by the schema without its pure annotations (a property's description does not make
+    // its value a different rule: equal subschemas share rules, automata and mask caches).
+    std::string key;
+    if (s.is_object()) {
+      json k = s;
+      for (const char* a : {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"})
+        k.erase(a);
+      key = k.dump();
+    } else {
+      key = s.dump();
+    }
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     int32_t r = b_.declare(path);
@@ -337,9 +348,21 @@ class JsonSchemaCompiler {
     return build_dfa(*alt(std::move(alts)), what);
   }
 
-  // The JSON-encoded body language of a string schema as an automaton.
+  // The JSON-encoded body language of a string schema as an automaton, one per distinct set of
+  // string keywords (a 513-count length automaton is built once, however many properties use it).
   std::shared_ptr<const Dfa> string_body_dfa(const json& s, const std::string& path) {
-    std::vector<ExprPtr> parts;
+    json keywords = json::object();
+    for (const char* k : {"minLength", "maxLength", "pattern", "format", kExtraPatterns})
+      if (s.contains(k)) keywords[k] = s[k];
+    // Only exact integer counts are keyed by their dump (3.0000000000000001 dumps like 3.0).
+    for (const char* k : {"minLength", "maxLength"})
+      if (keywords.contains(k) && !keywords[k].is_number_integer()) return build_string_body_dfa(s, path);
+    std::shared_ptr<const Dfa>& memo = string_bodies_[keywords.dump()];
+    if (!memo) memo = build_string_body_dfa(s, path);
+    return memo;
+  }
+
+  std::shared_ptr<const Dfa> build_string_body_dfa(const json& s, const std::string& path) {
     auto min_len = count(s, "minLength", path);
     auto max_len = count(s, "maxLength", path);
     // Length counters cost states: bounds above kMaxCountedLength are narrowed to it (json_schema.h).
@@ -359,6 +382,7 @@ class JsonSchemaCompiler {
       try {
         constraints.push_back(automaton(std::make_shared<const Dfa>(pattern_body_dfa(p, path))));
       } catch (const Error& e) {
+        if (e.kind() == ErrorKind::kResourceExhausted) throw;  // a budget stays a budget refusal
         THROW(kUnsupported) << "JSON Schema at '" << path << "': pattern: " << e.what();
       }
     }
