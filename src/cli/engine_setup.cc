@@ -81,12 +81,9 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
   if (request.device != "auto") {
     engine_args.device = request.device;
     why = "--device " + request.device;
-  } else if (!cuda_backend_built()) {
-    engine_args.device = "cpu";
-    why = "auto: this build has no CUDA backend";
   } else if (n_gpus <= 0) {
     engine_args.device = "cpu";
-    why = "auto: no CUDA device found";
+    why = cuda_backend_built() ? "auto: no CUDA device found" : "auto: this build has no CUDA backend";
   } else if (model_config_of(engine_args).is_v41()) {
     engine_args.device = "cpu";
     why = "auto: DeepSeek-V4.1 runs on the CPU backend only for now (the CUDA backend has no V4.1 kernels)";

@@ -21,9 +21,9 @@ struct DeviceRequest {
 };
 
 // Sets engine_args.device, weight_format, kv_cache_dtype and cuda_graphs from `request`:
-//  * device auto: cuda when the build has the CUDA backend, n_gpus > 0 and the model is not
-//    V4.1 (the CUDA backend has none of its kernels; such a model stays on cpu, logged);
-//    cpu otherwise. An explicit --device is kept as given (the runner refuses what it cannot run).
+//  * device auto: cuda when n_gpus > 0 (cuda_device_count(): 0 in a build without the CUDA
+//    backend) and the model is not V4.1 (the CUDA backend has none of its kernels; such a
+//    model stays on cpu, logged); cpu otherwise. An explicit --device is kept as given (the runner refuses what it cannot run).
 //  * on cuda: weight format auto = fp8, CUDA graphs on unless switched off; on cpu: fp32,
 //    graphs off (an explicit fp8 or --cuda-graphs reaches the runner, which refuses it).
 // Reads the model's config.json only when the choice depends on it (device auto with a GPU;
