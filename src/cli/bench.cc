@@ -54,7 +54,7 @@ const OptionGroups& bench_options() {
            {"base-url", "URL", "http://HOST:PORT of an OpenAI-compatible server (ours, vLLM, SGLang): "
                                "streaming completions; --model NAME is then the served model's name "
                                "(default: the first of GET /v1/models)."},
-           {"endpoint", "PATH", "Completions endpoint (default /v1/completions)."},
+           {"endpoint", "PATH", "Completions endpoint taking token-id prompts (default /v1/completions)."},
            {"vocab-size", "N", "Random prompt ids are below min(N, 100000) (default 100000)."},
        }},
       kModelOptionGroup,

@@ -104,10 +104,6 @@ bool on_event(const std::string& data, double at, RequestRecord& r, double& last
   const Json& c = j["choices"][0];
   std::string text;
   if (c.contains("text") && c["text"].is_string()) text = c["text"].get<std::string>();
-  if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
-      c["delta"]["content"].is_string()) {
-    text = c["delta"]["content"].get<std::string>();  // chat completions
-  }
   if (text.empty()) return true;
   if (!started) {
     started = true;
