@@ -531,15 +531,17 @@ def write_prompts(ckpt, path, n, length):
             f.write(",".join(map(str, held[i * stride: i * stride + length].tolist())) + "\n")
 
 
-def acceptance(ckpt, engine_dir, prompts, max_new, k, numerics, plain=True):
+def acceptance(ckpt, engine_dir, prompts, max_new, k, numerics, temperature=0.0):
+    """tests/tools/draft_acceptance: greedy (the spec/ loop, compared with plain greedy) or, at
+    temperature > 0, the Engine's sampled verification (EngineStats)."""
     tool = find_tool("draft_acceptance", engine_dir)
     t0 = time.time()
-    lines = run_tool(tool, ["--model", ckpt, "--prompts", prompts, "--max-new", str(max_new), "--k", str(k),
-                            "--numerics", numerics, "--plain", "1" if plain else "0"])
-    s = lines[-1]
+    argv = ["--model", ckpt, "--prompts", prompts, "--max-new", str(max_new), "--k", str(k), "--numerics", numerics]
+    argv += ["--temperature", str(temperature)] if temperature > 0 else ["--plain", "1"]
+    s = run_tool(tool, argv)[-1]
     s["seconds"] = round(time.time() - t0, 1)
-    print(f"[accept] {numerics}: mean acceptance length {s['mean_acceptance_length']:.3f} at k = {s['k']} over "
-          f"{s['prompts']} prompts x {s['max_new']} tokens ({s['steps']} steps); per position "
+    print(f"[accept] {numerics} T={temperature:g}: mean acceptance length {s['mean_acceptance_length']:.3f} at k = "
+          f"{s['k']} over {s['prompts']} prompts x {s['max_new']} tokens ({s['steps']} verifications); per position "
           f"{s['acceptance_rate_at']}; equal to plain greedy: {s['all_equal_to_plain']} ({s['seconds']} s)", flush=True)
     return s
 
@@ -564,6 +566,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--numerics", default="official,reference", help="numerics of the acceptance runs")
+    ap.add_argument("--temperatures", default="0,0.7", help="0 = greedy (vs plain greedy); > 0 = the Engine's "
+                    "sampled verification")
     ap.add_argument("--engine-dir", help="directory with draft_logits / draft_acceptance (default: .carry, build-h, build)")
     ap.add_argument("--pack-engine", metavar="BUILD", help="pack BUILD's engine tools into .carry/train_drafter")
     ap.add_argument("--kind", default="dspark", choices=["dspark", "mtp"],
@@ -640,14 +644,16 @@ def main():
         cj = json.load(open(os.path.join(d, "config.json")))
         c = cj.get("text_config", cj)
         k = args.k or c.get("dspark_block_size", 1)
-        res = {n: acceptance(d, args.engine_dir, prompts, args.max_new, k, n) for n in args.numerics.split(",")}
+        res = {}
+        for n in args.numerics.split(","):
+            for t in (float(x) for x in args.temperatures.split(",")):
+                res[n if t == 0 else f"{n}_T{t:g}"] = acceptance(d, args.engine_dir, prompts, args.max_new, k, n, t)
         if args.record:
             rec = dict(prompts="drafter_prompts.txt", n_prompts=args.prompts, prompt_len=args.prompt_len,
                        max_new=args.max_new, k=k, kind="dspark" if "dspark_block_size" in c else "mtp", python=sys.version.split()[0],
-                       temperature=0.0, **{n: {key: r[key] for key in ("mean_acceptance_length", "acceptance_rate_at",
-                                                                      "steps", "accepted", "drafted",
-                                                                      "all_equal_to_plain")}
-                                          for n, r in res.items()})
+                       **{n: {key: r[key] for key in ("mean_acceptance_length", "acceptance_rate_at", "steps",
+                                                      "accepted", "drafted", "all_equal_to_plain")}
+                          for n, r in res.items()})
             with open(os.path.join(d, "drafter_acceptance.json"), "w") as f:
                 json.dump(rec, f, indent=1)
             print(f"[accept] recorded {os.path.join(d, 'drafter_acceptance.json')}", flush=True)

@@ -4,7 +4,7 @@
 // tests/python/test_trained_drafter.py):
 //
 //   draft_acceptance --model DIR --prompts FILE [--max-new N] [--k K]
-//                    [--numerics official|reference] [--plain 0|1]
+//                    [--numerics official|reference] [--plain 0|1] [--temperature T]
 //
 // FILE holds one prompt per line (token ids separated by commas or spaces). Each prompt runs
 // in a fresh state (batch-invariant GEMMs, so verification rows equal single-token rows):
@@ -18,6 +18,12 @@
 //    "mean_acceptance_length":..,"acceptance_rate_at":[..],"all_equal_to_plain":..}
 // acceptance_rate_at[i] = (steps whose draft i was accepted) / steps;
 // mean_acceptance_length = (accepted + steps) / steps (committed tokens per verification).
+//
+// With --temperature T > 0 the prompts run through the Engine instead (speculative_method
+// "auto", k speculative tokens, sampled verification by rejection sampling, seed = prompt
+// index, EOS ignored) and one summary line gives the engine's EngineStats acceptance
+// ({"summary":true,...,"temperature":T,...}; no plain comparison: sampled output is only
+// equal in distribution).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -25,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "model/model.h"
 #include "spec/greedy_speculative.h"
 
@@ -66,9 +73,45 @@ std::string rates(const std::vector<int64_t>& at, int64_t steps) {
   return s;
 }
 
+// Sampled verification through the Engine (EngineStats acceptance).
+int run_sampled(const std::string& model_dir, const std::vector<std::vector<int32_t>>& prompts,
+                const std::string& numerics, int64_t max_new, int64_t k, float temperature) {
+  EngineArgs args;
+  args.model_dir = model_dir;
+  args.model_options.numerics = parse_numerics(numerics);
+  args.model_options.batch_invariant = true;
+  args.speculative_method = "auto";
+  args.num_speculative_tokens = k;
+  Engine engine(args);
+  std::vector<EngineRequest> requests;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    EngineRequest r;
+    r.id = std::to_string(s);
+    r.prompt = prompts[s];
+    r.params.temperature = temperature;
+    r.params.seed = s;
+    r.params.max_tokens = max_new;
+    r.params.ignore_eos = true;
+    requests.push_back(std::move(r));
+  }
+  engine.generate(std::move(requests));
+  const EngineStats& st = engine.stats();
+  std::vector<int64_t> at = st.accepted_at;
+  at.resize(k, 0);
+  std::printf("{\"summary\": true, \"prompts\": %zu, \"k\": %lld, \"max_new\": %lld, \"numerics\": \"%s\", "
+              "\"temperature\": %g, \"steps\": %lld, \"drafted\": %lld, \"accepted\": %lld, "
+              "\"mean_acceptance_length\": %.6f, \"acceptance_rate_at\": [%s], \"all_equal_to_plain\": null}\n",
+              prompts.size(), static_cast<long long>(k), static_cast<long long>(max_new), numerics.c_str(),
+              static_cast<double>(temperature), static_cast<long long>(st.n_verifications),
+              static_cast<long long>(st.n_drafts_verified), static_cast<long long>(st.n_drafts_accepted),
+              st.mean_acceptance_length(), rates(at, st.n_verifications).c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::string model_dir, prompts_path, numerics = "official";
   int64_t max_new = 64, k = 0, plain = 1;
+  float temperature = 0.0f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -81,6 +124,7 @@ int run(int argc, char** argv) {
     else if (a == "--k") k = std::stoll(next());
     else if (a == "--numerics") numerics = next();
     else if (a == "--plain") plain = std::stoll(next());
+    else if (a == "--temperature") temperature = std::stof(next());
     else throw std::runtime_error("unknown argument " + a);
   }
   if (model_dir.empty() || prompts_path.empty()) {
@@ -88,6 +132,11 @@ int run(int argc, char** argv) {
                              "[--numerics official|reference] [--plain 0|1]");
   }
   if (max_new < 2) throw std::runtime_error("--max-new must be at least 2");
+  if (temperature < 0.0f) throw std::runtime_error("--temperature must be >= 0");
+  if (temperature > 0.0f) {
+    if (k <= 0) throw std::runtime_error("--temperature needs --k");
+    return run_sampled(model_dir, read_sequences(prompts_path), numerics, max_new, k, temperature);
+  }
   ModelOptions options;
   options.numerics = parse_numerics(numerics);
   options.batch_invariant = true;
