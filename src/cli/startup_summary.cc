@@ -116,6 +116,12 @@ StartupSummary engine_startup_summary(const std::string& command, const EngineAr
                (args.state_budget_bytes > 0 ? " (--state-budget-mib " + std::to_string(args.state_budget_bytes >> 20) + ")"
                                             : " (default budget)");
   }
+  s.speculative = args.speculative_method;
+  if (args.speculative_method != "none") {
+    s.speculative += ", " + (args.num_speculative_tokens > 0 ? std::to_string(args.num_speculative_tokens)
+                                                             : std::string("the drafter's default number of")) +
+                     " drafts per verification, " + args.spec_scheduling + " scheduling";
+  }
   const int64_t n_requests = std::min({args.max_num_seqs, cap.max_sequences, cache.num_slots()});
   s.capacity = "up to " + std::to_string(n_requests) + " concurrent requests of " +
                std::to_string(engine.max_model_len()) + " tokens, " + std::to_string(args.max_num_batched_tokens) +

@@ -26,7 +26,7 @@ struct StartupSummary {
   std::string command;  // "generate", "serve", "bench"
   std::string model, tokenizer, device, formats, backend, memory, capacity;
   std::string parallelism = "single device (no tensor / expert / data parallelism)";
-  std::string speculative = "none";
+  std::string speculative = "none";  // engine: EngineArgs::speculative_method and its settings
   std::string prefix_cache = "off";
 
   // The lines above, one per field ("  label  value").
