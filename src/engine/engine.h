@@ -132,14 +132,20 @@ struct EngineArgs {
   // step-time-vs-tokens curve profiled at start-up (forwards of 1..N tokens on the runner,
   // spread over sequences of num_speculative_tokens + 1 tokens) and corrected online with the
   // measured step times; per-draft acceptance estimates: DSpark sigma(confidence logit), MTP
-  // the drafter's softmax probability of its draft, a test drafter's `confidence` or its q at
-  // the draft, else the engine's running per-position acceptance (EngineStats). Any choice
-  // of verified drafts leaves the output lossless (greedy: token for token). While
+  // the drafter's softmax probability of its draft, a test drafter's `confidence`, else the
+  // engine's running per-position acceptance (EngineStats); drafts after a stop token id
+  // are worth 0. The choice depends only on the request's state and greedy drafts (never on a
+  // sampled draft's own value, which would bias rejection sampling), so the output stays
+  // lossless (greedy: token for token) whichever drafts are verified. While
   // speculative decoding is on, steps run one at a time (no overlap: a step's drafts need the
   // previous step's tokens); results are those of overlap off.
   std::string speculative_method = "none";
   int64_t num_speculative_tokens = 0;
   std::string spec_scheduling = "fixed";
+  // Test hook for spec_scheduling "confidence": the step-time curve (seconds vs tokens, as
+  // spec_schedule.h's StepTimeCurve takes it) instead of the start-up profile, never
+  // corrected, so the schedule is deterministic. Empty: profiled.
+  std::vector<std::pair<int64_t, double>> spec_step_time;
   // Test hook: a drafter replacing the checkpoint's (speculative decoding is then on with
   // num_speculative_tokens drafts, which must be set, whatever speculative_method says).
   // Called with the request id, its tokens (prompt + outputs; the last one is the token the
@@ -148,7 +154,8 @@ struct EngineArgs {
   // verification; empty: one-hot at the drafts, a greedy drafter).
   // `confidence` (optional, one per draft): raw confidence logits c_j as DSpark's head gives
   // them (sigma(c_j): the chance that draft j is accepted after drafts 0..j-1 were), read by
-  // spec_scheduling "confidence".
+  // spec_scheduling "confidence". With a full q they must not depend on the sampled drafts'
+  // values (that would bias the verified output).
   struct DraftProposal {
     std::vector<int32_t> tokens;
     std::vector<float> q;

@@ -112,6 +112,7 @@ struct Engine::Impl {
   // spec_scheduling "confidence": the step-time curve (spec_schedule.h; empty otherwise), and
   // the runner's busy time its start-up profile took (not counted in stats.busy_seconds).
   StepTimeCurve step_curve;
+  bool fixed_curve = false;  // EngineArgs::spec_step_time: never corrected
   double busy_offset = 0;
   // Profiles step_curve on the runner (before any request: its sequences are its own).
   void profile_step_curve();
@@ -154,7 +155,7 @@ struct Engine::Impl {
   void note_done(const InFlight& f) {
     ++stats.n_steps_done;
     const double busy = runner->busy_seconds() - busy_offset;
-    if (!step_curve.empty()) step_curve.observe(f.sched.n_scheduled_tokens, busy - stats.busy_seconds);
+    if (!step_curve.empty() && !fixed_curve) step_curve.observe(f.sched.n_scheduled_tokens, busy - stats.busy_seconds);
     stats.busy_seconds = busy;
   }
   Sampled sample(const InFlight& f);

@@ -52,7 +52,12 @@ void Engine::Impl::init_speculative() {
   LOG(INFO) << "engine: speculative decoding, " << k << " drafts per verification ("
             << (args.spec_test_drafter ? std::string("test drafter") : runner->drafter()) << ", "
             << args.spec_scheduling << ")";
-  if (args.spec_scheduling == "confidence") profile_step_curve();
+  if (args.spec_scheduling == "confidence" && !args.spec_step_time.empty()) {
+    step_curve = StepTimeCurve(args.spec_step_time);  // a test's curve: no profile, no correction
+    fixed_curve = true;
+  } else if (args.spec_scheduling == "confidence") {
+    profile_step_curve();
+  }
 }
 
 // Forwards of 1, 2, 4, .. N tokens (N: the most a step of verifications can hold), each as
@@ -108,7 +113,9 @@ std::vector<double> Engine::Impl::running_acceptance(size_t n) const {
   for (size_t j = 0; j < n; ++j) {
     const double a = j < stats.accepted_at.size() ? double(stats.accepted_at[j]) : 0.0;
     const double v = j < stats.verified_at.size() ? double(stats.verified_at[j]) : 0.0;
-    const double cum = (a + 1) / (v + 2);  // P(drafts 0..j accepted), with a uniform prior
+    // P(drafts 0..j accepted), starting optimistic (as if 4 verifications had accepted every
+    // draft): an estimate that started low would never be verified, so never learned.
+    const double cum = (a + 4) / (v + 4);
     rates.push_back(std::min(1.0, cum / before));
     before = cum;
   }
@@ -214,11 +221,9 @@ void Engine::Impl::propose_drafts() {
             << "engine: the test drafter gave " << p.confidence.size() << " confidences for " << p.tokens.size()
             << " drafts";
         drafts = std::move(p.tokens);
-        if (!p.confidence.empty()) {
-          for (float c : p.confidence) rates.push_back(sigmoid(c));
-        } else if (!p.q.empty()) {
-          for (size_t j = 0; j < drafts.size(); ++j) rates.push_back(p.q[j * size_t(V) + size_t(drafts[j])]);
-        }
+        // A sampled draft's own q(d) must not decide whether it is verified (spec_schedule.h):
+        // such drafts get the running acceptance unless the hook gives confidences.
+        for (float c : p.confidence) rates.push_back(sigmoid(c));
         l.draft_q = std::move(p.q);
       } else {
         ICHECK(runner->n_tokens(l.sequence) == r->num_computed_tokens);
@@ -245,7 +250,20 @@ void Engine::Impl::propose_drafts() {
       l.draft_q.clear();
     }
     if (drafts.empty()) continue;
-    if (!rates.empty()) rates.resize(drafts.size());
+    if (!rates.empty()) {
+      rates.resize(drafts.size());
+      // Nothing is decided past a stop token id (verify()): the drafts after one are worth 0.
+      // (Greedy drafts only: a sampled draft's value must not decide what is verified.)
+      if (l.draft_q.empty()) {
+        for (size_t j = 0; j + 1 < drafts.size(); ++j) {
+          const bool stop = r->num_output_tokens() + int64_t(j) + 1 > r->min_tokens &&
+                            std::find(r->stop_token_ids.begin(), r->stop_token_ids.end(), drafts[j]) !=
+                                r->stop_token_ids.end();
+          if (stop) std::fill(rates.begin() + int64_t(j) + 1, rates.end(), 0.0);
+          if (stop) break;
+        }
+      }
+    }
     proposals.push_back({num, std::move(drafts), std::move(rates)});
   }
   n_plain_decodes -= int64_t(proposals.size());

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 
 #include "constrained_test_util.h"
@@ -444,7 +445,10 @@ const Exact& exact() {
 using TestDrafter = EngineArgs::DraftProposal (*)(uint64_t seed, std::span<const int32_t> tokens,
                                                   int64_t first, int64_t k);
 
-void check_lossless(const char* what, const std::string& method, TestDrafter drafter, int n_seeds = kSeeds) {
+// Returns the engine's stats and the number of drafts the test drafter proposed.
+std::pair<EngineStats, int64_t> check_lossless(const char* what, const std::string& method, TestDrafter drafter,
+                                               int n_seeds = kSeeds,
+                                               const std::function<void(EngineArgs&)>& configure = {}) {
   SCOPED_TRACE(what);
   const std::vector<int32_t>& prompt = kPrompt;
   const std::vector<double>& m1 = exact().m1;
@@ -454,17 +458,20 @@ void check_lossless(const char* what, const std::string& method, TestDrafter dra
   a.max_num_batched_tokens = 1024;
   std::vector<int64_t> c1(kV), c2(kV), d1(kV);
   std::map<std::string, uint64_t> seed_of;
+  int64_t proposed = 0;
   if (drafter != nullptr) {
     a.num_speculative_tokens = 2;
     a.spec_test_drafter = [&, drafter](const std::string& id, std::span<const int32_t> tokens, int64_t k) {
       const int64_t first = int64_t(tokens.size() - prompt.size());
       EngineArgs::DraftProposal p = drafter(seed_of.at(id), tokens, first, k);
       if (first == 1 && !p.tokens.empty()) ++d1[size_t(p.tokens[0])];
+      proposed += int64_t(p.tokens.size());
       return p;
     };
   } else {
     a.speculative_method = method;
   }
+  if (configure) configure(a);
   Engine engine(a, golden_model(), nullptr);
   std::vector<EngineRequest> reqs;
   for (int s = 0; s < n_seeds; ++s) {
@@ -479,7 +486,8 @@ void check_lossless(const char* what, const std::string& method, TestDrafter dra
     reqs.push_back(std::move(r));
   }
   for (const RequestOutput& o : engine.generate(std::move(reqs))) {
-    ASSERT_EQ(o.new_tokens.size(), 4u);
+    EXPECT_EQ(o.new_tokens.size(), 4u);
+    if (o.new_tokens.size() != 4u) return {};
     ++c1[size_t(o.new_tokens[1])];
     ++c2[size_t(o.new_tokens[2])];
   }
@@ -499,6 +507,7 @@ void check_lossless(const char* what, const std::string& method, TestDrafter dra
     std::printf("%s: chi-square of the drafts for output 1: %.1f (df %d)\n", what, xd, dfd);
     EXPECT_GT(xd, 10 * chi_bound(dfd));
   }
+  return {engine.stats(), proposed};
 }
 
 // Drafts drawn from fixed_q with the drafter's own random stream (SpecPurpose::kDraft).
@@ -533,6 +542,34 @@ TEST(EngineSpeculative, SampledVerificationIsLosslessWithAFullQ) {
 
 TEST(EngineSpeculative, SampledVerificationIsLosslessWithOneHotQ) {
   check_lossless("greedy drafter", "", greedy_drafter);
+}
+
+// Confidence scheduling on a fixed step-time curve (EngineArgs::spec_step_time), sloped so
+// that some drafts are verified and others cut: still lossless.
+void confidence_schedule(EngineArgs& a) {
+  a.spec_scheduling = "confidence";
+  a.spec_step_time = {{1, 1.0}, {2048, 1.0 + 2047 * 0.01}};
+}
+
+// The greedy drafter with confidences that are a function of its (greedy) drafts.
+EngineArgs::DraftProposal confident_greedy_drafter(uint64_t seed, std::span<const int32_t> tokens, int64_t first,
+                                                   int64_t k) {
+  EngineArgs::DraftProposal p = greedy_drafter(seed, tokens, first, k);
+  for (size_t j = 0; j < p.tokens.size(); ++j) p.confidence.push_back(float((p.tokens[j] * 37 + int(j) * 11) % 5 - 2));
+  return p;
+}
+
+TEST(EngineSpeculative, ConfidenceScheduledVerificationIsLossless) {
+  // Greedy drafts with their confidences; then sampled drafts (full q), scheduled by the
+  // running per-position acceptance, not by their own q.
+  for (TestDrafter d : {confident_greedy_drafter, sampling_drafter}) {
+    const auto [stats, proposed] = check_lossless(d == sampling_drafter ? "sampling drafter, confidence scheduling"
+                                                                        : "greedy drafter, confidence scheduling",
+                                                  "", d, 4000, confidence_schedule);
+    // The schedule verified some of the proposed drafts and cut others.
+    EXPECT_GT(stats.n_drafts_verified, 0);
+    EXPECT_LT(stats.n_drafts_verified, proposed);
+  }
 }
 
 TEST(EngineSpeculative, SampledVerificationIsLosslessWithTheDsparkDrafter) {
