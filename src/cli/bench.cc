@@ -47,6 +47,8 @@ const OptionGroups& bench_options() {
            {"goodput", "ttft:MS", "SLO for goodput, e.g. --goodput ttft:500 tpot:50 (ttft, tpot, e2el in ms): "
                                   "requests/s meeting all of them."},
            {"out", "PREFIX", "Write PREFIX.md (the table), PREFIX.csv and PREFIX.png (matplotlib plot)."},
+           {"save-result", "FILE", "Write each run as one JSON line: vLLM's --save-result keys, the "
+                                   "summary and the per-request ttfts, itls, e2els, input/output lengths."},
            {"no-overlap-table", "", "In process, closed loop: skip the overlap on/off idle-time table."},
        }},
       {"A running server (instead of the engine in this process)",
@@ -240,6 +242,11 @@ int cmd_bench(int argc, char** argv) {
 
   std::vector<BenchSummary> summaries;
   std::string backend;
+  std::ofstream result_file;
+  if (args.has("save-result")) {
+    result_file.open(args.get("save-result"));
+    CHECK(result_file.good()) << "--save-result: cannot write " << args.get("save-result");
+  }
   for (const Traffic& traffic : runs) {
     std::vector<RequestRecord> records;
     double duration = 0;
@@ -261,6 +268,7 @@ int cmd_bench(int argc, char** argv) {
     s.request_rate = traffic.request_rate;
     std::fputs(format_summary(s, backend).c_str(), stdout);
     std::fflush(stdout);
+    if (result_file.is_open()) result_file << summary_json(s, records) << "\n" << std::flush;
     summaries.push_back(std::move(s));
   }
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 
 namespace deepinfer {
@@ -198,6 +200,49 @@ std::string csv_table(const std::vector<BenchSummary>& runs) {
       << s.e2el.p99 << "\n";
   }
   return o.str();
+}
+
+std::string summary_json(const BenchSummary& s, const std::vector<RequestRecord>& records) {
+  nlohmann::json j = {{"label", s.label},
+                      {"max_concurrency", s.max_concurrency},
+                      {"duration", s.duration_s},
+                      {"completed", s.n_completed},
+                      {"failed", s.n_failed},
+                      {"total_input_tokens", s.total_input_tokens},
+                      {"total_output_tokens", s.total_output_tokens},
+                      {"request_throughput", s.request_throughput},
+                      {"output_throughput", s.output_throughput},
+                      {"total_token_throughput", s.total_token_throughput}};
+  // inf is not JSON: an unbounded rate is written as null.
+  j["request_rate"] = std::isinf(s.request_rate) ? nlohmann::json() : nlohmann::json(s.request_rate);
+  j["request_goodput"] = s.goodput ? nlohmann::json(*s.goodput) : nlohmann::json();
+  for (auto [name, stat] : {std::pair<const char*, const Stat*>{"ttft", &s.ttft}, {"tpot", &s.tpot},
+                            {"itl", &s.itl}, {"e2el", &s.e2el}}) {
+    j[std::string("mean_") + name + "_ms"] = stat->mean * 1e3;
+    j[std::string("median_") + name + "_ms"] = stat->median * 1e3;
+    j[std::string("p99_") + name + "_ms"] = stat->p99 * 1e3;
+  }
+  nlohmann::json input_lens = nlohmann::json::array(), output_lens = nlohmann::json::array(),
+                 ttfts = nlohmann::json::array(), e2els = nlohmann::json::array(), itls = nlohmann::json::array(),
+                 errors = nlohmann::json::array();
+  for (const RequestRecord& r : records) {
+    if (!r.ok) {
+      errors.push_back(r.error);
+      continue;
+    }
+    input_lens.push_back(r.n_prompt_tokens);
+    output_lens.push_back(r.n_output_tokens);
+    ttfts.push_back(r.ttft_s);
+    e2els.push_back(r.e2el_s);
+    itls.push_back(r.itl_s);
+  }
+  j["input_lens"] = input_lens;
+  j["output_lens"] = output_lens;
+  j["ttfts"] = ttfts;
+  j["e2els"] = e2els;
+  j["itls"] = itls;
+  j["errors"] = errors;
+  return j.dump();
 }
 
 }  // namespace deepinfer

@@ -68,6 +68,13 @@ std::string format_summary(const BenchSummary& s, const std::string& backend);
 // the columns tools/plot_bench.py reads (concurrency, out_tok_s_per_device, tok_s_per_user,
 // ttft_p50_s, tpot_s) and adds the others.
 std::string markdown_table(const std::vector<BenchSummary>& runs);
+
+// One run as a JSON object with vLLM's --save-result keys: the summary (duration, completed,
+// failed, total_input_tokens, total_output_tokens, request_throughput, request_goodput,
+// output_throughput, total_token_throughput, {mean,median,p99}_{ttft,tpot,itl,e2el}_ms) and
+// the per-request lists of the successful requests in order (input_lens, output_lens, ttfts,
+// e2els in seconds, itls: a list per request), plus "errors" of the failed ones.
+std::string summary_json(const BenchSummary& s, const std::vector<RequestRecord>& records);
 std::string csv_table(const std::vector<BenchSummary>& runs);
 
 }  // namespace deepinfer
