@@ -132,8 +132,10 @@ struct EngineArgs {
   // step-time-vs-tokens curve profiled at start-up (forwards of 1..N tokens on the runner,
   // spread over sequences of num_speculative_tokens + 1 tokens) and corrected online with the
   // measured step times; per-draft acceptance estimates: DSpark sigma(confidence logit), MTP
-  // the drafter's softmax probability of its draft, a test drafter's `confidence`, else the
-  // engine's running per-position acceptance (EngineStats); drafts after a stop token id
+  // the drafter's softmax probability of its draft, a test drafter's `confidence` (each
+  // calibrated online: the cumulative estimate of position j times (accepted + 4) /
+  // (estimated + 4) over the verifications so far), else the engine's running per-position
+  // acceptance (EngineStats); drafts after a stop token id
   // are worth 0. The choice depends only on the request's state and greedy drafts (never on a
   // sampled draft's own value, which would bias rejection sampling), so the output stays
   // lossless (greedy: token for token) whichever drafts are verified. While
@@ -227,6 +229,11 @@ struct EngineStats {
   int64_t n_drafts_accepted = 0;       // of those, accepted
   std::vector<int64_t> accepted_at;    // [k]: verifications that accepted draft i
   std::vector<int64_t> verified_at;    // [k]: verifications that carried draft i
+  // spec_scheduling "confidence", [k]: over verifications that carried draft i with the
+  // drafter's own estimate, the sum of its uncalibrated estimates of P(drafts 0..i accepted)
+  // and how many of them accepted draft i (the engine calibrates the estimates with both).
+  std::vector<double> predicted_at;
+  std::vector<int64_t> calibrated_accepted_at;
   int64_t n_verify_steps = 0;          // steps with at least one verification
   int64_t n_verified_tokens = 0;       // tokens of verification chunks ([y, drafts]) in them
   double draft_seconds = 0;            // wall time spent drafting (on the engine's thread)

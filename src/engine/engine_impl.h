@@ -42,6 +42,9 @@ struct Engine::Impl {
     // Speculative decoding: the drafter's distributions of the drafts proposed last
     // ([drafts, V]; empty: one-hot, a greedy drafter).
     std::vector<float> draft_q;
+    // Confidence scheduling: the drafter's own estimates of P(drafts 0..j accepted) for the
+    // drafts proposed last, uncalibrated (empty: none of its own).
+    std::vector<double> draft_estimate;
   };
   // One step between schedule() and update(): its chunks' inputs and, once run, logits.
   struct InFlight {
@@ -113,6 +116,9 @@ struct Engine::Impl {
   // the runner's busy time its start-up profile took (not counted in stats.busy_seconds).
   StepTimeCurve step_curve;
   bool fixed_curve = false;  // EngineArgs::spec_step_time: never corrected
+  // The drafter's per-draft estimates (conditional) -> conditional rates calibrated online
+  // with EngineStats::predicted_at / calibrated_accepted_at.
+  std::vector<double> calibrated(const std::vector<double>& rates) const;
   double busy_offset = 0;
   // Profiles step_curve on the runner (before any request: its sequences are its own).
   void profile_step_curve();

@@ -49,6 +49,8 @@ void Engine::Impl::init_speculative() {
   spec_k = k;
   stats.accepted_at.assign(size_t(k), 0);
   stats.verified_at.assign(size_t(k), 0);
+  stats.predicted_at.assign(size_t(k), 0.0);
+  stats.calibrated_accepted_at.assign(size_t(k), 0);
   LOG(INFO) << "engine: speculative decoding, " << k << " drafts per verification ("
             << (args.spec_test_drafter ? std::string("test drafter") : runner->drafter()) << ", "
             << args.spec_scheduling << ")";
@@ -122,6 +124,20 @@ std::vector<double> Engine::Impl::running_acceptance(size_t n) const {
   return rates;
 }
 
+std::vector<double> Engine::Impl::calibrated(const std::vector<double>& rates) const {
+  std::vector<double> out;
+  double raw = 1.0, before = 1.0;
+  for (size_t j = 0; j < rates.size(); ++j) {
+    raw *= std::clamp(rates[j], 0.0, 1.0);
+    const double a = j < stats.calibrated_accepted_at.size() ? double(stats.calibrated_accepted_at[j]) : 0.0;
+    const double e = j < stats.predicted_at.size() ? stats.predicted_at[j] : 0.0;
+    const double cum = std::min({1.0, before, raw * (a + 4) / (e + 4)});
+    out.push_back(before > 0 ? cum / before : 0.0);
+    before = cum;
+  }
+  return out;
+}
+
 std::vector<int32_t> Engine::Impl::verify(const InFlight& f, size_t i, Live& l, const Request& r) {
   const ScheduledChunk& c = f.sched.scheduled[i];
   const int64_t V = runner->config().vocab_size;
@@ -170,6 +186,12 @@ void Engine::Impl::note_verification(const InFlight& f, size_t i, Live& l,
     ++stats.accepted_at[accepted];
     ++accepted;
   }
+  if (!l.draft_estimate.empty()) {
+    for (size_t j = 0; j < drafts.size() && j < l.draft_estimate.size() && j < stats.predicted_at.size(); ++j) {
+      stats.predicted_at[j] += l.draft_estimate[j];
+      if (j < accepted) ++stats.calibrated_accepted_at[j];
+    }
+  }
   ++stats.n_verifications;
   stats.n_drafts_verified += int64_t(drafts.size());
   stats.n_drafts_accepted += int64_t(accepted);
@@ -199,6 +221,7 @@ void Engine::Impl::propose_drafts() {
   int64_t n_plain_decodes = 0;  // decoding requests without drafts next step
   for (auto& [num, l] : live) {
     l.draft_q.clear();
+    l.draft_estimate.clear();
     const Request* r = scheduler->find(num);
     if (r == nullptr || l.sequence < 0 || r->status != RequestStatus::kRunning ||
         r->num_output_placeholders > 0 || r->num_computed_tokens + 1 != r->num_tokens()) {
@@ -263,6 +286,11 @@ void Engine::Impl::propose_drafts() {
           if (stop) break;
         }
       }
+    }
+    if (!rates.empty() && !step_curve.empty()) {
+      double cum = 1.0;
+      for (double a : rates) l.draft_estimate.push_back(cum *= std::clamp(a, 0.0, 1.0));
+      rates = calibrated(rates);
     }
     proposals.push_back({num, std::move(drafts), std::move(rates)});
   }

@@ -64,6 +64,14 @@ void bench(const std::string& dir, int n_requests, int max_tokens, int64_t k, co
     for (size_t j = 0; j < s.verified_at.size(); ++j) {
       std::printf(" %.3f (%lld)", s.acceptance_at(j), (long long)s.verified_at[j]);
     }
+    double predicted = 0;
+    for (double p : s.predicted_at) predicted += p;
+    if (predicted > 0) {  // the drafter's own estimates (all drafts have them here)
+      std::printf("\n%-28s drafter's estimate of P(0..j accepted) by position:", "");
+      for (size_t j = 0; j < s.predicted_at.size(); ++j) {
+        std::printf(" %.3f", s.verified_at[j] ? s.predicted_at[j] / double(s.verified_at[j]) : 0.0);
+      }
+    }
   }
   std::printf("\n");
 }
