@@ -59,8 +59,18 @@
 // is token for token that of non-speculative decoding (with batch_invariant the committed
 // logits are bitwise equal); sampled output has the same distribution (rejection sampling).
 // Stop strings and max_tokens apply to the committed tokens as to any others. Preemption
-// drops the drafts with the state; abort works as always. Speculative steps are not chained:
-// with speculative decoding on, the engine runs one step at a time whatever `overlap` says.
+// drops the drafts with the state; abort works as always. spec_scheduling "confidence"
+// (EngineArgs) verifies only the draft prefixes worth their step time. Speculative steps
+// are not chained: with speculative decoding on, the engine runs one step at a time whatever
+// `overlap` says. Why (measured on the CPU with tests/engine/bench_spec_schedule, golden
+// DSpark checkpoint, 16-64 requests): per step the host work that chaining could hide
+// (scheduling, verification, updates, detokenization) is 0.04-0.7 ms of 8-106 ms, under 1%;
+// drafting is 5-33 ms (20-48% of the wall time; one ModelRunner::draft per request, in
+// turn), and it cannot overlap the step it drafts for (its input is that step's committed
+// tokens) while on the CPU it would compete with the next forward for the same cores.
+// What would pay there is drafting all requests in one batched drafter forward; chaining pays
+// on a device backend (verification and drafting on the device, the host scheduling step t+1
+// with a draft budget from two steps old, spec_schedule.h distribute_drafts).
 // CPU backend only for now (CudaRunner has no rollback: refused at construction).
 //
 // Thread-safety: Engine is single-threaded (one caller drives add_request/step/abort).
