@@ -205,7 +205,8 @@ def summarize(engine, results):
            "masks": len(masks), "mask_p50_us": pct(masks, .5), "mask_p99_us": pct(masks, .99),
            "mask_max_us": max(masks) if masks else float("nan"),
            "compile_max_ms": max(comp) if comp else float("nan"),
-           "raw_mask_max_us": max((r.get("raw_mask_max_us", 0.0) for r in ok), default=float("nan"))}
+           "raw_mask_max_us": max((r.get("raw_mask_max_us", max(r["mask_us"], default=0.0)) for r in ok),
+                                  default=float("nan"))}
     warm = [m for r in ok for m in r.get("warm_mask_us", [])]
     if warm:
         row["warm"] = {"masks": len(warm), "mask_p50_us": pct(warm, .5), "mask_p99_us": pct(warm, .99),
@@ -219,6 +220,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--sample", type=int, default=1000)
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--only", help="a file listing schema paths relative to the data folder (e.g. Github_easy/o1.json)")
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--engines", default="ours,llguidance,xgrammar")
     ap.add_argument("--repeat", type=int, default=1,
@@ -233,7 +235,10 @@ def main():
         return worker(args.worker, args.tokens)
     ensure_peers()
     files = sorted(p for d in sorted((FIX / "jsonschemabench" / "data").iterdir()) for p in sorted(d.glob("*.json")))
-    if not args.all:
+    if args.only:
+        wanted = {l.strip() for l in Path(args.only).read_text().splitlines() if l.strip()}
+        files = [f for f in files if str(f).split("/data/")[-1] in wanted]
+    elif not args.all:
         step = max(1, len(files) // args.sample)
         files = files[::step][:args.sample]
     rows, per_engine = [], {}
@@ -302,7 +307,8 @@ def main():
                          f"{pct(mo, .99):.1f} / {pct(mp, .99):.1f} | {max(mo, default=0):.0f} / {max(mp, default=0):.0f} |")
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    per_schema = {e: [[r["path"].split("/data/")[-1], r["ok"], r.get("compile_us"), r.get("error")] for r in res]
+    per_schema = {e: [[r["path"].split("/data/")[-1], r["ok"], r.get("compile_us"), r.get("error"),
+                       max(r["mask_us"], default=None), sum(m > 1000 for m in r["mask_us"])] for r in res]
                   for e, res in per_engine.items()}
     (out.with_suffix(".json")).write_text(json.dumps({"commit": commit, "rows": rows, "per_schema": per_schema}, indent=1))
 

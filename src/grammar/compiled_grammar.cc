@@ -44,8 +44,24 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int
   entry->accepted.assign(vocab_->n_mask_words(), 0);
   StackPool pool;
   std::vector<Top> init{{pos, state, kUnknownParent}};
+  const SliceVerdict verdict = classify_slice(grammar_, init[0]);
+  if (verdict.closed) {  // the slice is decided without walking it; only the other tokens are walked
+    entry->accepted = *vocab_->slice_mask_without(verdict.excluded, verdict.max_chars);
+    walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
+    for (uint32_t w : entry->accepted) entry->n_accepted += __builtin_popcount(w);
+    return entry;
+  }
   const int k = slice_survival_chars(grammar_, init[0]);
-  if (k < 0) {
+  // Some plain character dies soon: if only ASCII characters that die at once do ([^,"]+,
+  // [A-Za-z0-9 ]{1,32}), the slice tokens avoiding them are accepted wholesale and the walk
+  // skips their subtrees (else each state of such a string walks the whole trie: 3-15 ms).
+  Vocabulary::AsciiSet excluded{};
+  if (k >= 0 && k < Vocabulary::kSliceMaxChars) excluded = dead_plain_ascii(grammar_, init[0]);
+  const int k_without = (excluded[0] | excluded[1]) != 0 ? slice_survival_chars(grammar_, init[0], &excluded) : 0;
+  if (k_without > k) {
+    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain,
+                    vocab_->subtree_slice_chars_without(excluded).get(), k_without, /*accept_skipped=*/true);
+  } else if (k < 0) {
     walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
   } else if (k == Vocabulary::kSliceMaxChars) {
     entry->accepted = vocab_->slice_mask();

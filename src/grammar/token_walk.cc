@@ -5,14 +5,78 @@
 
 namespace deepinfer::grammar {
 
-int slice_survival_chars(const Grammar& g, const Top& top) {
+namespace {
+bool in_set(const Vocabulary::AsciiSet* set, int b) { return set && b < 128 && ((*set)[b >> 6] >> (b & 63) & 1); }
+}  // namespace
+
+Vocabulary::AsciiSet dead_plain_ascii(const Grammar& g, const Top& top) {
+  const Dfa& d = g.dfas[g.elements[top.pos].arg];
+  Vocabulary::AsciiSet out{};
+  for (int b = 0; b < 128; ++b)
+    if (plain_char_step(0, static_cast<uint8_t>(b)) == 0 && d.at(top.state, static_cast<uint8_t>(b)) == kDead)
+      out[b >> 6] |= uint64_t{1} << (b & 63);
+  return out;
+}
+
+SliceVerdict classify_slice(const Grammar& g, const Top& top) {
+  const Dfa& d = g.dfas[g.elements[top.pos].arg];
+  SliceVerdict v;
+  v.excluded = dead_plain_ascii(g, top);
+  // level: the DFA states after `chars` plain characters avoiding `excluded` (all survived so far).
+  std::vector<int32_t> level{top.state}, next;
+  std::vector<std::pair<int32_t, int>> work;
+  std::vector<int32_t> stamp(static_cast<size_t>(d.n_states()) * 4, -1);
+  for (int chars = 0; chars < Vocabulary::kSliceMaxChars; ++chars) {
+    bool all_alive = true, any_alive = false;
+    next.clear();
+    work.clear();
+    for (int32_t s : level) {
+      if (d.accept[s]) return {};  // a slice token could leave the DFA here: walk it
+      work.push_back({s, 0});
+    }
+    for (size_t i = 0; i < work.size(); ++i) {
+      auto [s, u] = work[i];
+      for (int b = 0; b < 256; ++b) {
+        const int u2 = plain_char_step(u, static_cast<uint8_t>(b));
+        if (u2 < 0) continue;
+        const int32_t t = d.at(s, static_cast<uint8_t>(b));
+        if (u == 0 && in_set(&v.excluded, b)) {
+          if (t != kDead) return {};  // an excluded character alive later on
+          continue;
+        }
+        if (t == kDead) { all_alive = false; continue; }
+        any_alive = true;
+        if (u2 != 0 && d.accept[t]) return {};
+        int32_t& mark = stamp[static_cast<size_t>(t) * 4 + u2];
+        if (mark == chars) continue;
+        mark = chars;
+        if (u2 != 0) work.push_back({t, u2});
+        else next.push_back(t);
+      }
+    }
+    if (!all_alive) {
+      if (any_alive) return {};  // some sequences of chars + 1 characters die, others not
+      v.closed = true;
+      v.max_chars = chars;
+      return v;
+    }
+    if (next.size() > 256) return {};
+    level.swap(next);
+  }
+  v.closed = true;
+  v.max_chars = Vocabulary::kSliceMaxChars;
+  return v;
+}
+
+int slice_survival_chars(const Grammar& g, const Top& top, const Vocabulary::AsciiSet* excluded) {
   const Dfa& d = g.dfas[g.elements[top.pos].arg];
   // BFS over (dfa state, utf-8 state) by character depth; a pair first met at the smallest depth
   // needs its continuations checked for the most remaining characters, so visiting once suffices.
   // No character can even start (e.g. inside a multi-byte character): no slice token survives.
   bool any_start = false;
   for (int b = 0; b < 256 && !any_start; ++b)
-    any_start = plain_char_step(0, static_cast<uint8_t>(b)) >= 0 && d.at(top.state, static_cast<uint8_t>(b)) != kDead;
+    any_start = plain_char_step(0, static_cast<uint8_t>(b)) >= 0 && !in_set(excluded, b) &&
+                d.at(top.state, static_cast<uint8_t>(b)) != kDead;
   if (!any_start) return -1;
   std::vector<std::pair<int32_t, int>> level{{top.state, 0}}, next;
   std::vector<uint8_t> seen(static_cast<size_t>(d.n_states()) * 4, 0);
@@ -24,7 +88,7 @@ int slice_survival_chars(const Grammar& g, const Top& top) {
       auto [s, u] = level[i];
       for (int b = 0; b < 256; ++b) {
         int u2 = plain_char_step(u, static_cast<uint8_t>(b));
-        if (u2 < 0) continue;
+        if (u2 < 0 || (u == 0 && in_set(excluded, b))) continue;
         int32_t s2 = d.at(s, static_cast<uint8_t>(b));
         if (s2 == kDead) return chars;
         uint8_t& mark = seen[static_cast<size_t>(s2) * 4 + u2];
@@ -44,7 +108,7 @@ int slice_survival_chars(const Grammar& g, const Top& top) {
 int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
                         std::vector<int32_t>* uncertain,
-                        const std::vector<uint8_t>* skip_chars, int skip_k) {
+                        const std::vector<uint8_t>* skip_chars, int skip_k, bool accept_skipped) {
   const auto& trie = token_trie.nodes;
   const auto& tokens = token_trie.tokens;
   const int32_t n_nodes = token_trie.n_nodes();
@@ -67,6 +131,8 @@ int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool
     if (budget) budget->tick();
     const auto& node = trie[i];
     if (skip_chars && (*skip_chars)[i] <= skip_k) {
+      if (accept_skipped)
+        for (int32_t k = node.token_begin; k < trie[node.end].token_begin; ++k) set_bit(tokens[k]);
       i = node.end;
       continue;
     }

@@ -20,16 +20,33 @@ namespace deepinfer::grammar {
 // `accepted` has vocab.n_mask_words() words and is OR-ed into (not cleared).
 // Returns the number of trie nodes visited.
 // `skip_chars` / `skip_k`: when given, subtrees whose skip_chars value is <= skip_k are not walked
-// (the caller has already accepted them; see Vocabulary::subtree_slice_chars()).
+// (the caller has already accepted them; see Vocabulary::subtree_slice_chars()); with
+// `accept_skipped` the walk accepts their tokens itself (a subtree's tokens are contiguous).
 int64_t walk_token_trie(const Grammar& g, const TokenTrie& trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
                         std::vector<int32_t>* uncertain,
-                        const std::vector<uint8_t>* skip_chars = nullptr, int skip_k = 0);
+                        const std::vector<uint8_t>* skip_chars = nullptr, int skip_k = 0,
+                        bool accept_skipped = false);
 
 // The largest k <= Vocabulary::kSliceMaxChars such that, from `top` (whose parent is irrelevant),
 // the top's DFA stays alive on every sequence of at most k plain-slice characters: then every
 // slice token of at most k characters is accepted. Returns -1 if no plain character can start
 // (then no slice token is accepted through this top).
-int slice_survival_chars(const Grammar& g, const Top& top);
+// With `excluded`, the plain characters of that ASCII set are left out of the sequences (they
+// may die; Vocabulary::slice_without() holds the slice tokens avoiding them).
+int slice_survival_chars(const Grammar& g, const Top& top, const Vocabulary::AsciiSet* excluded = nullptr);
+// When the slice needs no walk from `top`: `closed` means the slice tokens it accepts are exactly
+// those of at most `max_chars` characters avoiding `excluded` (the ASCII characters dead at once,
+// dead at every position within reach), and no slice token can leave the DFA (no accepting
+// state within reach, so none is uncertain). Typical: string bodies with a length limit or a
+// class pattern, where every counter state would otherwise walk the whole trie.
+struct SliceVerdict {
+  bool closed = false;
+  int max_chars = 0;
+  Vocabulary::AsciiSet excluded{};
+};
+SliceVerdict classify_slice(const Grammar& g, const Top& top);
+// The plain ASCII characters on which the top's DFA dies at once (candidates for `excluded`).
+Vocabulary::AsciiSet dead_plain_ascii(const Grammar& g, const Top& top);
 
 }  // namespace deepinfer::grammar

@@ -78,7 +78,8 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     is_stop_[id] = 1;
   }
   std::vector<int32_t> all, rest;
-  std::vector<uint8_t> chars(size(), 0);
+  std::vector<uint8_t>& chars = slice_chars_;
+  chars.assign(size(), 0);
   slice_mask_.assign(n_mask_words(), 0);
   slice_by_chars_.assign(kSliceMaxChars + 1, std::vector<uint32_t>(n_mask_words(), 0));
   for (int32_t id = 0; id < size(); ++id) {
@@ -86,6 +87,11 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     all.push_back(id);
     chars[id] = static_cast<uint8_t>(plain_slice_chars(token_bytes_[id]));
     if (chars[id]) {
+      AsciiSet ascii{};
+      for (unsigned char c : token_bytes_[id])
+        if (c < 128) ascii[c >> 6] |= uint64_t{1} << (c & 63);
+      slice_ids_.push_back(id);
+      slice_ascii_.push_back(ascii);
       slice_mask_[id >> 5] |= 1u << (id & 31);
       for (int k = chars[id]; k <= kSliceMaxChars; ++k) slice_by_chars_[k][id >> 5] |= 1u << (id & 31);
     } else {
@@ -107,6 +113,55 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     for (int32_t c = i + 1; c < node.end; c = full_.nodes[c].end) m = std::max(m, subtree_slice_chars_[c]);
     subtree_slice_chars_[i] = m;
   }
+}
+
+std::shared_ptr<const std::vector<uint32_t>> Vocabulary::slice_mask_without(const AsciiSet& excluded, int k) const {
+  const auto key = std::make_pair(excluded, k);
+  {
+    std::lock_guard<std::mutex> lock(slice_without_mu_);
+    auto it = slice_masks_without_.find(key);
+    if (it != slice_masks_without_.end()) return it->second;
+  }
+  auto out = std::make_shared<std::vector<uint32_t>>(n_mask_words(), 0);
+  for (size_t i = 0; i < slice_ids_.size(); ++i) {
+    const int32_t id = slice_ids_[i];
+    if (slice_chars_[id] <= k && (slice_ascii_[i][0] & excluded[0]) == 0 && (slice_ascii_[i][1] & excluded[1]) == 0)
+      (*out)[id >> 5] |= 1u << (id & 31);
+  }
+  std::lock_guard<std::mutex> lock(slice_without_mu_);
+  if (slice_masks_without_.size() < 1024) slice_masks_without_.emplace(key, out);
+  return out;
+}
+
+std::shared_ptr<const std::vector<uint8_t>> Vocabulary::subtree_slice_chars_without(const AsciiSet& excluded) const {
+  {
+    std::lock_guard<std::mutex> lock(slice_without_mu_);
+    auto it = slice_without_.find(excluded);
+    if (it != slice_without_.end()) return it->second;
+  }
+  std::vector<uint8_t> kept(size(), 0);  // a slice token without excluded characters
+  for (int32_t id = 0; id < size(); ++id) {
+    if (!slice_chars_[id]) continue;
+    bool ok = true;
+    for (unsigned char c : token_bytes_[id])
+      if (c < 128 && (excluded[c >> 6] >> (c & 63) & 1)) { ok = false; break; }
+    kept[id] = ok;
+  }
+  const int32_t n = full_.n_nodes();
+  auto out = std::make_shared<std::vector<uint8_t>>(n, 0);
+  for (int32_t i = n - 1; i >= 0; --i) {
+    uint8_t m = 0;
+    const auto& node = full_.nodes[i];
+    for (int32_t k = 0; k < node.n_tokens; ++k) {
+      const int32_t id = full_.tokens[node.token_begin + k];
+      m = std::max<uint8_t>(m, kept[id] ? slice_chars_[id] : 255);
+    }
+    for (int32_t c = i + 1; c < node.end; c = full_.nodes[c].end) m = std::max(m, (*out)[c]);
+    (*out)[i] = m;
+  }
+  std::lock_guard<std::mutex> lock(slice_without_mu_);
+  if (slice_without_.size() < 256) slice_without_.emplace(excluded, out);
+  return out;
 }
 
 }  // namespace deepinfer::grammar

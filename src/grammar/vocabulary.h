@@ -7,8 +7,11 @@
 // Immutable after construction; share one instance (shared_ptr) across grammars and threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,15 @@ class Vocabulary {
   // accepted can skip subtrees with value <= k.
   const std::vector<uint8_t>& subtree_slice_chars() const { return subtree_slice_chars_; }
 
+  // subtree_slice_chars() for the slice without the tokens holding an excluded ASCII character
+  // (`excluded` bit c: c is excluded; 255 where a subtree holds such a token), for automata that
+  // survive every plain sequence avoiding those characters ([^,"]+, [A-Za-z0-9 ]{1,32}).
+  // Built on first use, cached (a few hundred sets).
+  using AsciiSet = std::array<uint64_t, 2>;
+  std::shared_ptr<const std::vector<uint8_t>> subtree_slice_chars_without(const AsciiSet& excluded) const;
+  // The slice tokens of at most k characters none of which is in `excluded` (cached).
+  std::shared_ptr<const std::vector<uint32_t>> slice_mask_without(const AsciiSet& excluded, int k) const;
+
  private:
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> stop_tokens_;
@@ -74,7 +86,13 @@ class Vocabulary {
   std::vector<uint32_t> slice_mask_;
   std::vector<std::vector<uint32_t>> slice_by_chars_;
   std::vector<uint8_t> subtree_slice_chars_;
+  std::vector<uint8_t> slice_chars_;  // per token: its characters if a slice token, else 0
   uint64_t uid_;
+  mutable std::mutex slice_without_mu_;
+  mutable std::map<AsciiSet, std::shared_ptr<const std::vector<uint8_t>>> slice_without_;
+  mutable std::map<std::pair<AsciiSet, int>, std::shared_ptr<const std::vector<uint32_t>>> slice_masks_without_;
+  std::vector<int32_t> slice_ids_;          // the slice tokens
+  std::vector<AsciiSet> slice_ascii_;       // per slice token (same order): its ASCII characters
 };
 
 // Byte classes of the plain-slice characters, as a 5-state automaton over UTF-8:

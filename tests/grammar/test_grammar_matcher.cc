@@ -73,6 +73,14 @@ TEST(GrammarMatcher, CachedMaskEqualsOracle) {
   check_cached_equals_uncached({"json_object", ""}, 5, 30);
 }
 
+TEST(GrammarMatcher, SliceWithoutExcludedCharactersEqualsOracle) {
+  // Strings whose automaton kills a few ASCII characters at every position: the slice tokens
+  // avoiding them are accepted wholesale (Vocabulary::slice_without), the rest walked.
+  check_cached_equals_uncached({"json_schema", R"({"type":"object","properties":{"familyname":{"type":"string","pattern":"^[^,\"]+$","maxLength":255},"n":{"type":"integer"}},"required":["familyname","n"]})"}, 6, 40);
+  check_cached_equals_uncached({"json_schema", R"({"type":"array","items":{"type":"string","pattern":"^[A-Za-z0-9 &'()*,-./@]{1,32}$"}})"}, 7, 40);
+  check_cached_equals_uncached({"regex", "([^,x ]{2,40},)+[a-z]{3,40}"}, 8, 40);
+}
+
 TEST(GrammarMatcher, TerminationAndStopTokens) {
   auto g = compile_grammar({"regex", "ab"}, vocab());
   GrammarMatcher m(g);
