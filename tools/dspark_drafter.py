@@ -380,7 +380,7 @@ def drafter_loss(dr, bb, tokens, n_anchors, args, rng, loads, frozen=None):
     B, T = tokens.shape
     dev = tokens.device
     if frozen is None:
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device_type=tokens.device.type, enabled=False):  # fp32 target
             frozen = backbone_taps(bb, tokens, args.qat)
     tlogits, taps = frozen
     kappa = context_kv(dr, main_features(dr, taps), args.qat)

@@ -214,7 +214,7 @@ def loss(mt, bb, tokens, args, loads, frozen=None):
     torch = tt._torch()
     F = torch.nn.functional
     if frozen is None:
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device_type=tokens.device.type, enabled=False):  # fp32 target
             frozen = backbone(bb, tokens, args.qat)
     tlogits, streams = frozen
     lg = forward(mt, streams[:, :-2], tokens[:, 1:-1], args.qat, loads)  # position t predicts t+2
