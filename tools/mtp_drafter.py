@@ -9,7 +9,7 @@ normalised), then logits = head . norm(hc_head_mtp(streams)): the prediction for
 Training runs every position of a window at once (the MTP keys are causal like the backbone's
 window); loss (1 - distill) CE(x_{t+2}) + distill KL(target || draft), the target being the
 backbone's distribution at t+1. Weights in V4's formats (FP8 128x128, FP4 1x32 experts, bf16
-norms / gate, f32 hc); exported into model.safetensors by tools/train_tiny.py export(extra=).
+norms / gate, f32 hc); exported by tools/train_drafter.py into drafter.safetensors + index.
 """
 
 import math

@@ -11,7 +11,7 @@ PyTorch and HF `tokenizers` (as tools/train_tiny.py, whose V4.1 forward this imp
     # greedy speculative acceptance by the engine (tests/tools/draft_acceptance); --record writes
     # DIR/drafter_prompts.txt + DIR/drafter_acceptance.json for tests/python/test_trained_drafter.py
     python3 tools/train_drafter.py --acceptance models/trained-v41 --record
-    # V4's MTP-1 on a trained tiny V4 (writes a full checkpoint: backbone + mtp.0 in model.safetensors)
+    # V4's MTP-1 on a trained tiny V4
     python3 tools/train_drafter.py --kind mtp --backbone models/trained-v4 --out /tmp/v4-mtp --device cuda
     # pack draft_logits / draft_acceptance / model_logits with OpenBLAS for a bare GPU machine
     python3 tools/train_drafter.py --pack-engine build-h      # -> .carry/train_drafter/
@@ -41,10 +41,13 @@ accepted, as DeepSpec's evaluator uses it), on detached [h_i; e_i] so it does no
 drafter. Same storage-format STE and QAT roundings as tools/train_tiny.py (FP8 32x32 dense,
 FP4 1x32 experts, bf16 norms / gate / Markov / confidence, f32 hc and sink; window K=V FP8).
 
-Export: `drafter.safetensors` (mtp.* only, FP8 e4m3 + e8m0 scales, FP4 experts, bf16 Markov
-and confidence as the official V4.1 checkpoint), `model.safetensors.index.json` (the engine
-then reads both files; the backbone's model.safetensors is not touched), config.json with the
-DSpark keys, drafter_manifest.json (command, seeds, losses, sha256 of the files).
+Export (both kinds): `drafter.safetensors` (mtp.* only, FP8 e4m3 + e8m0 scales on the model's
+grid (V4.1 32x32, V4 128x128), FP4 experts, bf16 Markov / confidence / norms as the official
+checkpoints), `model.safetensors.index.json` (the engine then reads both files; the backbone's
+model.safetensors is copied byte for byte: re-encoding it would change some FP8 codes / scales
+for the same values), config.json with the drafter keys (DSpark: dspark_* and
+num_nextn_predict_layers 3; MTP: num_nextn_predict_layers 1 and a ratio-0 compress_ratios
+entry), drafter_manifest.json (command, seeds, losses, sha256 of the files).
 """
 
 import argparse
@@ -219,7 +222,11 @@ def sha256(path):
     return tt.sha256(path)
 
 
-def export(dr, c, backbone, out_dir, manifest):
+def export(dr, specs, block, backbone, out_dir, manifest, config_update):
+    """Drafter tensors -> out_dir/drafter.safetensors (FP8 block x block + e8m0, FP4 1x32 experts,
+    bf16, f32); model.safetensors.index.json maps them and the backbone's names (the backbone's
+    model.safetensors is copied byte for byte, never rewritten); config.json = the backbone's
+    with config_update(cfg) applied; drafter_manifest.json. `specs`: [(name, shape, kind)]."""
     import make_goldens as mg
     import make_goldens_v41 as mgv41
     os.makedirs(out_dir, exist_ok=True)
@@ -231,25 +238,29 @@ def export(dr, c, backbone, out_dir, manifest):
                 shutil.copyfile(src, os.path.join(out_dir, fn))
     w = mg.Weights()
     worst = 0.0
-    for name, shape, kind in param_specs(c):
+    for name, shape, kind in specs:
         key = name.replace(".", "__")
-        master = (getattr(dr, key) if tt.is_buffer(name) else dr.params[key]).detach().float().cpu()
-        w.add(name, kind, master.numpy().astype(np.float64))
+        master = (getattr(dr, key) if tt.is_buffer(name) else dr.params[key]).detach().float().cpu().numpy()
+        w.add(name, kind, master.astype(np.float64))
         if kind != "f32":
-            ref = {"fp8": lambda v: mg.quantize_fp8_block(v, BLOCK)[2], "fp4": lambda v: mg.quantize_fp4_rows(v, BLOCK)[2],
-                   "bf16": mg.round_bf16}[kind](master.numpy().astype(np.float64))
+            ref = {"fp8": lambda v: mg.quantize_fp8_block(v, block)[2], "fp4": lambda v: mg.quantize_fp4_rows(v, BLOCK)[2],
+                   "bf16": mg.round_bf16}[kind](master.astype(np.float64))
             worst = max(worst, float(np.abs(ref - dr.w(name).detach().float().cpu().numpy().astype(np.float64)).max()))
     assert worst == 0.0, f"torch storage rounding differs from make_goldens' quantisers by {worst}"
-    final = mgv41.finalize(w)
-    entries = [e for (_, _, _, fp8_entries) in final.values() for e in fp8_entries]
+    if block == BLOCK:
+        entries = [e for (_, _, _, fp8_entries) in mgv41.finalize(w).values() for e in fp8_entries]
+    else:  # V4: make_goldens' 128x128 grid
+        assert block == 128, block
+        entries = [e for (_, _, v4_entries) in mg.finalize(w, True).values() for e in v4_entries]
     mg.write_safetensors(os.path.join(out_dir, DRAFTER_FILE), entries)
     header, _ = mg.read_safetensors_header(os.path.join(out_dir, BACKBONE_FILE))
     weight_map = {n: BACKBONE_FILE for n in header if n != "__metadata__"}
+    assert not any(n.startswith("mtp.") for n in weight_map), "the backbone file already holds mtp.* tensors"
     weight_map.update({e[0]: DRAFTER_FILE for e in entries})
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
     cfg = json.load(open(os.path.join(backbone, "config.json")))
-    cfg["text_config"] = c
+    config_update(cfg)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     manifest["files"] = {fn: dict(bytes=os.path.getsize(os.path.join(out_dir, fn)), sha256=sha256(os.path.join(out_dir, fn)))
@@ -260,24 +271,20 @@ def export(dr, c, backbone, out_dir, manifest):
           flush=True)
 
 
-def export_mtp(mt, bb, c, backbone, out_dir, manifest):
-    """V4 + MTP-1: one model.safetensors (tools/train_tiny.py export with the mtp.0 tensors as
-    `extra`; the backbone's tensors are re-encoded from the stored values, byte-identical)."""
-    import make_goldens as mg
+def export_dspark(dr, c, backbone, out_dir, manifest):
+    def update(cfg):
+        cfg["text_config"] = c
+    export(dr, param_specs(c), BLOCK, backbone, out_dir, manifest, update)
+
+
+def export_mtp(mt, c, backbone, out_dir, manifest):
+    """V4 + MTP-1: num_nextn_predict_layers 1 and a ratio-0 entry after the backbone's ratios."""
     import mtp_drafter as mtp
-    extra, worst, block = {}, 0.0, tt.weight_block(c)
-    for name, shape, kind in mtp.param_specs(c):
-        key = name.replace(".", "__")
-        master = (getattr(mt, key) if tt.is_buffer(name) else mt.params[key]).detach().float().cpu().numpy()
-        extra[name] = (kind, master.astype(np.float64))
-        if kind != "f32":
-            ref = {"fp8": lambda v: mg.quantize_fp8_block(v, block)[2], "fp4": lambda v: mg.quantize_fp4_rows(v, BLOCK)[2],
-                   "bf16": mg.round_bf16}[kind](master.astype(np.float64))
-            worst = max(worst, float(np.abs(ref - mt.w(name).detach().float().cpu().numpy()).max()))
-    assert worst == 0.0, f"torch storage rounding differs from make_goldens' quantisers by {worst}"
-    bman = json.load(open(os.path.join(backbone, "manifest.json")))
-    bman["mtp"] = manifest
-    tt.export(bb, c, out_dir, os.path.join(backbone, "tokenizer.json"), bman, extra=extra)
+
+    def update(cfg):
+        cfg["num_nextn_predict_layers"] = 1
+        cfg["compress_ratios"] = list(cfg["compress_ratios"][: cfg["num_hidden_layers"]]) + [0]
+    export(mt, mtp.param_specs(c), tt.weight_block(c), backbone, out_dir, manifest, update)
 
 
 def load_mtp(ckpt, device):
@@ -288,8 +295,7 @@ def load_mtp(ckpt, device):
     bb, c = tt.load_checkpoint(ckpt, device)
     bb.requires_grad_(False)
     mt = mtp.build(c, bb, 0, False, device)
-    raw = dref._read_raw(os.path.join(ckpt, BACKBONE_FILE))
-    W = _decode({n: v for n, v in raw.items() if n.startswith("mtp.")}, tt.weight_block(c))
+    W = _decode(dref._read_raw(os.path.join(ckpt, DRAFTER_FILE)), tt.weight_block(c))
     with torch.no_grad():
         for name, shape, kind in mtp.param_specs(c):
             key = name.replace(".", "__")
@@ -621,16 +627,16 @@ def main():
                                                                    or k == "num_nextn_predict_layers"},
                         training=info)
         if args.kind == "mtp":
-            export_mtp(dr, bb, c, args.backbone, args.out, manifest)
+            export_mtp(dr, c, args.backbone, args.out, manifest)
         else:
             manifest["stored_bytes"] = storage_bytes(c)
-            export(dr, c, args.backbone, args.out, manifest)
+            export_dspark(dr, c, args.backbone, args.out, manifest)
         checker = check_engine_mtp if args.kind == "mtp" else check_engine
         if args.check_engine_after:
             done["engine_check"] = checker(args.out, args.engine_dir, args.device)
         if args.acceptance_after:
             args.acceptance = args.out
-        if done and args.kind == "dspark":
+        if done:
             manifest["engine_check"] = done["engine_check"]
             with open(os.path.join(args.out, "drafter_manifest.json"), "w") as f:
                 json.dump(manifest, f, indent=1)
