@@ -97,6 +97,7 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.batch_invariant = o.batch_invariant;
   g.cuda_graphs = o.cuda_graphs;
   g.expert_checkpoint = o.expert_checkpoint;
+  g.max_rollback = o.max_rollback;
   if (o.kv_cache_dtype != "auto") g.kv_cache_dtype = kv_cache_dtype_from_string(o.kv_cache_dtype);
   // Weights and activations estimated; the state pools exactly as GpuModel plans them.
   GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
@@ -186,6 +187,12 @@ int64_t CudaRunner::new_sequence() { return model_->new_sequence(); }
 void CudaRunner::free_sequence(int64_t sequence) { model_->free_sequence(sequence); }
 int64_t CudaRunner::n_tokens(int64_t sequence) const { return model_->n_tokens(sequence); }
 int64_t CudaRunner::host_waits() const { return model_->host_waits(); }
+int64_t CudaRunner::rollback_depth() const { return model_->options().max_rollback; }
+
+void CudaRunner::truncate(int64_t sequence, int64_t n_tokens) {
+  ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: truncate() with a launched step uncollected";
+  model_->truncate(sequence, n_tokens);
+}
 
 Tensor CudaRunner::forward(std::span<const RunnerChunk> chunks) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: forward() with a launched step uncollected";

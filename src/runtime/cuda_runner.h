@@ -48,6 +48,7 @@ struct CudaRunnerOptions {
   std::string kv_cache_dtype = "auto";  // "auto" (GpuModel's default) | "fp8" | "bf16"
   bool cuda_graphs = false;             // GpuModelOptions::cuda_graphs
   std::string expert_checkpoint;        // GpuModelOptions::expert_checkpoint (fp8 weights)
+  int64_t max_rollback = 0;             // GpuModelOptions::max_rollback (rollback_depth())
 };
 
 class CudaRunner final : public ModelRunner {
@@ -70,6 +71,12 @@ class CudaRunner final : public ModelRunner {
               const std::function<void()>& before_sampling = {}) override;
   StepResult collect() override;
   double busy_seconds() const override { return busy_seconds_; }
+  // Speculative verification: rows at every position of a [y, drafts] chunk are launch()'s
+  // all_logits rows (kHost or kSample, as for any chunk); truncate() is GpuModel::truncate
+  // (exact: the state is kept by position). No drafter on the device yet: drafter() is
+  // "none" and draft() refuses (the engine's test drafter, or none).
+  int64_t rollback_depth() const override;
+  void truncate(int64_t sequence, int64_t n_tokens) override;
   // GpuModel::host_waits(): forwards whose staging slot made the host wait for the device
   // (0 in the engine's launch / collect loop).
   int64_t host_waits() const;

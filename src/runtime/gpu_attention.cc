@@ -20,6 +20,7 @@
 #include "ops/rms_norm/rms_norm_cuda.h"
 #include "ops/rope/rope_cuda.h"
 #include "runtime/gpu_model_impl.h"
+#include "runtime/gpu_state_plan.h"
 #include "runtime/ring_store.h"
 
 namespace deepinfer {
@@ -64,9 +65,11 @@ void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int6
   if (opt.numerics == Numerics::kOfficial) {
     p.qat = indexer ? CompressorQat::kHadamardFp4 : CompressorQat::kFp8Nope;
   }
+  const int64_t ring_len = compressor_ring_len(ratio, opt.max_rollback);
+  p.ring_len = ring_len;
   if (p.n_emit > 0) compressor_emit_cuda(stream, p);
-  ring_store_cuda(stream, ca, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_a, 2 * ratio);
-  ring_store_cuda(stream, cz, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_z, 2 * ratio);
+  ring_store_cuda(stream, ca, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_a, ring_len);
+  ring_store_cuda(stream, cz, N, cw, sec(kPositions), sec(kSlot), sec(kChunkEnd), ring_z, ring_len);
 }
 
 void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* out) {

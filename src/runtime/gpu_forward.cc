@@ -108,6 +108,21 @@ void GpuModel::set_sequence_length(int64_t sequence, int64_t n) {
   }
 }
 
+void GpuModel::truncate(int64_t sequence, int64_t n) {
+  CHECK(sequence >= 0 && sequence < static_cast<int64_t>(impl_->seq_tokens.size()) &&
+        impl_->seq_tokens[sequence] >= 0)
+      << "truncate: " << sequence << " is not a live sequence";
+  const int64_t have = impl_->seq_tokens[sequence];
+  CHECK(n >= 0 && n <= have) << "truncate: " << n << " tokens, but sequence " << sequence << " has " << have;
+  CHECK(have - n <= impl_->opt.max_rollback)
+      << "truncate: " << have - n << " positions back, but max_rollback is " << impl_->opt.max_rollback;
+  if (n == have) return;
+  impl_->seq_tokens[sequence] = n;
+  // Window blocks from n - W + 1 - max_rollback are still held (trim_blocks kept them);
+  // blocks past n are freed and taken again by the next forward that reaches them.
+  impl_->trim_blocks(sequence, n);
+}
+
 GpuModel::Impl::StagingSlot& GpuModel::Impl::take_staging_slot() {
   StagingSlot& slot = staging[n_staged % kStagingSlots];
   ++n_staged;

@@ -177,6 +177,9 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (opt.max_out_rows == 0) opt.max_out_rows = opt.max_batch_tokens;
   CHECK(opt.kv_block_size > 0 && opt.kv_block_size % 8 == 0)
       << "GpuModel: kv_block_size " << opt.kv_block_size << " (a positive multiple of 8)";
+  CHECK(opt.max_rollback >= 0) << "GpuModel: max_rollback " << opt.max_rollback << " (>= 0)";
+  CHECK_KIND(kUnsupported, opt.max_rollback == 0 || opt.paged_kv)
+      << "GpuModel: max_rollback needs paged_kv (the plain path's window ring holds exactly W positions)";
   plan = plan_gpu_state(cfg, opt);
   if (plan.paged) {
     opt.kv_cache_dtype = plan.dtype;
@@ -311,15 +314,15 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     if (g.has_compressor) {
       CHECK_KIND(kUnsupported, ratio > 0) << "GpuModel: compressor on layer " << l << " of ratio 0";
       const int64_t cw = (ratio == 4 ? 2 : 1) * d;
-      st.cmp_a = state_alloc(S * 2 * ratio * cw);
-      st.cmp_z = state_alloc(S * 2 * ratio * cw);
+      st.cmp_a = state_alloc(S * compressor_ring_len(ratio, opt.max_rollback) * cw);
+      st.cmp_z = state_alloc(S * compressor_ring_len(ratio, opt.max_rollback) * cw);
       st.cmp_max_entries = opt.max_context / ratio;
       if (!plan.paged) st.cmp_entries = state_alloc(S * st.cmp_max_entries * d);
       if (!emit_section.count(ratio)) emit_section[ratio] = 0;
     }
     if (g.has_indexer) {
-      st.idx_a = state_alloc(S * 2 * 4 * 2 * dI);
-      st.idx_z = state_alloc(S * 2 * 4 * 2 * dI);
+      st.idx_a = state_alloc(S * compressor_ring_len(4, opt.max_rollback) * 2 * dI);
+      st.idx_z = state_alloc(S * compressor_ring_len(4, opt.max_rollback) * 2 * dI);
       st.idx_max_entries = opt.max_context / 4;
       if (!plan.idx_paged) st.idx_entries = state_alloc(S * st.idx_max_entries * dI);
     }

@@ -163,6 +163,13 @@ struct GpuModelOptions {
   // read). Experts stored otherwise still come from the host. GpuModel::load sets it to its
   // directory; empty: none. The count of converted experts is logged.
   std::string expert_checkpoint;
+  // How many positions truncate() may roll a sequence back (speculative verification of up
+  // to this many drafts). 0 (default): no rollback, and the state is sized exactly as
+  // before. > 0 (paged_kv only): every sequence keeps its last window - 1 + max_rollback
+  // window positions between forwards, and the compressor rings hold 2m + max_rollback
+  // positions (raw a / z rows by position, so rolled-back positions never overwrite one a
+  // later emission still reads); the plan (gpu_state_plan.h) counts both.
+  int64_t max_rollback = 0;
 };
 
 struct GpuChunk {
@@ -246,6 +253,13 @@ class GpuModel {
   // takes any block the context needs from the free lists (holding whatever it holds; window
   // positions that already slid out are not recovered).
   void set_sequence_length(int64_t sequence, int64_t n);
+  // Rolls a live sequence back to its first n_tokens positions (speculative drafts that
+  // were rejected), at most options().max_rollback positions back. Exact: every piece of
+  // state is kept by position (window pool entries, compressed / indexer entries by entry
+  // index, compressor rings of 2m + max_rollback raw rows), so the next forward from
+  // n_tokens sees exactly what a sequence that never went past n_tokens sees. Host only (no
+  // device work): the freed blocks are reused only by work enqueued later on stream().
+  void truncate(int64_t sequence, int64_t n_tokens);
 
   // Runs the chunks (each sequence at most once), advancing each sequence. Returns host fp32
   // logits [n_out, V]: for each chunk in order, all its rows (all_logits) or its last row.

@@ -86,8 +86,9 @@ void GpuModel::Impl::trim_blocks(int64_t seq, int64_t n_tokens) {
     return;
   }
   const int64_t B = plan.block_size, W = cfg.sliding_window;
-  // The next query (position n_tokens) reads positions >= n_tokens - W + 1.
-  const int64_t first = std::max<int64_t>(0, n_tokens - W + 1);
+  // The next query (position n_tokens) reads positions >= n_tokens - W + 1; a rollback of up
+  // to max_rollback positions moves that query back as far.
+  const int64_t first = std::max<int64_t>(0, n_tokens - W + 1 - opt.max_rollback);
   win_pool.keep_only(seq, first / B, (n_tokens + B - 1) / B);
   for (auto& [m, pool] : cmp_pools) pool.keep_only(seq, 0, (n_tokens / m + B - 1) / B);
 }

@@ -65,6 +65,10 @@ inline KvCacheDtype resolved_kv_cache_dtype(const GpuModelOptions& o) {
 
 inline int64_t gpu_state_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Positions of a compressor ring of ratio m (compress_pool_cuda.h): the 2m an emission may
+// read plus the positions a rollback may undo (GpuModelOptions::max_rollback).
+inline int64_t compressor_ring_len(int64_t m, int64_t max_rollback) { return 2 * m + max_rollback; }
+
 // The state pools GpuModel allocates for `c` and `o` (o.max_sequences sequences).
 inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& o) {
   GpuStatePlan p;
@@ -81,7 +85,8 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& 
   p.idx.head_dim = dI;
   p.idx.block_size = B;
   p.idx_paged = p.paged && p.dtype == KvCacheDtype::kFp8;
-  p.window_blocks_per_sequence = gpu_state_ceil_div(std::max<int64_t>(W - 1, 0), B) + 1;
+  const int64_t R = std::max<int64_t>(o.max_rollback, 0);
+  p.window_blocks_per_sequence = gpu_state_ceil_div(std::max<int64_t>(W - 1 + R, 0), B) + 1;
   p.window.max_blocks = gpu_state_ceil_div(C, B);
   p.window.n_blocks = p.n_seqs * (p.window_blocks_per_sequence + 1) + gpu_state_ceil_div(T, B);
   int64_t per_seq = 0, fixed = 0;
@@ -93,11 +98,11 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& 
       cp.max_blocks = std::max<int64_t>(1, gpu_state_ceil_div(C / m, B));
       cp.n_blocks = p.n_seqs * cp.max_blocks;
       const int64_t cw = (m == 4 ? 2 : 1) * d;
-      per_seq += 2 * (2 * m * cw) * 4;  // compressor rings a, z
+      per_seq += 2 * (compressor_ring_len(m, R) * cw) * 4;  // compressor rings a, z
       per_seq += p.paged ? cp.max_blocks * p.kv.block_bytes() : (C / m) * d * 4;
     }
     if (indexer) {
-      per_seq += 2 * (2 * 4 * 2 * dI) * 4;
+      per_seq += 2 * (compressor_ring_len(4, R) * 2 * dI) * 4;
       per_seq += p.idx_paged ? std::max<int64_t>(1, gpu_state_ceil_div(C / 4, B)) * p.idx.block_bytes()
                              : (C / 4) * dI * 4;
     }

@@ -92,6 +92,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.fp8_weights = args.weight_format == "fp8";
   o.kv_cache_dtype = args.kv_cache_dtype;
   o.cuda_graphs = args.cuda_graphs;
+  // No drafter on the device yet: -1 (the drafter's draft length) means no rollback there.
+  o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
   auto context = [&](const ModelConfig& c) {
     const int64_t limit = c.max_position_embeddings;
     if (args.max_context > 0) return args.max_context;

@@ -19,9 +19,10 @@ namespace {
 
 void run_case(std::mt19937_64& rng, int64_t width, int64_t rope_dim, int64_t m, bool overlap,
               const std::vector<std::pair<int64_t, int64_t>>& chunks,
-              CompressorQat qat = CompressorQat::kNone) {
+              CompressorQat qat = CompressorQat::kNone, int64_t ring_len = 0) {
   SCOPED_TRACE(testing::Message() << "width " << width << " ratio " << m
-                                  << (overlap ? " overlap" : ""));
+                                  << (overlap ? " overlap" : "") << " ring " << ring_len);
+  const int64_t L = ring_len > 0 ? ring_len : 2 * m;  // ring positions per sequence
   const int64_t S = static_cast<int64_t>(chunks.size()), cw = (overlap ? 2 : 1) * width;
   RopeParams rp;
   rp.rope_dim = rope_dim;
@@ -39,7 +40,7 @@ void run_case(std::mt19937_64& rng, int64_t width, int64_t rope_dim, int64_t m, 
   const int64_t max_entries = max_end / m + 1;
   // History of every sequence: a [end, cw], z_raw [end, cw].
   std::vector<std::vector<float>> ha(S), hz(S);
-  std::vector<float> ring_a(S * 2 * m * cw, NAN), ring_z(S * 2 * m * cw, NAN);
+  std::vector<float> ring_a(S * L * cw, NAN), ring_z(S * L * cw, NAN);
   std::vector<float> ca, cz;
   std::vector<int32_t> pos, slot, cstart, crow0, emit;
   for (int64_t s = 0; s < S; ++s) {
@@ -48,8 +49,8 @@ void run_case(std::mt19937_64& rng, int64_t width, int64_t rope_dim, int64_t m, 
     hz[s] = test::randn(rng, (start + len) * cw, 1.5f);
     for (int64_t p = std::max<int64_t>(0, start - 2 * m); p < start; ++p) {
       for (int64_t i = 0; i < cw; ++i) {
-        ring_a[(s * 2 * m + p % (2 * m)) * cw + i] = ha[s][p * cw + i];
-        ring_z[(s * 2 * m + p % (2 * m)) * cw + i] = hz[s][p * cw + i] + ape[(p % m) * cw + i];
+        ring_a[(s * L + p % L) * cw + i] = ha[s][p * cw + i];
+        ring_z[(s * L + p % L) * cw + i] = hz[s][p * cw + i] + ape[(p % m) * cw + i];
       }
     }
     const int64_t row0 = static_cast<int64_t>(pos.size());
@@ -116,6 +117,7 @@ void run_case(std::mt19937_64& rng, int64_t width, int64_t rope_dim, int64_t m, 
   p.z = czd.data<float>();
   p.ring_a = rad.data<float>();
   p.ring_z = rzd.data<float>();
+  p.ring_len = ring_len;
   p.entries = entries.data<float>();
   p.max_entries = max_entries;
   p.ratio = m;
@@ -166,6 +168,16 @@ TEST(CompressorCuda, AwkwardSizes) {
   run_case(rng, 96, 32, 4, true, {{0, 13}, {6, 9}, {11, 1}, {3, 1}});
   run_case(rng, 100, 10, 5, false, {{0, 23}, {12, 8}, {29, 1}});
   run_case(rng, 64, 64, 3, false, {{0, 2}, {2, 1}});
+}
+
+// Rings longer than 2m (GpuModelOptions::max_rollback: 2m + the rollback depth): only the
+// 2m positions before each chunk hold values, at p % ring_len; the other slots stay NaN, so
+// an entry read at p % 2m shows up as NaN or as a mismatch.
+TEST(CompressorCuda, LongerRings) {
+  auto rng = test::fresh_rng();
+  run_case(rng, 96, 32, 4, true, {{0, 13}, {6, 9}, {11, 1}, {3, 1}, {21, 3}}, CompressorQat::kNone, 13);
+  run_case(rng, 100, 10, 5, false, {{0, 23}, {12, 8}, {29, 1}, {17, 4}}, CompressorQat::kNone, 14);
+  run_case(rng, 64, 64, 128, false, {{0, 300}, {600, 40}, {131, 2}}, CompressorQat::kNone, 261);
 }
 
 TEST(CompressorCuda, OfficialQat) {

@@ -49,7 +49,8 @@ __device__ __forceinline__ void slot_source(const CompressorEmitParams& p, int64
     *pa = p.a + r * cw + off;
     *pz = p.z + r * cw + off;
   } else {
-    const int64_t r = static_cast<int64_t>(p.slot[row]) * 2 * m + pos % (2 * m);
+    const int64_t L = p.ring_len > 0 ? p.ring_len : 2 * m;
+    const int64_t r = static_cast<int64_t>(p.slot[row]) * L + pos % L;
     *pa = p.ring_a + r * cw + off;
     *pz = p.ring_z + r * cw + off;
   }

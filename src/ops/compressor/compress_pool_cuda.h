@@ -35,6 +35,10 @@ struct CompressorEmitParams {
   const float* z = nullptr;  // [n_rows, cw] (ape added)
   const float* ring_a = nullptr;
   const float* ring_z = nullptr;
+  // Positions per slot of the rings (ring + (slot * ring_len + p % ring_len) * cw); 0 = 2m.
+  // Larger rings (2m + the rollback depth, GpuModelOptions::max_rollback) keep rolled-back
+  // positions from overwriting older ones a later emission reads.
+  int64_t ring_len = 0;
   float* entries = nullptr;
   int64_t max_entries = 0;
   // true: the entry of emitting row r goes to entries + r * width instead (a [n_rows, width]

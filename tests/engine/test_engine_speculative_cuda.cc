@@ -1,0 +1,316 @@
+// Speculative decoding on device cuda (issue 15, CUDA backend): rollback and verification
+// rows of CudaRunner over GpuModel (GpuModelOptions::max_rollback), on the small random-weight
+// config of the engine tests (sliding window 8, compress ratios 0 / 4 / 128 / 4: window pool,
+// both compressor rings and the indexer exercised).
+//  * Rollback: forward [prompt], then k extra tokens, truncate k, forward k' other tokens: the
+//    logits of that last forward are bitwise those of a fresh sequence given [prompt], then the
+//    same k' tokens in the same shapes (the same kernels see the same rows; only the state
+//    can differ). Prompt lengths put the rolled-back positions across ratio-4 and ratio-128
+//    emissions and past the window; reference numerics (bf16 KV) and official (FP8 weights,
+//    FP8 KV). Then a decode loop of 12 sequences in one batch, each step verifying random
+//    drafts and rolling back a random number of them, against fresh sequences fed the
+//    committed tokens (batch-invariant: bitwise regardless of the chunking).
+//  * Engine: speculative greedy (an oracle test drafter, about one draft in four wrong, so
+//    every acceptance length occurs) over 24 concurrent requests equals plain greedy on the
+//    same CUDA runner settings token for token, and every committed token's logits row is
+//    bitwise the same (batch-invariant), overlap on and off.
+// Label cuda: needs a GPU. On a failure each test prints the first differing row and its max
+// |difference|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "engine_test_util.h"
+#include "model/weights.h"
+#include "runtime/cuda_runner.h"
+
+namespace deepinfer::testing {
+namespace {
+
+struct RunnerKind {
+  const char* name;
+  Numerics numerics;
+  bool fp8_weights;
+  bool batch_invariant;
+};
+
+std::unique_ptr<CudaRunner> runner(const RunnerKind& k, int64_t max_rollback, int64_t max_sequences = 32) {
+  auto source = random_weights(small_config(), kEngineTestSeed);
+  const ModelWeights weights = load_model_weights(small_config(), *source);
+  CudaRunnerOptions o;
+  o.max_sequences = max_sequences;
+  o.max_context = 256;
+  o.max_batch_tokens = 256;
+  o.numerics = k.numerics;
+  o.fp8_weights = k.fp8_weights;
+  o.batch_invariant = k.batch_invariant;
+  o.max_rollback = max_rollback;
+  return std::make_unique<CudaRunner>(small_config(), weights, o);
+}
+
+// Max |a - b| over two logits tensors of the same shape; `row` gets the first differing row.
+double max_diff(const Tensor& a, const Tensor& b, int64_t* row) {
+  EXPECT_EQ(a.numel(), b.numel());
+  const int64_t V = small_config().vocab_size;
+  double m = 0;
+  *row = -1;
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i) {
+    const double d = std::fabs(double(a.f32()[i]) - double(b.f32()[i]));
+    if (!(d == 0.0) && *row < 0) *row = i / V;
+    if (!(d <= m)) m = d;  // NaN sticks
+  }
+  return m;
+}
+
+Tensor run(CudaRunner& r, int64_t seq, const std::vector<int32_t>& tokens, bool all_logits = true) {
+  const RunnerChunk c{seq, tokens, all_logits};
+  return r.forward(std::span<const RunnerChunk>(&c, 1));
+}
+
+const RunnerKind kKinds[] = {
+    {"reference fp32, bf16 kv", Numerics::kReference, false, false},
+    {"official fp8 weights, fp8 kv", Numerics::kOfficial, true, false},
+    {"official fp32, batch-invariant", Numerics::kOfficial, false, true},
+};
+
+TEST(EngineSpeculativeCuda, TruncateThenForwardEqualsAFreshSequence) {
+  constexpr int64_t kDepth = 5;
+  for (const RunnerKind& kind : kKinds) {
+    auto r = runner(kind, kDepth);
+    EXPECT_EQ(r->rollback_depth(), kDepth);
+    std::printf("[%s] %s\n", kind.name, r->name().c_str());
+    int failures = 0;
+    // (prompt, k rolled back, k' then forwarded): rolled-back positions across ratio-4
+    // emissions (every 4th position), the ratio-128 emission at position 127, the window (8).
+    const int64_t cases[][3] = {{1, 1, 1},  {3, 2, 3},   {6, 5, 2},    {9, 4, 4},    {12, 3, 1},
+                                {17, 5, 5}, {30, 2, 2},  {63, 5, 3},   {124, 5, 5},  {126, 4, 2},
+                                {127, 1, 3}, {128, 5, 1}, {131, 3, 4}, {200, 5, 5}};
+    for (const auto& c : cases) {
+      const int64_t P = c[0], k = c[1], k2 = c[2];
+      const auto seed = uint32_t(P * 131 + k * 7 + k2);
+      const std::vector<int32_t> prompt = random_tokens(P, small_config().vocab_size, seed);
+      const std::vector<int32_t> extra = random_tokens(k, small_config().vocab_size, seed + 1);
+      const std::vector<int32_t> other = random_tokens(k2, small_config().vocab_size, seed + 2);
+      const int64_t a = r->new_sequence(), b = r->new_sequence();
+      run(*r, a, prompt, false);
+      run(*r, a, extra);
+      r->truncate(a, P);
+      EXPECT_EQ(r->n_tokens(a), P);
+      const Tensor got = run(*r, a, other);
+      run(*r, b, prompt, false);
+      const Tensor want = run(*r, b, other);
+      int64_t row = -1;
+      const double d = max_diff(got, want, &row);
+      std::printf("  prompt %3lld, %lld back, %lld forward: max |diff| %.3g%s\n", (long long)P, (long long)k,
+                  (long long)k2, d, row >= 0 ? (" (first at row " + std::to_string(row) + ")").c_str() : "");
+      EXPECT_EQ(d, 0.0) << kind.name << ": prompt " << P << ", rolled back " << k << ", then " << k2
+                        << " tokens: first differing row " << row;
+      failures += d != 0.0;
+      r->free_sequence(a);
+      r->free_sequence(b);
+    }
+    std::printf("[%s] %d of %zu cases differ\n", kind.name, failures, std::size(cases));
+  }
+}
+
+TEST(EngineSpeculativeCuda, TruncateRefusesWhatItCannotUndo) {
+  auto r = runner(kKinds[0], 2);
+  const int64_t s = r->new_sequence();
+  run(*r, s, random_tokens(10, small_config().vocab_size, 3), false);
+  EXPECT_THROW(r->truncate(s, 7), Error);   // 3 back > max_rollback 2
+  EXPECT_THROW(r->truncate(s, 11), Error);  // past the end
+  EXPECT_THROW(r->truncate(s + 1, 0), Error);  // not live
+  r->truncate(s, 8);
+  EXPECT_EQ(r->n_tokens(s), 8);
+  auto none = runner(kKinds[0], 0);
+  EXPECT_EQ(none->rollback_depth(), 0);
+  const int64_t t = none->new_sequence();
+  run(*none, t, random_tokens(4, small_config().vocab_size, 4), false);
+  EXPECT_THROW(none->truncate(t, 3), Error);
+}
+
+// 12 sequences decode in one batch (20 steps): each step a sequence forwards [y, d_1..d_k] (k random in
+// 0..4, logits at every row), then rolls back a random number of its drafts; its committed
+// tokens are what stays. Every verified row's logits are checked against fresh sequences
+// fed the committed tokens one chunk (batch-invariant: bitwise).
+TEST(EngineSpeculativeCuda, BatchedVerifyAndRollbackLoopEqualsFreshSequences) {
+  constexpr int64_t kDepth = 4, kSeqs = 12, kSteps = 20;  // contexts stay < 256
+  auto r = runner(kKinds[2], kDepth, 2 * kSeqs);
+  const int64_t V = small_config().vocab_size;
+  std::mt19937 gen(77);
+  std::vector<int64_t> ids(kSeqs);
+  std::vector<std::vector<int32_t>> committed(kSeqs);
+  // (sequence, position) -> logits row the batched loop computed there for the committed token.
+  std::map<std::pair<int64_t, int64_t>, std::vector<float>> seen;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    ids[size_t(i)] = r->new_sequence();
+    committed[size_t(i)] = random_tokens(1 + (i * 37) % 140, V, 900 + uint32_t(i));
+    run(*r, ids[size_t(i)], committed[size_t(i)], false);
+  }
+  int64_t rolled_back = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    std::vector<std::vector<int32_t>> chunk(kSeqs);
+    std::vector<RunnerChunk> chunks;
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      const int64_t k = int64_t(gen() % (kDepth + 1));
+      chunk[size_t(i)] = random_tokens(1 + k, V, uint32_t(step * 1000 + i));
+      chunks.push_back({ids[size_t(i)], chunk[size_t(i)], true});
+    }
+    const Tensor logits = r->forward(chunks);
+    int64_t row = 0;
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      const auto n = int64_t(chunk[size_t(i)].size());
+      const int64_t keep = 1 + int64_t(gen() % uint32_t(n));  // y and keep - 1 drafts stay
+      const auto base = int64_t(committed[size_t(i)].size());
+      for (int64_t j = 0; j < keep; ++j) {
+        const float* p = logits.f32() + (row + j) * V;
+        seen[{i, base + j}] = std::vector<float>(p, p + V);
+        committed[size_t(i)].push_back(chunk[size_t(i)][size_t(j)]);
+      }
+      r->truncate(ids[size_t(i)], base + keep);
+      rolled_back += n - keep;
+      row += n;
+    }
+  }
+  std::printf("%lld positions rolled back over %lld steps of %lld sequences\n", (long long)rolled_back,
+              (long long)kSteps, (long long)kSeqs);
+  EXPECT_GT(rolled_back, 0);
+  int64_t differing = 0;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    const int64_t f = r->new_sequence();
+    const Tensor want = run(*r, f, committed[size_t(i)]);
+    double worst = 0;
+    int64_t first = -1;
+    for (const auto& [key, got] : seen) {
+      if (key.first != i) continue;
+      const float* w = want.f32() + key.second * V;
+      for (int64_t t = 0; t < V; ++t) {
+        const double d = std::fabs(double(got[size_t(t)]) - double(w[t]));
+        if (!(d <= worst)) worst = d;
+        if (!(d == 0.0) && first < 0) first = key.second;
+      }
+    }
+    std::printf("  sequence %lld (%zu tokens): max |diff| %.3g, first differing position %lld\n", (long long)i,
+                committed[size_t(i)].size(), worst, (long long)first);
+    EXPECT_EQ(worst, 0.0) << "sequence " << i << ", first differing position " << first;
+    differing += worst != 0.0;
+    r->free_sequence(f);
+  }
+  std::printf("%lld of %lld sequences differ\n", (long long)differing, (long long)kSeqs);
+}
+
+// The true continuation with about one draft in four wrong (by a hash of index and id).
+EngineArgs::DraftProposal oracle_draft(const std::map<std::string, std::vector<int32_t>>& truth,
+                                       const std::map<std::string, size_t>& prompt_len, const std::string& id,
+                                       std::span<const int32_t> tokens, int64_t k) {
+  EngineArgs::DraftProposal p;
+  const std::vector<int32_t>& t = truth.at(id);
+  const size_t first = tokens.size() - prompt_len.at(id);
+  const size_t salt = std::hash<std::string>()(id);
+  for (size_t o = first; o < first + size_t(k) && o < t.size(); ++o) {
+    const bool wrong = ((o * 2654435761u + salt) >> 5) % 4 == 3;
+    p.tokens.push_back(wrong ? int32_t((t[o] + 1) % small_config().vocab_size) : t[o]);
+  }
+  return p;
+}
+
+struct EngineRun {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, std::string> finish;
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
+  EngineStats stats;
+};
+
+EngineRun run_engine(EngineArgs args, const std::vector<EngineRequest>& jobs) {
+  EngineRun out;
+  args.on_logits = [&out](const std::string& id, int64_t i, std::span<const float> row) {
+    out.logits.try_emplace({id, i}, row.begin(), row.end());
+  };
+  Engine engine(args, runner(kKinds[2], 4), nullptr);
+  for (const EngineRequest& r : jobs) engine.add_request(r);
+  while (engine.has_unfinished()) {
+    for (RequestOutput& o : engine.step()) {
+      auto& t = out.tokens[o.id];
+      t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (o.finished) out.finish[o.id] = o.finish_reason;
+    }
+  }
+  out.stats = engine.stats();
+  return out;
+}
+
+TEST(EngineSpeculativeCuda, GreedyEqualsPlainGreedy) {
+  const int64_t V = small_config().vocab_size;
+  std::vector<EngineRequest> jobs;
+  for (int i = 0; i < 24; ++i) {
+    EngineRequest r;
+    r.id = "s" + std::to_string(i);
+    r.prompt = random_tokens(1 + (i * 29) % 133, V, 700 + uint32_t(i));
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 6 + (i * 5) % 19;
+    r.params.ignore_eos = i % 3 != 1;
+    jobs.push_back(std::move(r));
+  }
+  EngineArgs base;
+  base.max_num_seqs = 24;
+  base.max_num_batched_tokens = 256;
+  base.max_model_len = 160;
+  base.block_size = 8;
+  base.state_budget_bytes = 64 << 20;
+  const EngineRun plain = run_engine(base, jobs);
+  std::map<std::string, std::vector<int32_t>> truth = plain.tokens;
+  std::map<std::string, size_t> prompt_len;
+  for (const EngineRequest& r : jobs) prompt_len[r.id] = r.prompt.size();
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap on" : "overlap off");
+    EngineArgs a = base;
+    a.overlap = overlap;
+    a.num_speculative_tokens = 4;
+    a.spec_test_drafter = [&](const std::string& id, std::span<const int32_t> tokens, int64_t k) {
+      return oracle_draft(truth, prompt_len, id, tokens, k);
+    };
+    const EngineRun spec = run_engine(a, jobs);
+    const EngineStats& s = spec.stats;
+    std::printf("overlap %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted\n",
+                overlap ? "on" : "off", (long long)s.n_steps, (long long)plain.stats.n_steps,
+                (long long)s.n_verifications, (long long)s.n_drafts_accepted, (long long)s.n_drafts_verified);
+    EXPECT_GT(s.n_drafts_accepted, 0);
+    EXPECT_LT(s.n_drafts_accepted, s.n_drafts_verified);
+    EXPECT_LT(s.n_steps, plain.stats.n_steps);
+    int64_t bad_tokens = 0, bad_rows = 0;
+    for (const EngineRequest& r : jobs) {
+      const std::vector<int32_t>& want = plain.tokens.at(r.id);
+      const std::vector<int32_t>& got = spec.tokens.at(r.id);
+      EXPECT_EQ(got, want) << r.id;
+      EXPECT_EQ(spec.finish.at(r.id), plain.finish.at(r.id)) << r.id;
+      bad_tokens += got != want;
+      for (size_t o = 0; o < std::min(got.size(), want.size()); ++o) {
+        auto x = plain.logits.find({r.id, int64_t(o)});
+        auto y = spec.logits.find({r.id, int64_t(o)});
+        if (x == plain.logits.end() || y == spec.logits.end()) {
+          ADD_FAILURE() << r.id << ": no logits row at output " << o;
+          ++bad_rows;
+          break;
+        }
+        double d = 0;
+        for (size_t t = 0; t < x->second.size(); ++t) {
+          const double e = std::fabs(double(x->second[t]) - double(y->second[t]));
+          if (!(e <= d)) d = e;
+        }
+        if (d != 0.0) {
+          ++bad_rows;
+          ADD_FAILURE() << r.id << ": logits row of output " << o << " differs, max |diff| " << d;
+          break;
+        }
+      }
+    }
+    std::printf("  %lld requests with other tokens, %lld with a differing logits row\n", (long long)bad_tokens,
+                (long long)bad_rows);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
