@@ -13,7 +13,7 @@
 //  * Engine: speculative greedy (an oracle test drafter, about one draft in four wrong, so
 //    every acceptance length occurs) over 24 concurrent requests equals plain greedy on the
 //    same CUDA runner settings token for token, and every committed token's logits row is
-//    bitwise the same (batch-invariant), overlap on and off.
+//    bitwise the same (batch-invariant), overlap on and off, and with CUDA graphs.
 // Label cuda: needs a GPU. On a failure each test prints the first differing row and its max
 // |difference|.
 #include <gtest/gtest.h>
@@ -37,7 +37,8 @@ struct RunnerKind {
   bool batch_invariant;
 };
 
-std::unique_ptr<CudaRunner> runner(const RunnerKind& k, int64_t max_rollback, int64_t max_sequences = 32) {
+std::unique_ptr<CudaRunner> runner(const RunnerKind& k, int64_t max_rollback, int64_t max_sequences = 32,
+                                   bool cuda_graphs = false) {
   auto source = random_weights(small_config(), kEngineTestSeed);
   const ModelWeights weights = load_model_weights(small_config(), *source);
   CudaRunnerOptions o;
@@ -48,6 +49,7 @@ std::unique_ptr<CudaRunner> runner(const RunnerKind& k, int64_t max_rollback, in
   o.fp8_weights = k.fp8_weights;
   o.batch_invariant = k.batch_invariant;
   o.max_rollback = max_rollback;
+  o.cuda_graphs = cuda_graphs;
   return std::make_unique<CudaRunner>(small_config(), weights, o);
 }
 
@@ -224,12 +226,12 @@ struct EngineRun {
   EngineStats stats;
 };
 
-EngineRun run_engine(EngineArgs args, const std::vector<EngineRequest>& jobs) {
+EngineRun run_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, bool cuda_graphs = false) {
   EngineRun out;
   args.on_logits = [&out](const std::string& id, int64_t i, std::span<const float> row) {
     out.logits.try_emplace({id, i}, row.begin(), row.end());
   };
-  Engine engine(args, runner(kKinds[2], 4), nullptr);
+  Engine engine(args, runner(kKinds[2], 4, 32, cuda_graphs), nullptr);
   for (const EngineRequest& r : jobs) engine.add_request(r);
   while (engine.has_unfinished()) {
     for (RequestOutput& o : engine.step()) {
@@ -264,18 +266,22 @@ TEST(EngineSpeculativeCuda, GreedyEqualsPlainGreedy) {
   std::map<std::string, std::vector<int32_t>> truth = plain.tokens;
   std::map<std::string, size_t> prompt_len;
   for (const EngineRequest& r : jobs) prompt_len[r.id] = r.prompt.size();
-  for (bool overlap : {true, false}) {
-    SCOPED_TRACE(overlap ? "overlap on" : "overlap off");
+  // (overlap, CUDA graphs): graph-replayed decode steps (all chunks one token: verifications
+  // with no drafts) are bitwise the eager ones with batch_invariant (gpu_model.h).
+  const std::pair<bool, bool> settings[] = {{true, false}, {false, false}, {true, true}};
+  for (const auto& [overlap, graphs] : settings) {
+    SCOPED_TRACE(std::string(overlap ? "overlap on" : "overlap off") + (graphs ? ", cuda graphs" : ""));
     EngineArgs a = base;
     a.overlap = overlap;
     a.num_speculative_tokens = 4;
     a.spec_test_drafter = [&](const std::string& id, std::span<const int32_t> tokens, int64_t k) {
       return oracle_draft(truth, prompt_len, id, tokens, k);
     };
-    const EngineRun spec = run_engine(a, jobs);
+    const EngineRun spec = run_engine(a, jobs, graphs);
     const EngineStats& s = spec.stats;
-    std::printf("overlap %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted\n",
-                overlap ? "on" : "off", (long long)s.n_steps, (long long)plain.stats.n_steps,
+    std::printf("overlap %s%s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted\n",
+                overlap ? "on" : "off", graphs ? ", cuda graphs" : "", (long long)s.n_steps,
+                (long long)plain.stats.n_steps,
                 (long long)s.n_verifications, (long long)s.n_drafts_accepted, (long long)s.n_drafts_verified);
     EXPECT_GT(s.n_drafts_accepted, 0);
     EXPECT_LT(s.n_drafts_accepted, s.n_drafts_verified);

@@ -33,6 +33,31 @@ ModelConfig v4_flash() {
   return c;
 }
 
+// max_rollback (speculative verification): each sequence keeps W - 1 + depth window
+// positions and its compressor rings hold 2m + depth positions; depth 0 is the plan above.
+TEST(GpuStatePlan, RollbackDepth) {
+  const ModelConfig c = v4_flash();
+  GpuModelOptions o;
+  o.max_sequences = 16;
+  o.max_context = 65536;
+  o.max_batch_tokens = 2048;
+  o.numerics = Numerics::kOfficial;
+  const GpuStatePlan base = plan_gpu_state(c, o);
+  o.max_rollback = 4;
+  const GpuStatePlan r4 = plan_gpu_state(c, o);
+  EXPECT_EQ(r4.window_blocks_per_sequence, 4);  // 131 positions straddle at most 4 blocks
+  EXPECT_EQ(r4.window.n_blocks, 16 * 5 + 32);
+  // By hand: 4 more ring positions (a and z) of 1024 (CSA) + 256 (indexer) or 512 (HCA)
+  // fp32 channels, one more window block on each of the 43 layers.
+  const int64_t more = 21 * (2 * 4 * 1024 * 4 + 2 * 4 * 256 * 4) + 20 * (2 * 4 * 512 * 4) + 43 * 37440;
+  EXPECT_EQ(r4.state_bytes_per_sequence(), base.state_bytes_per_sequence() + more);
+  EXPECT_EQ(r4.fixed_state_bytes(), base.fixed_state_bytes());
+  o.max_rollback = 1;  // 128 positions still fit in 3 blocks' straddle
+  EXPECT_EQ(plan_gpu_state(c, o).window_blocks_per_sequence, 3);
+  EXPECT_EQ(compressor_ring_len(4, 0), 8);
+  EXPECT_EQ(compressor_ring_len(128, 5), 261);
+}
+
 TEST(GpuStatePlan, V4FlashBytes) {
   const ModelConfig c = v4_flash();
   GpuModelOptions o;
