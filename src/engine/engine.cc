@@ -165,6 +165,15 @@ void Engine::Impl::init() {
   sc.max_model_len = max_model_len;
   this->max_model_len = max_model_len;
   sc.priority = args.priority;
+  if (args.enable_prefix_caching && runner->supports_prefix_state()) {
+    CHECK(args.prefix_cache_block_tokens >= 1 && args.prefix_cache_bytes >= 0)
+        << "engine: prefix_cache_block_tokens must be >= 1 and prefix_cache_bytes >= 0";
+    prefix = std::make_unique<PrefixStateCache>(
+        *runner, PrefixCacheOptions{args.prefix_cache_block_tokens, args.prefix_cache_bytes,
+                                    prefix_cache_salt(*runner, args.model_dir, args.dummy_seed)});
+    sc.cached_prefix = [this](const Request& r) { return prefix->cached_prefix(r); };
+    sc.prefix_block_tokens = args.prefix_cache_block_tokens;
+  }
   scheduler = std::make_unique<Scheduler>(sc, std::move(layout), plan);
   LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
             << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
@@ -183,7 +192,20 @@ void Engine::Impl::note_preempted(const SchedulerOutput& so) {
   }
 }
 
+void Engine::Impl::sync_prefix_stats() {
+  if (!prefix) return;
+  const PrefixCache& c = prefix->index();
+  stats.prefix_cache_queries = c.stats().n_queries;
+  stats.prefix_cache_hits = c.stats().n_hits;
+  stats.prefix_cache_query_tokens = c.stats().n_query_tokens;
+  stats.prefix_cache_hit_tokens = c.stats().n_hit_tokens;
+  stats.prefix_cache_evictions = c.stats().n_evicted;
+  stats.prefix_cache_blocks = c.n_entries();
+  stats.prefix_cache_bytes = c.n_bytes();
+}
+
 void Engine::Impl::release(Live& l) {
+  if (prefix) prefix->forget(ids.count(l.id) ? ids.at(l.id) : -1);
   if (l.sequence >= 0) deferred_frees.push_back(l.sequence);
   l.sequence = -1;
 }
@@ -204,7 +226,8 @@ RowRequest Engine::Impl::row_request(const Live& l, const Request& r, const Sche
   const SamplingParams& p = l.params;
   row.position = c.start_position + c.n_tokens - r.num_prompt_tokens;
   const bool host = args.on_logits || l.n_logprobs >= 0 || (l.matcher && l.matcher->is_terminated()) ||
-                    !p.logit_bias.empty() || p.repetition_penalty != 1.0f ||
+                    !p.logit_bias.empty() || (l.matcher && p.closing_bias != 0.0f) ||
+                    p.repetition_penalty != 1.0f ||
                     p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   row.mask_eos = !l.matcher && (row.position < p.min_tokens || p.ignore_eos);
   row.mode = host ? RowMode::kHost : RowMode::kSample;
@@ -263,10 +286,16 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
     if (c.start_position == 0) {
       if (l.sequence >= 0) runner->free_sequence(l.sequence);
       l.sequence = runner->new_sequence();
+      if (prefix) prefix->forget(c.request_id);
+      if (l.n_cached < 0) l.n_cached = 0;
+    } else if (l.sequence < 0 && prefix) {  // admitted on a prefix-cache hit
+      l.sequence = prefix->take_hit(c.request_id, c.start_position);
+      if (l.n_cached < 0) l.n_cached = std::min(c.start_position, l.n_prompt);
     }
     ICHECK(l.sequence >= 0 && runner->n_tokens(l.sequence) == c.start_position)
         << "engine: request " << l.id << " state at " << (l.sequence >= 0 ? runner->n_tokens(l.sequence) : -1)
         << ", chunk starts at " << c.start_position;
+    if (prefix) prefix->offer(l.sequence, r->token_ids, c.start_position);
     std::vector<int32_t>& t = f->tokens[i];
     t.reserve(size_t(c.n_tokens));
     const int64_t n_drafts = int64_t(c.draft_token_ids.size());
@@ -386,6 +415,8 @@ const std::vector<float>& Engine::Impl::target_row(Live& l, std::span<const int3
       allowed = mask.data();
     }
     check_mask_allows_something(allowed, size_t(structured->n_mask_words()));
+    if (l.params.closing_bias != 0.0f)
+      for (int32_t t : l.matcher->closing_tokens()) row[size_t(t)] += l.params.closing_bias;
     apply_token_bitmask_ref(row.data(), allowed, nullptr, 1, int64_t(row.size()));
   } else if (position < l.params.min_tokens || l.params.ignore_eos) {
     for (int64_t eos : cfg.eos_token_ids) row[size_t(eos)] = -INFINITY;
@@ -487,6 +518,7 @@ RequestOutput Engine::Impl::emit(Live& l, std::span<const int32_t> outputs,
   o.id = l.id;
   o.n_prompt_tokens = l.n_prompt;
   o.n_preemptions = n_preemptions;
+  o.n_cached_tokens = std::max<int64_t>(0, l.n_cached);
   bool stopped = false;
   while (l.n_emitted < int64_t(outputs.size()) && !stopped) {
     const int32_t token = outputs[size_t(l.n_emitted)];
@@ -522,6 +554,7 @@ void Engine::Impl::fail(int64_t num, const std::string& message, std::vector<Req
   o.n_prompt_tokens = it->second.n_prompt;
   o.n_output_tokens = it->second.n_emitted;
   o.n_preemptions = fin ? fin->num_preemptions : 0;
+  o.n_cached_tokens = std::max<int64_t>(0, it->second.n_cached);
   out.push_back(std::move(o));
   retire(num);
 }
@@ -608,7 +641,10 @@ std::shared_ptr<const grammar::CompiledGrammar> Engine::compile_constraint(const
   return impl_->structured_output().compile(kind, text);
 }
 const StateCache& Engine::state_cache() const { return impl_->scheduler->cache(); }
-const EngineStats& Engine::stats() const { return impl_->stats; }
+const EngineStats& Engine::stats() const {
+  impl_->sync_prefix_stats();
+  return impl_->stats;
+}
 
 void Engine::add_request(EngineRequest request) {
   Impl& m = *impl_;
@@ -818,6 +854,7 @@ std::vector<RequestOutput> Engine::generate(std::vector<EngineRequest> requests)
       acc.logprobs.insert(acc.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
       acc.n_output_tokens = o.n_output_tokens;
       acc.n_preemptions = o.n_preemptions;
+      acc.n_cached_tokens = o.n_cached_tokens;
       if (o.finished) {
         acc.finished = true;
         acc.finish_reason = o.finish_reason;

@@ -127,6 +127,17 @@ struct EngineArgs {
   // are refused.
   std::string tokenizer_path;
   int64_t block_size = 64;             // state-cache block, in entries
+  // Automatic prefix caching (engine/prefix_cache_state.h; issue 18): a request whose first
+  // tokens match a cached block chain (same model, numerics and batch-invariance) starts from
+  // the cached state, with the logits a cold run gives. On by default where the backend
+  // supports it (the CPU backend; elsewhere it is off whatever this says). CLI:
+  // --enable-prefix-caching / --no-enable-prefix-caching.
+  bool enable_prefix_caching = true;
+  // Tokens per cached block: 128 is a multiple of every V4 / V4.1 compress ratio (4, 128;
+  // 2, 1), of the default state block (64) and V4's window (128). Any value >= 1 is exact.
+  int64_t prefix_cache_block_tokens = 128;
+  // Host memory the cached states may hold; least recently used blocks not in use go first.
+  int64_t prefix_cache_bytes = int64_t(1) << 30;
   uint64_t dummy_seed = 0;             // seed of the --dummy-weights random weights
   // Budgets of each structured-output compilation (grammar/budget.h): a constraint over them
   // is refused (kResourceExhausted naming the budget) after bounded time and memory.
@@ -221,6 +232,9 @@ struct RequestOutput {
   int64_t n_prompt_tokens = 0;
   int64_t n_output_tokens = 0;         // outputs so far, all outputs included
   int64_t n_preemptions = 0;           // times its state was dropped and recomputed
+  // Prompt tokens served from the prefix cache on its (first) admission
+  // (usage.prompt_tokens_details.cached_tokens).
+  int64_t n_cached_tokens = 0;
 };
 
 struct EngineStats {
@@ -247,6 +261,19 @@ struct EngineStats {
   int64_t n_verify_steps = 0;          // steps with at least one verification
   int64_t n_verified_tokens = 0;       // tokens of verification chunks ([y, drafts]) in them
   double draft_seconds = 0;            // wall time spent drafting (on the engine's thread)
+  // Prefix caching (zero while off), updated as steps are prepared. A query is an admission
+  // attempt; query tokens are the full blocks it could have hit (the ideal), hit tokens those
+  // it did.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_query_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prefix_cache_blocks = 0;     // cached block boundaries (entries) now
+  int64_t prefix_cache_bytes = 0;      // host memory they hold now
+  int64_t prefix_cache_evictions = 0;
+  double prefix_cache_hit_rate() const {
+    return prefix_cache_query_tokens ? double(prefix_cache_hit_tokens) / double(prefix_cache_query_tokens) : 0.0;
+  }
   // Tokens committed per verification: accepted drafts + the target's token.
   double mean_acceptance_length() const {
     return n_verifications ? double(n_drafts_accepted + n_verifications) / double(n_verifications) : 0.0;

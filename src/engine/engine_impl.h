@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prefix_cache_state.h"
 #include "engine/spec_schedule.h"
 #include "engine/step_worker.h"
 #include "engine/structured_output.h"
@@ -35,6 +36,7 @@ struct Engine::Impl {
     int64_t n_logprobs = -1;
     int64_t n_prompt = 0;
     int64_t sequence = -1;  // the runner's sequence holding its state, or -1
+    int64_t n_cached = -1;  // prompt tokens its first admission got from the prefix cache
     std::unique_ptr<TextStream> text;
     std::unique_ptr<grammar::GrammarMatcher> matcher;  // structured output, or null
     std::vector<TokenLogprob> logprobs;  // by output index, when requested
@@ -85,6 +87,8 @@ struct Engine::Impl {
   std::unique_ptr<ModelRunner> runner;
   std::shared_ptr<const recipe::Tokenizer> tokenizer;
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<PrefixStateCache> prefix;  // automatic prefix caching, or null (off)
+  void sync_prefix_stats();
   std::unordered_map<int64_t, Live> live;        // by scheduler id
   std::unordered_map<std::string, int64_t> ids;  // request id -> scheduler id
   int64_t next_num = 0;

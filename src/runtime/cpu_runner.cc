@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/parallel.h"
+#include "model/state_segment.h"
 #include "ops/sampling/token_bitmask.h"
 
 namespace deepinfer {
@@ -28,6 +29,12 @@ std::string CpuRunner::name() const {
 }
 
 int64_t CpuRunner::new_sequence() {
+  const int64_t id = take_id();
+  states_[size_t(id)] = model_->new_state();
+  return id;
+}
+
+int64_t CpuRunner::take_id() {
   CHECK_KIND(kResourceExhausted, n_live_ < options_.max_sequences)
       << "CpuRunner: all " << options_.max_sequences << " sequences are in use";
   int64_t id;
@@ -38,8 +45,40 @@ int64_t CpuRunner::new_sequence() {
     id = int64_t(states_.size());
     states_.emplace_back();
   }
-  states_[size_t(id)] = model_->new_state();
   ++n_live_;
+  return id;
+}
+
+namespace {
+struct CpuPrefixState final : PrefixState {
+  std::shared_ptr<const StateSegment> segment;
+};
+}  // namespace
+
+std::shared_ptr<const PrefixState> CpuRunner::export_prefix(int64_t sequence, const PrefixState* parent) {
+  const SequenceState& s = live(sequence);
+  const auto* p = dynamic_cast<const CpuPrefixState*>(parent);
+  CHECK(parent == nullptr || p != nullptr) << "CpuRunner: a prefix state of another runner";
+  auto out = std::make_shared<CpuPrefixState>();
+  out->segment = export_segment(s, p ? p->segment.get() : nullptr);
+  out->begin = out->segment->begin;
+  out->end = out->segment->end;
+  out->bytes = out->segment->bytes();
+  return out;
+}
+
+int64_t CpuRunner::import_prefix(std::span<const PrefixState* const> chain) {
+  std::vector<const StateSegment*> segments;
+  for (const PrefixState* piece : chain) {
+    const auto* p = dynamic_cast<const CpuPrefixState*>(piece);
+    CHECK(p != nullptr) << "CpuRunner: a prefix state of another runner";
+    segments.push_back(p->segment.get());
+  }
+  std::unique_ptr<SequenceState> state = import_segments(segments);
+  CHECK(int64_t(state->layers.size()) == model_->config().num_layers)
+      << "CpuRunner: the prefix state belongs to another model";
+  const int64_t id = take_id();
+  states_[size_t(id)] = std::move(state);
   return id;
 }
 

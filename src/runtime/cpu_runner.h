@@ -54,6 +54,12 @@ class CpuRunner final : public ModelRunner {
   int64_t rollback_depth() const override { return model_->rollback_depth(); }
   void truncate(int64_t sequence, int64_t n_tokens) override;
   RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts) override;
+  // Prefix caching: pieces are model/state_segment.h segments (append-only entries shared
+  // along the chain, per-position parts copied at the boundary); import copies them into a
+  // fresh state (copy on hit).
+  bool supports_prefix_state() const override { return true; }
+  std::shared_ptr<const PrefixState> export_prefix(int64_t sequence, const PrefixState* parent) override;
+  int64_t import_prefix(std::span<const PrefixState* const> chain) override;
 
  private:
   struct Launched {
@@ -61,6 +67,7 @@ class CpuRunner final : public ModelRunner {
     double busy_seconds = 0;
   };
   SequenceState& live(int64_t sequence) const;
+  int64_t take_id();  // a free sequence id, counted live (its state not set)
   Tensor run_model(std::span<const RunnerChunk> chunks);  // forward() without the timing
 
   std::unique_ptr<Model> model_;

@@ -15,4 +15,14 @@ RunnerDraft ModelRunner::draft(int64_t, int32_t, int64_t) {
   return {};
 }
 
+std::shared_ptr<const PrefixState> ModelRunner::export_prefix(int64_t, const PrefixState*) {
+  CHECK(false) << name() << " has no prefix caching";
+  return {};
+}
+
+int64_t ModelRunner::import_prefix(std::span<const PrefixState* const>) {
+  CHECK(false) << name() << " has no prefix caching";
+  return -1;
+}
+
 }  // namespace deepinfer

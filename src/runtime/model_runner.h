@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -100,6 +101,15 @@ struct RunnerCapacity {
   int64_t max_batch_tokens = 0;  // rows of one forward
 };
 
+// Prefix caching (engine/prefix_cache_state.h): a read-only piece of a sequence's state that
+// a runner exported, positions [begin, end) after its parent piece (the piece ending at
+// `begin`; none for begin 0). Shared between requests; `bytes`: the memory it holds.
+struct PrefixState {
+  virtual ~PrefixState() = default;
+  int64_t begin = 0, end = 0;
+  int64_t bytes = 0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -163,6 +173,18 @@ class ModelRunner {
   // given the token `next` the target chose for the next position. Reads the state, changes
   // nothing. Only while no launched step is uncollected.
   virtual RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts);
+
+  // Prefix caching. A runner without it keeps the defaults: supports_prefix_state() false,
+  // the other two refuse. Both only while no launch() call runs (a launched step's writes to
+  // the sequence are ordered before them).
+  virtual bool supports_prefix_state() const { return false; }
+  // The live sequence's state at its n_tokens as a piece after `parent` (null: from 0; else
+  // a piece this runner exported from a prefix of the same tokens).
+  virtual std::shared_ptr<const PrefixState> export_prefix(int64_t sequence, const PrefixState* parent);
+  // A new live sequence whose state is the end of `chain` (pieces oldest first, each the
+  // parent of the next): equal to the exported sequence's, so its next forward computes
+  // what the exporting sequence's would have. Throws as new_sequence().
+  virtual int64_t import_prefix(std::span<const PrefixState* const> chain);
 };
 
 }  // namespace deepinfer

@@ -77,6 +77,14 @@ void Scheduler::add_request(RequestSpec spec) {
 }
 
 void Scheduler::add_chunk(Request& r, int64_t n_tokens, SchedulerOutput& out, int64_t& budget) {
+  const int64_t B = config_.prefix_block_tokens;
+  if (B > 0 && n_tokens > 1 && r.draft_token_ids.empty()) {
+    // The boundary before the last known token too: a hit leaves that one to compute.
+    const int64_t end = r.num_computed_tokens + n_tokens;
+    const int64_t limit = end >= r.num_tokens_with_placeholders() ? end - 1 : end;
+    const int64_t aligned = limit / B * B;
+    if (aligned > r.num_computed_tokens) n_tokens = aligned - r.num_computed_tokens;
+  }
   cache_.allocate(r.id, r.num_computed_tokens, n_tokens);
   ScheduledChunk chunk;
   chunk.request_id = r.id;
@@ -203,12 +211,18 @@ SchedulerOutput Scheduler::schedule() {
         continue;
       }
       ICHECK(r.num_computed_tokens == 0);
+      const int64_t hit = config_.cached_prefix ? config_.cached_prefix(r) : 0;
+      ICHECK(hit >= 0 && hit < r.num_tokens()) << "Scheduler: cached prefix of " << hit << " tokens for "
+                                               << r.num_tokens();
+      r.num_computed_tokens = hit;
       int64_t n = std::min({remaining(r), budget, prefill_left, chunk_cap});
-      if (!cache_.can_allocate(r.id, 0, n)) {
+      if (!cache_.can_allocate(r.id, hit, n)) {
+        r.num_computed_tokens = 0;
         // With empty pools a smaller first chunk always fits (add_request checked it).
         if (cache_.num_requests() > 0) break;
-        n = cache_.max_allocatable(r.id, 0, n);
+        n = cache_.max_allocatable(r.id, hit, n);
         if (n == 0) break;
+        r.num_computed_tokens = hit;
       }
       it = waiting_.erase(it);
       r.status = RequestStatus::kRunning;

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -59,6 +60,16 @@ struct SchedulerConfig {
   // Prefill limits (see the top of this file); 0: off.
   int64_t max_prefill_tokens_with_decodes = 0;
   int64_t long_prefill_token_threshold = 0;
+  // Prefix caching (engine/prefix_cache_state.h), optional. `cached_prefix(r)`: how many of
+  // r's first tokens the engine restores from its cache when r is admitted (0 <= n <
+  // num_tokens()); the request starts with num_computed_tokens = n. Called at each admission
+  // attempt, which may fail (the engine keeps only the latest answer per request).
+  std::function<int64_t(const Request&)> cached_prefix;
+  // > 0: a chunk of several tokens without drafts that crosses a multiple of this ends at the
+  // last multiple it crosses (below the request's last known token, which a hit leaves to
+  // compute), so the state is cached at block boundaries (the engine snapshots states
+  // between steps). 0: off.
+  int64_t prefix_block_tokens = 0;
 };
 
 class Scheduler {

@@ -1,0 +1,258 @@
+// Automatic prefix caching (engine/prefix_cache_state.h, cache/prefix_cache.h, model/
+// state_segment.h): a request served from the cache gives bitwise the logits of a cold run
+// (batch-invariant), for hits ending at every kind of alignment; a re-sent prompt hits every
+// full block; eviction under a small budget never changes a running request; the key
+// changes with the model's numerics.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/prefix_cache_state.h"
+#include "engine_test_util.h"
+#include "model/state_segment.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::all_tokens;
+using testing::drain;
+using testing::kEngineTestSeed;
+
+std::unique_ptr<Model> make_model(bool v41, bool batch_invariant = true) {
+  const ModelConfig cfg = v41 ? testing::small_v41_config() : testing::small_config();
+  auto source = random_weights(cfg, kEngineTestSeed);
+  return Model::from_source(cfg, *source, {Numerics::kOfficial, batch_invariant});
+}
+
+EngineArgs cache_args(bool enable, int64_t block_tokens, bool overlap = true) {
+  EngineArgs a;
+  a.overlap = overlap;
+  a.max_num_batched_tokens = 64;  // chunked prefill
+  a.long_prefill_token_threshold = 0;
+  a.max_prefill_tokens_with_decodes = 0;
+  a.max_model_len = 1024;
+  a.enable_prefix_caching = enable;
+  a.prefix_cache_block_tokens = block_tokens;
+  return a;
+}
+
+// Every sampled row's raw logits, per request id, in output order.
+struct LogitsLog {
+  std::map<std::string, std::vector<std::vector<float>>> rows;
+  void attach(EngineArgs& a) {
+    a.on_logits = [this](const std::string& id, int64_t, std::span<const float> l) {
+      rows[id].emplace_back(l.begin(), l.end());
+    };
+  }
+};
+
+EngineRequest greedy(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Cold run of each prompt alone (no cache), logits per output.
+std::vector<std::vector<float>> cold(bool v41, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  LogitsLog log;
+  EngineArgs a = cache_args(false, 1);
+  log.attach(a);
+  Engine e(a, make_model(v41), nullptr);
+  e.generate({greedy("c", prompt, max_tokens)});
+  return log.rows["c"];
+}
+
+struct Case {
+  bool v41;
+  int64_t block_tokens;
+  int64_t prompt_len;
+  bool overlap;
+};
+
+// A prompt, then the same prompt (hit on its full blocks), then prompt + its outputs + more
+// (hit on blocks cached while decoding), each checked bitwise against a cold run.
+void check_exact(const Case& c) {
+  SCOPED_TRACE("v41=" + std::to_string(c.v41) + " block=" + std::to_string(c.block_tokens) +
+               " prompt=" + std::to_string(c.prompt_len) + " overlap=" + std::to_string(c.overlap));
+  const ModelConfig cfg = c.v41 ? testing::small_v41_config() : testing::small_config();
+  const std::vector<int32_t> prompt = testing::random_tokens(c.prompt_len, cfg.vocab_size, 11);
+  const int64_t n_out = 2 * c.block_tokens + 3;  // decoding crosses block boundaries
+  LogitsLog log;
+  EngineArgs a = cache_args(true, c.block_tokens, c.overlap);
+  log.attach(a);
+  Engine e(a, make_model(c.v41), nullptr);
+  const RequestOutput first = e.generate({greedy("first", prompt, n_out)})[0];
+  EXPECT_EQ(first.n_cached_tokens, 0);
+  const auto reference = cold(c.v41, prompt, n_out);
+  EXPECT_EQ(log.rows["first"], reference) << "block-aligned chunks changed a cold run";
+
+  const RequestOutput again = e.generate({greedy("again", prompt, n_out)})[0];
+  const int64_t ideal = (c.prompt_len - 1) / c.block_tokens * c.block_tokens;
+  EXPECT_EQ(again.n_cached_tokens, ideal);
+  EXPECT_EQ(again.new_tokens, first.new_tokens);
+  EXPECT_EQ(log.rows["again"], reference) << "hit at " << ideal;
+
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), first.new_tokens.begin(), first.new_tokens.end());
+  const std::vector<int32_t> extra = testing::random_tokens(5, cfg.vocab_size, 12);
+  longer.insert(longer.end(), extra.begin(), extra.end());
+  const RequestOutput next = e.generate({greedy("next", longer, 4)})[0];
+  // Boundaries inside the outputs were cached while decoding: states are offered when a
+  // chunk starts, and "first"'s last chunk starts at prompt + outputs - 2.
+  const int64_t last_start = c.prompt_len + n_out - 2;
+  EXPECT_EQ(next.n_cached_tokens, last_start / c.block_tokens * c.block_tokens);
+  EXPECT_EQ(log.rows["next"], cold(c.v41, longer, 4)) << "hit at " << next.n_cached_tokens;
+}
+
+// V4 small model: window 8, ratios 4 (with indexer) and 128. The hits end at: 256 (a ratio-128
+// and ratio-4 group boundary), 296 (ratio-4 boundary, mid ratio-128 group), 294 (mid both),
+// 133 (block 7, mid everything); every one mid-window or at a window multiple.
+TEST(PrefixCache, V4HitsAreExactAtEveryAlignment) {
+  check_exact({false, 128, 300, true});
+  check_exact({false, 8, 300, true});
+  check_exact({false, 6, 300, false});
+  check_exact({false, 7, 140, true});
+}
+
+// V4.1 small model: ratio-2 and ratio-1 sources, reuse layers, Engram's recent tokens.
+TEST(PrefixCache, V41HitsAreExactAtEveryAlignment) {
+  check_exact({true, 4, 150, true});
+  check_exact({true, 3, 150, false});
+  check_exact({true, 5, 77, true});
+}
+
+TEST(PrefixCache, ResentPromptHitsEveryFullBlock) {
+  Engine e(cache_args(true, 16), make_model(false), nullptr);
+  const std::vector<int32_t> prompt = testing::random_tokens(300, testing::small_config().vocab_size, 3);
+  e.generate({greedy("a", prompt, 1)});
+  const EngineStats s1 = e.stats();
+  EXPECT_EQ(s1.prefix_cache_queries, 1);
+  EXPECT_EQ(s1.prefix_cache_hits, 0);
+  EXPECT_EQ(s1.prefix_cache_query_tokens, 288);
+  EXPECT_GE(s1.prefix_cache_blocks, 1);
+  e.generate({greedy("b", prompt, 1)});
+  const EngineStats s2 = e.stats();
+  EXPECT_EQ(s2.prefix_cache_queries, 2);
+  EXPECT_EQ(s2.prefix_cache_hits, 1);
+  EXPECT_EQ(s2.prefix_cache_hit_tokens, 288);  // (300 - 1) / 16 full blocks: the ideal
+  EXPECT_EQ(s2.prefix_cache_query_tokens, 2 * 288);
+  EXPECT_EQ(s2.n_scheduled_tokens - s1.n_scheduled_tokens, 300 - 288);
+  EXPECT_TRUE(e.state_cache().all_free());
+}
+
+// Many concurrent requests sharing prefixes, tiny state pools (preemption) and a prefix
+// budget of a few entries (eviction while hits are pinned): every output equals the
+// cache-off engine's, and the cache stays within its budget.
+TEST(PrefixCache, EvictionAndPreemptionNeverChangeOutputs) {
+  const int64_t V = testing::small_config().vocab_size;
+  const std::vector<int32_t> shared = testing::random_tokens(90, V, 5);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p(shared.begin(), shared.begin() + 20 + 6 * i);
+    const auto tail = testing::random_tokens(1 + i % 5, V, 100 + uint32_t(i));
+    p.insert(p.end(), tail.begin(), tail.end());
+    EngineRequest r = greedy("r" + std::to_string(i), p, 3 + i % 4);
+    r.params.temperature = i % 2 ? 0.8f : 0.0f;
+    r.params.seed = uint64_t(i);
+    reqs.push_back(r);
+  }
+  auto run = [&](bool enable, bool overlap) {
+    EngineArgs a = testing::tiny_pool_args(overlap);
+    a.enable_prefix_caching = enable;
+    a.prefix_cache_block_tokens = 8;
+    // About three boundaries of this model (~150 KB of rings and compressor rows each).
+    a.prefix_cache_bytes = 500000;
+    Engine e(a, make_model(false), nullptr);
+    // Two waves: the second arrives while the first still runs, so some of it hits.
+    std::map<std::string, std::vector<int32_t>> tokens;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (i == reqs.size() / 3) {
+        for (int s = 0; s < 12; ++s) {
+          for (const RequestOutput& o : e.step()) {
+            tokens[o.id].insert(tokens[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+          }
+        }
+      }
+      e.add_request(reqs[i]);
+    }
+    for (auto& [id, outs] : drain(e)) {
+      const std::vector<int32_t> t = all_tokens(outs);
+      tokens[id].insert(tokens[id].end(), t.begin(), t.end());
+    }
+    EXPECT_TRUE(e.state_cache().all_free());
+    return std::make_pair(tokens, e.stats());
+  };
+  const auto [off, s_off] = run(false, true);
+  for (bool overlap : {true, false}) {
+    const auto [on, s_on] = run(true, overlap);
+    EXPECT_EQ(on, off) << "overlap " << overlap;
+    EXPECT_GT(s_on.prefix_cache_hits, 0);
+    EXPECT_GT(s_on.prefix_cache_evictions, 0);
+    EXPECT_LE(s_on.prefix_cache_bytes, 500000);
+    EXPECT_GT(s_on.n_preemptions, 0);
+  }
+}
+
+// The cache key follows the model's numerics and batch-invariance: another engine's cached
+// state never matches.
+TEST(PrefixCache, KeyChangesWithNumerics) {
+  CpuRunner a(make_model(false, true)), b(make_model(false, false));
+  auto source = random_weights(testing::small_config(), kEngineTestSeed);
+  CpuRunner c(Model::from_source(testing::small_config(), *source, {Numerics::kReference, true}));
+  EXPECT_NE(prefix_cache_salt(a, "", 0), prefix_cache_salt(b, "", 0));
+  EXPECT_NE(prefix_cache_salt(a, "", 0), prefix_cache_salt(c, "", 0));
+  EXPECT_NE(prefix_cache_salt(a, "", 0), prefix_cache_salt(a, "other/model", 0));
+  EXPECT_EQ(prefix_cache_salt(a, "", 0), prefix_cache_salt(CpuRunner(make_model(false, true)), "", 0));
+}
+
+// Export/import round trip on the model's state: the imported state equals the original in
+// every array, and a chain shares the append-only rows.
+TEST(PrefixCache, SegmentsRebuildTheState) {
+  auto model = make_model(false);
+  auto state = model->new_state();
+  const auto tokens = testing::random_tokens(270, testing::small_config().vocab_size, 9);
+  std::vector<std::shared_ptr<const StateSegment>> chain;
+  for (int64_t end : {100, 260, 270}) {
+    std::span<const int32_t> part(tokens.data() + state->n_tokens, size_t(end - state->n_tokens));
+    SequenceChunk ch{state.get(), part, false};
+    model->forward(std::span<const SequenceChunk>(&ch, 1));
+    chain.push_back(export_segment(*state, chain.empty() ? nullptr : chain.back().get()));
+  }
+  std::vector<const StateSegment*> ptrs;
+  for (const auto& s : chain) ptrs.push_back(s.get());
+  auto back = import_segments(ptrs);
+  ASSERT_EQ(back->n_tokens, 270);
+  for (size_t l = 0; l < state->layers.size(); ++l) {
+    EXPECT_EQ(back->layers[l].ring, state->layers[l].ring);
+    EXPECT_EQ(back->layers[l].compressor.entries, state->layers[l].compressor.entries);
+    EXPECT_EQ(back->layers[l].compressor.rows_a, state->layers[l].compressor.rows_a);
+    EXPECT_EQ(back->layers[l].compressor.n_entries, state->layers[l].compressor.n_entries);
+    EXPECT_EQ(back->layers[l].index_keys, state->layers[l].index_keys);
+  }
+  EXPECT_EQ(back->recent_tokens, state->recent_tokens);
+  // Layer 2 (ratio 128): entries 0 and 1 (positions 0..255) are in the second segment only.
+  EXPECT_TRUE(chain[0]->appended[2][0].empty());
+  EXPECT_EQ(chain[1]->appended[2][0].size(), 2 * size_t(testing::small_config().head_dim));
+  EXPECT_TRUE(chain[2]->appended[2][0].empty());
+  EXPECT_ANY_THROW(import_segments(std::vector<const StateSegment*>{chain[1].get()}));
+  // What a cached boundary costs (reported, not asserted): the per-position copy vs the
+  // shared append-only rows.
+  const StateSegment& s = *chain[1];
+  int64_t appended = 0;
+  for (const auto& arrays : s.appended) {
+    for (const auto& v : arrays) appended += int64_t(v.size() * sizeof(float));
+  }
+  std::printf("segment [%lld, %lld): %lld bytes, of which %lld appended rows, %lld per-position copy\n",
+              (long long)s.begin, (long long)s.end, (long long)s.bytes(), (long long)appended,
+              (long long)(s.bytes() - appended));
+}
+
+}  // namespace
+}  // namespace deepinfer
