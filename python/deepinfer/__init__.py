@@ -220,10 +220,17 @@ def _as_prompt_list(prompts: Union[Prompt, Sequence[Prompt]]) -> list[Prompt]:
 
 class LLM:
     """An engine serving one model in this process. Calls are serialized by a lock; one
-    LLM may be used from several threads, but they take turns."""
+    LLM may be used from several threads, but they take turns.
+
+    Engine arguments are EngineArgs' fields as keywords. Speculative decoding:
+    speculative_method "auto" (default: the checkpoint's DSpark or MTP drafter when it has
+    one and the backend verifies drafts, else none), "dspark", "mtp" (an error when the
+    checkpoint lacks it) or "none"; num_speculative_tokens (0: the drafter's default);
+    spec_scheduling "fixed" or "confidence". stats() has its counters."""
 
     def __init__(self, model: Optional[str] = None, **engine_args: Any):
         args = _core.EngineArgs()
+        args.speculative_method = "auto"  # as the command line's --speculative-method
         if model:
             args.model_dir = os.fspath(model)
         elif not engine_args.get("tokenizer_path") and not os.environ.get("DEEPINFER_TINY_TOKENIZER"):
@@ -240,6 +247,14 @@ class LLM:
         self._lock = threading.RLock()
         self._ids = itertools.count()
         self._buffered: dict[str, list[Any]] = {}  # outputs of streams not being read now
+
+    def stats(self) -> Any:
+        """The engine's counters (EngineStats): steps, and speculative decoding's
+        n_verifications, n_drafts_verified / _accepted, accepted_at / verified_at per position,
+        num_speculative_tokens (0: off), mean_acceptance_length(), verified_tokens_per_step(),
+        draft_time_share()."""
+        with self._lock:
+            return self._engine.stats()
 
     # -- tokenizer -------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:

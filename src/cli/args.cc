@@ -226,4 +226,36 @@ void apply_prefill_options(const Args& args, EngineArgs& engine_args) {
       << "--max-prefill-tokens-with-decodes and --long-prefill-token-threshold must be >= 0 (0: off)";
 }
 
+const OptionGroup kSpeculativeOptionGroup = {
+    "Speculative decoding",
+    {
+        {"speculative-method", "auto|dspark|mtp|none",
+         "Draft tokens with the checkpoint's drafter and verify them in one forward (greedy output "
+         "unchanged, sampled output the same distribution). auto (default): the checkpoint's DSpark or "
+         "MTP drafter when it has one and the backend verifies drafts (cpu today), else none; dspark / "
+         "mtp: that drafter, an error when the checkpoint has none."},
+        {"num-speculative-tokens", "N",
+         "Drafts per verification (default 0: the drafter's own, DSpark its block size, MTP 1)."},
+        {"spec-scheduling", "fixed|confidence",
+         "fixed (default): every decoding request verifies N drafts; confidence: each step verifies the "
+         "draft prefixes worth their step time."},
+    }};
+
+void apply_speculative_options(const Args& args, EngineArgs& engine_args) {
+  const std::string method = args.get("speculative-method", "auto");
+  CHECK(method == "auto" || method == "dspark" || method == "mtp" || method == "none")
+      << "--speculative-method must be auto, dspark, mtp or none, got '" << method << "'";
+  const int64_t k = args.get_int("num-speculative-tokens", 0);
+  CHECK(k >= 0) << "--num-speculative-tokens must be >= 0 (0: the drafter's default), got " << k;
+  const std::string scheduling = args.get("spec-scheduling", "fixed");
+  CHECK(scheduling == "fixed" || scheduling == "confidence")
+      << "--spec-scheduling must be fixed or confidence, got '" << scheduling << "'";
+  CHECK(method != "none" || (!args.has("num-speculative-tokens") && !args.has("spec-scheduling")))
+      << "--num-speculative-tokens and --spec-scheduling need speculative decoding (--speculative-method "
+         "is none)";
+  engine_args.speculative_method = method;
+  engine_args.num_speculative_tokens = k;
+  engine_args.spec_scheduling = scheduling;
+}
+
 }  // namespace deepinfer

@@ -87,4 +87,12 @@ std::string apply_device_options(const Args& args, EngineArgs& engine_args);
 extern const OptionGroup kPrefillOptionGroup;
 void apply_prefill_options(const Args& args, EngineArgs& engine_args);
 
+// Speculative decoding (engine.h EngineArgs::speculative_method), shared by generate, serve
+// and bench: --speculative-method auto|dspark|mtp|none (default auto: the checkpoint's
+// drafter when it has one and the backend can verify drafts, else none), --num-speculative-
+// tokens N (0: the drafter's default), --spec-scheduling fixed|confidence. Values are checked
+// here; an explicit method the checkpoint lacks is refused by the engine.
+extern const OptionGroup kSpeculativeOptionGroup;
+void apply_speculative_options(const Args& args, EngineArgs& engine_args);
+
 }  // namespace deepinfer

@@ -68,6 +68,7 @@ const OptionGroups& bench_options() {
            {"no-overlap", "", "Do not schedule step t+1 while step t runs."},
        }},
       kPrefillOptionGroup,
+      kSpeculativeOptionGroup,
       kDeviceOptionGroup,
   };
   return groups;
@@ -146,7 +147,7 @@ Slo goodput_slo(const Args& args) {
   return parse_slo(items);
 }
 
-EngineArgs engine_args(const Args& args) {
+EngineArgs engine_args(const Args& args, EngineStartupNotes& notes) {
   EngineArgs base;
   base.model_dir = args.get("model");
   base.dummy_weights = args.has("dummy-weights");
@@ -158,8 +159,9 @@ EngineArgs engine_args(const Args& args) {
   base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 2048);
   base.max_model_len = args.get_int("max-model-len", 0);
   apply_prefill_options(args, base);
-  apply_device_options(args, base);
-  resolve_tokenizer(args.get("tokenizer"), base);
+  apply_speculative_options(args, base);
+  notes.device_note = apply_device_options(args, base);
+  notes.tokenizer_note = resolve_tokenizer(args.get("tokenizer"), base).note;
   return base;
 }
 
@@ -174,7 +176,8 @@ void refuse_for_server(const Args& args) {
   for (const char* name : {"dummy-weights", "tokenizer", "numerics", "batch-invariant", "no-overlap", "max-num-seqs",
                            "max-num-batched-tokens", "max-model-len", "max-prefill-tokens-with-decodes",
                            "long-prefill-token-threshold", "device", "gpu-memory-utilization", "weight-format",
-                           "kv-cache-dtype", "cuda-graphs", "no-cuda-graphs"}) {
+                           "kv-cache-dtype", "cuda-graphs", "no-cuda-graphs", "speculative-method",
+                           "num-speculative-tokens", "spec-scheduling"}) {
     CHECK(!args.has(name)) << "--" << name << " configures the in-process engine; with --base-url the server's "
                            << "own options apply";
   }
@@ -213,6 +216,7 @@ int cmd_bench(int argc, char** argv) {
 
   HttpTarget target;
   EngineArgs base;
+  EngineStartupNotes notes;
   if (server) {
     refuse_for_server(args);
     target = parse_base_url(args.get("base-url"));
@@ -220,7 +224,7 @@ int cmd_bench(int argc, char** argv) {
     if (const char* key = std::getenv("OPENAI_API_KEY")) target.api_key = key;
     target.model = args.has("model") ? args.get("model") : first_served_model(target);
   } else {
-    base = engine_args(args);
+    base = engine_args(args, notes);
   }
   const int64_t vocab = prompt_vocab(args, server ? nullptr : &base);
   CHECK(vocab >= 1) << "--vocab-size must be >= 1";
@@ -250,6 +254,7 @@ int cmd_bench(int argc, char** argv) {
   for (const Traffic& traffic : runs) {
     std::vector<RequestRecord> records;
     double duration = 0;
+    std::string spec_block;
     if (server) {
       HttpRun run = run_http_traffic(target, traffic, warmup);
       records = std::move(run.records);
@@ -257,16 +262,17 @@ int cmd_bench(int argc, char** argv) {
       backend = "http://" + target.host + ":" + target.port + target.path_prefix + target.endpoint + " (" +
                 target.model + ")";
     } else {
-      EngineRun run = run_engine_traffic(base, traffic, warmup);
+      EngineRun run = run_engine_traffic(base, traffic, warmup, summaries.empty() ? &notes : nullptr);
       records = std::move(run.records);
       duration = run.duration_s;
       backend = run.backend + (base.overlap ? "" : ", overlap off");
+      spec_block = std::move(run.spec_summary);
     }
     BenchSummary s = summarize(records, duration, slo);
     s.label = traffic.label();
     s.max_concurrency = traffic.max_concurrency;
     s.request_rate = traffic.request_rate;
-    std::fputs(format_summary(s, backend).c_str(), stdout);
+    std::fputs((format_summary(s, backend) + spec_block).c_str(), stdout);
     std::fflush(stdout);
     if (result_file.is_open()) result_file << summary_json(s, records) << "\n" << std::flush;
     summaries.push_back(std::move(s));

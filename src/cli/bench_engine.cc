@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "base/error.h"
+#include "cli/bench_spec.h"
+#include "cli/startup_summary.h"
 #include "engine/engine.h"
 
 namespace deepinfer {
@@ -28,13 +30,18 @@ void warm_up(Engine& engine, const Traffic& traffic) {
 
 }  // namespace
 
-EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup) {
+EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup,
+                             const EngineStartupNotes* startup) {
   const size_t n = traffic.prompts.size();
   ICHECK(n > 0 && traffic.arrival_s.size() == n);
   EngineArgs args = base;
   if (traffic.max_concurrency > 0) args.max_num_seqs = traffic.max_concurrency;
   Engine engine(args);
+  if (startup != nullptr) {
+    print_startup_summary(engine_startup_summary("bench", args, engine, startup->device_note, startup->tokenizer_note));
+  }
   if (warmup) warm_up(engine, traffic);
+  const EngineStats before = engine.stats();
 
   EngineRun run;
   run.backend = engine.runner().name();
@@ -86,6 +93,7 @@ EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, boo
     }
   }
   run.duration_s = end;
+  run.spec_summary = format_spec_summary(spec_delta(engine.stats(), before));
   return run;
 }
 

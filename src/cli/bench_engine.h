@@ -17,10 +17,19 @@ struct EngineRun {
   std::vector<RequestRecord> records;  // one per prompt, in order
   double duration_s = 0;               // first send to last finish
   std::string backend;                 // the runner's name
+  std::string spec_summary;            // bench_spec.h's block for this run ("" while off)
+};
+
+// Printed once the engine is up, when given: the startup summary's device and tokenizer lines.
+struct EngineStartupNotes {
+  std::string device_note, tokenizer_note;
 };
 
 // One warm-up request (input and output of the traffic's first prompt, not recorded) runs
 // first when `warmup`. max_num_seqs is the traffic's max_concurrency when it has one.
-EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup);
+// With `startup` the startup summary is printed once the engine is loaded. Speculative
+// counters exclude the warm-up.
+EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup,
+                             const EngineStartupNotes* startup = nullptr);
 
 }  // namespace deepinfer

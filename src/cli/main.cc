@@ -34,6 +34,7 @@ const OptionGroups& generate_options() {
            {"seed", "S", "Seed of the sampler (default 0)."},
            {"ignore-eos", "", "Keep generating past the end-of-sequence token."},
        }},
+      kSpeculativeOptionGroup,
       kDeviceOptionGroup,
   };
   return groups;
@@ -43,7 +44,9 @@ std::string generate_usage() {
   return format_usage(
       "usage: deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n\n"
       "Generates one completion: text on stdout as it comes, the startup summary and timings on stderr.\n"
-      "Without --model the built-in tiny model (random weights, real tokenizer) runs.\n",
+      "Without --model the built-in tiny model (random weights, real tokenizer) runs. On the CPU a\n"
+      "checkpoint without a drafter (or --speculative-method none) runs the plain generate loop; with\n"
+      "speculative decoding, or on cuda, the request goes through the engine.\n",
       generate_options());
 }
 
@@ -109,11 +112,16 @@ SamplingParams sampling_params(const Args& args) {
   return params;
 }
 
-// generate on a non-CPU device: one request through the Engine, text streamed as it comes.
+// generate through the Engine (a device backend, or speculative decoding): one request, text
+// streamed as it comes. `loaded`: the model already loaded on the CPU (else the engine loads it).
 int generate_with_engine(const Args& args, EngineArgs engine_args, const std::string& device_note,
-                         const std::string& tokenizer_note) {
+                         const std::string& tokenizer_note, LoadedModel* loaded = nullptr) {
   engine_args.max_num_seqs = 1;
-  Engine engine(engine_args);
+  std::unique_ptr<Engine> owned =
+      loaded == nullptr ? std::make_unique<Engine>(engine_args)
+                        : std::make_unique<Engine>(engine_args, std::move(loaded->model),
+                                                   std::shared_ptr<const recipe::Tokenizer>(std::move(loaded->tokenizer)));
+  Engine& engine = *owned;
   print_startup_summary(engine_startup_summary("generate", engine_args, engine, device_note, tokenizer_note));
   std::vector<int32_t> prompt;
   if (args.has("prompt-ids")) {
@@ -164,14 +172,20 @@ int cmd_generate(int argc, char** argv) {
   engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
   engine_args.model_options.batch_invariant = args.has("batch-invariant");
   const std::string device_note = apply_device_options(args, engine_args);
+  apply_speculative_options(args, engine_args);
   const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args).note;
+  const std::string& method = engine_args.speculative_method;
   if (engine_args.device != "cpu" || engine_args.dummy_weights || args.has("kv-cache-dtype") ||
-      engine_args.cuda_graphs) {
+      engine_args.cuda_graphs || method == "dspark" || method == "mtp") {
     return generate_with_engine(args, engine_args, device_note, tokenizer_note);
   }
-  // The plain loop (model/generate_loop.h) on the CPU: one sequence, prefill and decode timed apart.
   CHECK(engine_args.weight_format == "fp32") << "--weight-format fp8 needs --device cuda";
   LoadedModel loaded = load_model_for_cli(engine_args.model_dir, engine_args.model_options, engine_args.tokenizer_path);
+  // auto with a drafter: speculative decoding in the engine, on the model just loaded.
+  if (method == "auto" && loaded.model->has_drafter()) {
+    return generate_with_engine(args, engine_args, device_note, tokenizer_note, &loaded);
+  }
+  // The plain loop (model/generate_loop.h) on the CPU: one sequence, prefill and decode timed apart.
   StartupSummary summary;
   summary.command = "generate";
   summary.model = describe_model(engine_args.model_dir, false, 0, loaded.model->config());
@@ -180,6 +194,7 @@ int cmd_generate(int argc, char** argv) {
   summary.formats = std::string("weights fp32, kv cache fp32 (") + numerics_name(engine_args.model_options.numerics) +
                     " numerics), cuda graphs off (cpu)";
   summary.backend = "cpu, the plain generate loop (one sequence, no engine)";
+  summary.speculative = method == "none" ? "none" : "none (auto: the checkpoint has no drafter)";
   summary.memory = "host: the model's fp32 weights and one sequence's state";
   summary.capacity = "1 request of up to " + std::to_string(loaded.model->config().max_position_embeddings) + " tokens";
   print_startup_summary(summary);

@@ -18,6 +18,7 @@
 #include "recipe/chat_encoding.h"
 #include "server/cors.h"
 #include "server/server.h"
+#include "server/spec_metrics.h"
 
 namespace deepinfer {
 
@@ -60,6 +61,7 @@ const OptionGroups& serve_options() {
            {"no-overlap", "", "Do not schedule step t+1 while step t runs."},
        }},
       kPrefillOptionGroup,
+      kSpeculativeOptionGroup,
       {"Structured output",
        {
            {"grammar-threads", "N", "Threads compiling response_format constraints (default 2)."},
@@ -104,6 +106,7 @@ int cmd_serve(int argc, char** argv) {
   engine_args.max_model_len = args.get_int("max-model-len", 0);
   engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
   engine_args.overlap = !args.has("no-overlap");
+  apply_speculative_options(args, engine_args);
   const std::string device_note = apply_device_options(args, engine_args);
   const TokenizerChoice tokenizer_choice = resolve_tokenizer(args.get("tokenizer"), engine_args);
   CHECK_KIND(kNotFound, tokenizer_choice.found) << "serving needs a tokenizer: " << tokenizer_choice.note;
@@ -179,7 +182,9 @@ int cmd_serve(int argc, char** argv) {
   // Waiting requests cost only their prompt: admit many more than run at once.
   async_options.max_live_requests =
       args.get_int("max-live-requests", std::max<int64_t>(1024, 4 * engine_args.max_num_seqs));
-  AsyncEngine async_engine(make_step_engine(std::move(engine)), async_options);
+  auto spec_board = std::make_shared<server::SpecStatsBoard>();
+  options.spec_stats = spec_board;
+  AsyncEngine async_engine(server::make_spec_stats_tap(std::move(engine), spec_board), async_options);
   server::Server server(options, std::move(listener), *tokenizer, std::move(eos_ids), async_engine);
   server.run();
   return 0;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "base/logging.h"
 #include "cache/state_cache.h"
 #include "model/tiny_model.h"
 #include "runtime/gpu_runner_sizing.h"
@@ -63,6 +64,23 @@ std::string describe_model(const std::string& model_dir, bool dummy_weights, uin
   return out.str();
 }
 
+std::string speculative_in_effect(const EngineArgs& args, const Engine& engine) {
+  const EngineStats& stats = engine.stats();
+  const size_t k = stats.accepted_at.size();  // the engine's drafts per verification (0: off)
+  if (k == 0) {
+    if (args.speculative_method == "none") return "none";
+    const std::string drafter = engine.runner().drafter();
+    return "none (" + args.speculative_method + ": " +
+           (drafter == "none" ? "the " + args.device + " runner reports no drafter in this checkpoint"
+                              : "the " + args.device + " runner cannot verify drafts") +
+           ")";
+  }
+  const std::string drafter = args.spec_test_drafter ? std::string("test drafter") : engine.runner().drafter();
+  return drafter + (args.speculative_method == drafter ? "" : " (" + args.speculative_method + ")") + ", " + std::to_string(k) + " draft" + (k == 1 ? "" : "s") +
+         " per verification" + (args.num_speculative_tokens > 0 ? "" : " (the drafter's default)") + ", " +
+         args.spec_scheduling + " scheduling";
+}
+
 StartupSummary engine_startup_summary(const std::string& command, const EngineArgs& args, const Engine& engine,
                                       const std::string& device_note, const std::string& tokenizer_note) {
   StartupSummary s;
@@ -116,11 +134,10 @@ StartupSummary engine_startup_summary(const std::string& command, const EngineAr
                (args.state_budget_bytes > 0 ? " (--state-budget-mib " + std::to_string(args.state_budget_bytes >> 20) + ")"
                                             : " (default budget)");
   }
-  s.speculative = args.speculative_method;
-  if (args.speculative_method != "none") {
-    s.speculative += ", " + (args.num_speculative_tokens > 0 ? std::to_string(args.num_speculative_tokens)
-                                                             : std::string("the drafter's default number of")) +
-                     " drafts per verification, " + args.spec_scheduling + " scheduling";
+  s.speculative = speculative_in_effect(args, engine);
+  if (args.speculative_method == "auto" && engine.stats().accepted_at.empty() && args.device != "cpu") {
+    LOG(INFO) << "speculative decoding: auto falls back to none: " << engine.runner().name()
+              << " reports no drafter it can verify with";
   }
   const int64_t n_requests = std::min({args.max_num_seqs, cap.max_sequences, cache.num_slots()});
   s.capacity = "up to " + std::to_string(n_requests) + " concurrent requests of " +

@@ -26,7 +26,7 @@ struct StartupSummary {
   std::string command;  // "generate", "serve", "bench"
   std::string model, tokenizer, device, formats, backend, memory, capacity;
   std::string parallelism = "single device (no tensor / expert / data parallelism)";
-  std::string speculative = "none";  // engine: EngineArgs::speculative_method and its settings
+  std::string speculative = "none";  // speculative_in_effect()
   std::string prefix_cache = "off";
 
   // The lines above, one per field ("  label  value").
@@ -37,6 +37,11 @@ struct StartupSummary {
 // weights fp8 ..." for a model directory or the built-in tiny model.
 std::string describe_model(const std::string& model_dir, bool dummy_weights, uint64_t dummy_seed,
                            const ModelConfig& config);
+
+// The speculative decoding `engine` runs, as the summary's line: "dspark (auto), 5 drafts per
+// verification (the drafter's default), fixed scheduling", "none", or "none (auto: why)" when
+// the requested method found no drafter the runner can verify with.
+std::string speculative_in_effect(const EngineArgs& args, const Engine& engine);
 
 // The summary of an engine built from `args`; `device_note` is apply_device_options' line,
 // `tokenizer_note` resolve_tokenizer's.

@@ -55,6 +55,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
       .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
       .def_readwrite("logit_bias", &SamplingParams::logit_bias)
+      .def_readwrite("closing_bias", &SamplingParams::closing_bias)
       .def("validate", &SamplingParams::validate);
 
   py::enum_<Numerics>(m, "Numerics")
@@ -95,7 +96,26 @@ PYBIND11_MODULE(_core, m) {
       .def_property(
           "grammar_timeout_ms", [](const EngineArgs& a) { return a.grammar_limits.timeout_ms; },
           [](EngineArgs& a, int64_t v) { a.grammar_limits.timeout_ms = v; })
-      .def_readwrite("block_size", &EngineArgs::block_size);
+      .def_readwrite("block_size", &EngineArgs::block_size)
+      .def_readwrite("speculative_method", &EngineArgs::speculative_method)
+      .def_readwrite("num_speculative_tokens", &EngineArgs::num_speculative_tokens)
+      .def_readwrite("spec_scheduling", &EngineArgs::spec_scheduling);
+
+  py::class_<EngineStats>(m, "EngineStats")
+      .def_readonly("n_steps", &EngineStats::n_steps)
+      .def_readonly("n_verifications", &EngineStats::n_verifications)
+      .def_readonly("n_drafts_verified", &EngineStats::n_drafts_verified)
+      .def_readonly("n_drafts_accepted", &EngineStats::n_drafts_accepted)
+      .def_readonly("accepted_at", &EngineStats::accepted_at)
+      .def_readonly("verified_at", &EngineStats::verified_at)
+      .def_readonly("n_verify_steps", &EngineStats::n_verify_steps)
+      .def_readonly("n_verified_tokens", &EngineStats::n_verified_tokens)
+      .def_readonly("draft_seconds", &EngineStats::draft_seconds)
+      .def_property_readonly("num_speculative_tokens",
+                             [](const EngineStats& s) { return int64_t(s.accepted_at.size()); })
+      .def("mean_acceptance_length", &EngineStats::mean_acceptance_length)
+      .def("verified_tokens_per_step", &EngineStats::verified_tokens_per_step)
+      .def("draft_time_share", &EngineStats::draft_time_share);
 
   py::class_<EngineRequest>(m, "EngineRequest")
       .def(py::init<>())
@@ -138,6 +158,7 @@ PYBIND11_MODULE(_core, m) {
       .def("abort", &Engine::abort)
       .def("step", &Engine::step, py::call_guard<py::gil_scoped_release>())
       .def("has_unfinished", &Engine::has_unfinished)
+      .def("stats", [](const Engine& e) { return e.stats(); })
       .def("generate", &Engine::generate, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("vocab_size", [](const Engine& e) { return e.model_config().vocab_size; })
       .def_property_readonly("model_type", [](const Engine& e) { return e.model_config().model_type; })
@@ -147,6 +168,7 @@ PYBIND11_MODULE(_core, m) {
                              [](const Engine& e) { return e.model_config().eos_token_ids; })
       .def_property_readonly("has_tokenizer", [](const Engine& e) { return e.tokenizer() != nullptr; })
       .def_property_readonly("device", [](const Engine& e) { return e.runner().name(); })
+      .def_property_readonly("drafter", [](const Engine& e) { return e.runner().drafter(); })
       .def_property_readonly("max_model_len", &Engine::max_model_len)
       .def("encode",
            [](const Engine& e, const std::string& text, bool add_special_tokens) {

@@ -8,6 +8,7 @@
 #include "server/completion_generation.h"
 #include "server/request_checks.h"
 #include "server/responses_generation.h"
+#include "server/spec_metrics.h"
 #include "server/structured_output.h"
 #include "server/utility_endpoints.h"
 
@@ -142,8 +143,8 @@ void HttpSession::route() {
     if (path == "/metrics") {
       endpoint_ = path;
       if (!get) throw method_not_allowed("GET", path);
-      return respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                     state_.metrics.render(state_.engine.stats()));
+      const SpecDecodeCounters spec = state_.options.spec_stats ? state_.options.spec_stats->get() : SpecDecodeCounters{};
+      return respond(200, "text/plain; version=0.0.4; charset=utf-8", state_.metrics.render(state_.engine.stats(), &spec));
     }
     if (path == "/version") {
       endpoint_ = path;

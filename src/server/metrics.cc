@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "server/spec_metrics.h"
+
 #include <malloc.h>
 #include <unistd.h>
 
@@ -118,7 +120,7 @@ void Metrics::render_histogram(std::string& out, const std::string& name, const 
   out += s.str();
 }
 
-std::string Metrics::render(const AsyncEngineStats& engine) const {
+std::string Metrics::render(const AsyncEngineStats& engine, const SpecDecodeCounters* spec) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream s;
   s << "# HELP deepinfer_requests_total HTTP requests by endpoint and status.\n"
@@ -228,6 +230,7 @@ std::string Metrics::render(const AsyncEngineStats& engine) const {
   render_histogram(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", vllm_prompt_, l);
   render_histogram(out, "vllm:request_generation_tokens", "Number of generation tokens processed.",
                    vllm_generation_, l);
+  if (spec != nullptr) out += render_spec_metrics(*spec, l);
   return out;
 }
 

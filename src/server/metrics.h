@@ -23,6 +23,7 @@
 //             vllm:request_time_per_output_token_seconds (per request), vllm:e2e_request_latency_seconds,
 //             vllm:request_prompt_tokens, vllm:request_generation_tokens (1-2-5 buckets up to
 //             max_model_len).
+// Speculative decoding's deepinfer_spec_* and vllm:spec_decode_* counters: spec_metrics.h.
 // Thread-safety: every method may be called from any thread (configure() before serving).
 #pragma once
 
@@ -49,13 +50,16 @@ struct RequestRecord {
   std::vector<std::string> finish_reasons;  // per sequence, for vllm:request_success_total
 };
 
+struct SpecDecodeCounters;
+
 class Metrics {
  public:
   Metrics();
   // The model_name label and the token-count buckets' range.
   void configure(const std::string& model_name, int64_t max_model_len);
   void observe(const RequestRecord& r);
-  std::string render(const AsyncEngineStats& engine) const;
+  // `spec`: speculative decoding's counters (spec_metrics.h), appended while it is on.
+  std::string render(const AsyncEngineStats& engine, const SpecDecodeCounters* spec = nullptr) const;
 
  private:
   struct Histogram {

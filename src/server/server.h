@@ -38,6 +38,8 @@
 
 namespace deepinfer::server {
 
+class SpecStatsBoard;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;              // 0: any free port (see Server::port())
@@ -59,6 +61,9 @@ struct ServerOptions {
   double write_timeout_seconds = 60.0;  // a response write the client does not take closes
   bool handle_signals = true;        // SIGINT/SIGTERM -> graceful shutdown
   std::vector<std::string> allowed_origins;  // CORS (cors.h): empty = off, "*" = any origin
+  // Speculative decoding's counters for /metrics (spec_metrics.h: make_spec_stats_tap posts
+  // them); null: none shown.
+  std::shared_ptr<const SpecStatsBoard> spec_stats;
 };
 
 // What every connection shares.
