@@ -4,9 +4,11 @@
 // the same requests unconstrained (same lengths) as the baseline; never asserts.
 //   bench_structured_engine [--schemas 60] [--max-tokens 256] [--overlap 1] [--temperature 1]
 //                           [--dir ../shared/fixtures/jsonschemabench/data] [--unconstrained 1]
-//                           [--closer-bias 0] [--max-num-seqs 64]
+//                           [--closer-bias 0] [--closing-bias 0] [--max-num-seqs 64]
 // --closer-bias B adds logit_bias B to every token spelled only with " ] } , : and to EOS (the
-// preference for ending values that tests/python/test_structured_jsonschemabench.py uses).
+// earlier, hand-picked preference for ending values); --closing-bias B sets
+// SamplingParams::closing_bias (the grammar-derived one that
+// tests/python/test_structured_jsonschemabench.py uses).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,7 +82,7 @@ RunResult run(Engine& engine, std::vector<EngineRequest> reqs) {
 
 int main(int argc, char** argv) {
   int64_t n_schemas = 60, max_tokens = 256, overlap = 1, unconstrained = 1, max_num_seqs = 64;
-  double temperature = 1.0, closer_bias = 0.0;
+  double temperature = 1.0, closer_bias = 0.0, closing_bias = 0.0;
   std::string dir = "../shared/fixtures/jsonschemabench/data";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
     else if (k == "--unconstrained") unconstrained = std::stoll(argv[i + 1]);
     else if (k == "--dir") dir = argv[i + 1];
     else if (k == "--closer-bias") closer_bias = std::stod(argv[i + 1]);
+    else if (k == "--closing-bias") closing_bias = std::stod(argv[i + 1]);
     else if (k == "--max-num-seqs") max_num_seqs = std::stoll(argv[i + 1]);
     else { std::fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
   }
@@ -119,8 +122,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("schemas %zu, compiled %zu (%.2f s), max_tokens %lld, overlap %lld, temperature %.2f, "
-              "closer bias %.1f, max_num_seqs %lld\n", files.size(), schemas.size(), now() - tc,
-              (long long)max_tokens, (long long)overlap, temperature, closer_bias, (long long)max_num_seqs);
+              "closer bias %.1f, closing bias %.1f, max_num_seqs %lld\n", files.size(), schemas.size(), now() - tc,
+              (long long)max_tokens, (long long)overlap, temperature, closer_bias, closing_bias,
+              (long long)max_num_seqs);
   std::vector<std::pair<int32_t, float>> bias;
   if (closer_bias != 0.0) {
     const recipe::Tokenizer& tok = *engine.tokenizer();
@@ -141,6 +145,7 @@ int main(int argc, char** argv) {
     q.params.seed = i;
     q.params.max_tokens = max_tokens;
     q.params.logit_bias = bias;
+    q.params.closing_bias = float(closing_bias);
     q.constraint_kind = "json_schema";
     q.constraint = schemas[i];
     reqs.push_back(std::move(q));

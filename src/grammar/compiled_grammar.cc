@@ -34,6 +34,11 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabula
   for (const auto& d : grammar_.dfas) dfa_fingerprints_.push_back(d.fingerprint());
 }
 
+const CompletionTables& CompiledGrammar::completion() const {
+  std::call_once(completion_once_, [&] { completion_ = std::make_unique<const CompletionTables>(completion_tables(grammar_)); });
+  return *completion_;
+}
+
 size_t CompiledGrammar::n_cached_entries() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cache_.size();

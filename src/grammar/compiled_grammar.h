@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/completion.h"
 #include "grammar/grammar.h"
 #include "grammar/vocabulary.h"
 
@@ -40,6 +41,8 @@ class CompiledGrammar {
   std::shared_ptr<const MaskEntry> mask_entry(int32_t pos, int32_t state) const;
   // Number of entries computed so far (for benchmarks and tests).
   size_t n_cached_entries() const;
+  // Distances to acceptance (completion.h), computed on first use.
+  const CompletionTables& completion() const;
 
  private:
   Grammar grammar_;
@@ -47,6 +50,8 @@ class CompiledGrammar {
   std::vector<uint64_t> dfa_fingerprints_;
   mutable std::mutex mu_;
   mutable std::unordered_map<uint64_t, std::shared_ptr<const MaskEntry>> cache_;
+  mutable std::once_flag completion_once_;
+  mutable std::unique_ptr<const CompletionTables> completion_;
 
   std::shared_ptr<const MaskEntry> compute_entry(int32_t pos, int32_t state) const;
 };

@@ -132,6 +132,67 @@ std::string GrammarMatcher::find_forced_bytes() {
   return out;
 }
 
+std::string GrammarMatcher::shortest_completion(size_t max_bytes) {
+  std::string out;
+  const State& st = history_.back();
+  if (st.terminated || st.can_end) return out;
+  const Grammar& g = grammar_->grammar();
+  const CompletionTables& ct = grammar_->completion();
+  auto cost = [&](const Top& t) {
+    int64_t c = ct.dist[g.elements[t.pos].arg][t.state] + ct.suffix[t.pos + 1];
+    for (int32_t p = t.parent; p >= 0 && c < kNoPath; p = pool_.node(p).parent) c += ct.suffix[pool_.node(p).ret_pos + 1];
+    return c;
+  };
+  std::vector<Top> tops = st.tops, next;
+  // Each round either spells one byte of a shortest path or, at an accepting DFA state, moves on
+  // to the elements after it; the cost falls by one per byte, so this ends within the budget.
+  for (int rounds = 0; out.size() < max_bytes && rounds < 4 * static_cast<int>(max_bytes) + 64; ++rounds) {
+    if (tops.empty()) break;
+    const Top* best = &tops[0];
+    int64_t best_cost = cost(tops[0]);
+    for (const Top& t : tops) {
+      const int64_t c = cost(t);
+      if (c < best_cost) { best_cost = c; best = &t; }
+    }
+    if (best_cost <= 0 || best_cost >= kNoPath) break;
+    const Top top = *best;
+    const int32_t dfa = g.elements[top.pos].arg;
+    next.clear();
+    StepFlags flags;
+    if (ct.dist[dfa][top.state] == 0) {
+      stepper_.expand(top.pos + 1, top.parent, next, flags);
+      sort_unique_tail(next, 0);
+    } else {
+      const uint8_t b = ct.next_byte[dfa][top.state];
+      out += static_cast<char>(b);
+      stepper_.advance(&top, 1, b, next, flags);
+    }
+    if (flags.can_end) break;
+    tops.swap(next);
+  }
+  return out;
+}
+
+std::vector<int32_t> GrammarMatcher::closing_tokens() {
+  std::vector<int32_t> out;
+  if (is_terminated()) return out;
+  const Vocabulary& vocab = grammar_->vocab();
+  if (can_terminate()) out = vocab.stop_tokens();
+  const std::string path = shortest_completion();
+  const auto& trie = vocab.trie();
+  const auto& tokens = vocab.trie_tokens();
+  int32_t node = 0;
+  for (unsigned char c : path) {
+    int32_t child = -1;
+    for (int32_t k = node + 1; k < trie[node].end; k = trie[k].end)
+      if (trie[k].byte == c) { child = k; break; }
+    if (child < 0) break;
+    node = child;
+    for (int32_t k = 0; k < trie[node].n_tokens; ++k) out.push_back(tokens[trie[node].token_begin + k]);
+  }
+  return out;
+}
+
 std::vector<int32_t> GrammarMatcher::find_forced_tokens() {
   const std::string forced = find_forced_bytes();
   const Vocabulary& vocab = grammar_->vocab();

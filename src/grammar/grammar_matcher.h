@@ -53,6 +53,13 @@ class GrammarMatcher {
   // may append these tokens without changing what the model could have produced.
   std::vector<int32_t> find_forced_tokens();
 
+  // The closing bias derived from the grammar (completion.h): a shortest continuation to a
+  // complete match (at most max_bytes of it; empty when the grammar can end now), and the tokens
+  // that spell a prefix of it, plus the stop tokens when the grammar can end. Biasing these
+  // tokens shortens the distance to acceptance by each token's length. Does not change the state.
+  std::string shortest_completion(size_t max_bytes = 32);
+  std::vector<int32_t> closing_tokens();
+
   const CompiledGrammar& compiled() const { return *grammar_; }
 
  private:

@@ -101,8 +101,10 @@ std::string json_quote(const std::string& s) {
 }
 
 ExprPtr format_expr(const std::string& f) {
+  // Years 0001-9999: RFC 3339's grammar allows 0000, but validators that parse dates (Python's
+  // jsonschema among them) reject year 0, so it is left out (a narrowing).
   const std::string date =
-      "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)";
+      "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)";
   const std::string time =
       "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
   const std::string h16 = "[0-9a-fA-F]{1,4}";

@@ -48,7 +48,7 @@ HANDLED = {
     "minLength/maxLength": [('{"type":"string","minLength":2,"maxLength":3}', ['"ab"', '"abc"'], ['"a"', '"abcd"'])],
     "pattern": [('{"type":"string","pattern":"ab|cd"}', ['"xaby"', '"cd"'], ['"xyz"', '"acbd"']),
                 ('{"type":"string","pattern":"^a[0-9]+$"}', ['"a12"'], ['"a12b"', '"ba1"'])],
-    "format": [('{"type":"string","format":"date"}', ['"2024-02-28"'], ['"2024-13-01"', '"x"'])],
+    "format": [('{"type":"string","format":"date"}', ['"2024-02-28"', '"0001-01-01"'], ['"2024-13-01"', '"x"', '"0000-01-01"'])],
     "items/prefixItems": [('{"prefixItems":[{"type":"integer"}],"items":{"type":"string"}}',
                            ['[1,"a"]', "[]"], ['["a"]', "[1,2]"])],
     "items/additionalItems (draft-07)": [('{"$schema":"http://json-schema.org/draft-07/schema#",'

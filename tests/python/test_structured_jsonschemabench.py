@@ -12,47 +12,39 @@ Sampling: temperature 1, seeded, top_k 256 (the model's 256 favourite allowed to
 arbitrary, and the sampler then orders 256 candidates instead of up to 129,280).
 
 Ending: a random model almost never picks the one closing quote among ~100k allowed tokens, so
-unaided most outputs would run into max_tokens. Each request therefore carries a logit_bias of
-+5 on the tokens spelled only with '"', ']', '}', ',' or ':' and on EOS: a preference for ending
-values (like a trained model's), while the mask still decides what is allowed; inside strings
-about half the picks are still the model's own (any script, escapes). Outputs cut by max_tokens
-("length") are prefixes, not documents: they are counted, printed, and must stay a small
-minority (at most 8% of the compiled schemas; 24 of 478 = 5% seen), never silently dropped.
-Most cuts are patterns a random model does not hit ("^[0-9]+[xX][0-9]+$", an unanchored
-"rocket_document") or long arrays of objects.
+unaided most outputs would run into max_tokens. Each request therefore sets closing_bias: +5 on
+the tokens that spell a prefix of a shortest completion of the grammar from the current state
+(and on EOS where the grammar may end), as GrammarMatcher::closing_tokens derives them: a
+preference for finishing taken from the grammar, not from this sample, while the mask still
+decides what is allowed. Outputs cut by max_tokens ("length") are prefixes, not documents: they
+are counted, printed, and must stay a small minority (at most 8% of the compiled schemas), never
+silently dropped. The same check runs on a second, disjoint sample of the fixtures (every k-th
+file from k // 2 on), which no setting here was chosen on.
 """
 import json
-import re
 import warnings
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from jsonschemabench_util import BENCH, reference_validator, sample_files
+from jsonschemabench_util import BENCH, reference_validator, sample_files, sample_step
 
 deepinfer = pytest.importorskip("deepinfer")
 jsonschema = pytest.importorskip("jsonschema")
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_TOKENS = 256
-CLOSER_BIAS = 5.0
+CLOSING_BIAS = 5.0
 MAX_CUT_SHARE = 0.08
 TOP_K = 256
 PROMPT = "Answer in JSON:"
 
 
-def closer_bias(engine):
-    """logit_bias pairs: tokens whose bytes are only '"', ']', '}', ',' or ':', and EOS."""
-    vocab = json.loads((REPO / "models" / "tiny" / "tokenizer.json").read_text())["model"]["vocab"]
-    ids = sorted(i for s, i in vocab.items() if re.fullmatch(r'["\]},:]+', s))
-    assert engine.decode(ids[:1], True) == '"'  # byte-level spellings are the text itself here
-    return [(i, CLOSER_BIAS) for i in ids] + [(int(e), CLOSER_BIAS) for e in engine.eos_token_ids]
-
-
-def test_jsonschemabench_sample_through_the_engine():
+@pytest.mark.parametrize("sample", ["ci", "disjoint"])
+def test_jsonschemabench_sample_through_the_engine(sample):
     if not BENCH.is_dir():
         pytest.skip(f"no fixtures at {BENCH}")
-    files = sample_files()
+    files = sample_files(0 if sample == "ci" else sample_step() // 2)
     assert len(files) >= 500
     core = deepinfer._core
     args = core.EngineArgs()
@@ -61,7 +53,6 @@ def test_jsonschemabench_sample_through_the_engine():
     args.max_model_len = MAX_TOKENS + 16
     engine = core.Engine(args)
     prompt = engine.encode(PROMPT, True)
-    bias = closer_bias(engine)
 
     schemas, rejected = {}, []
     for k, path in enumerate(files):
@@ -73,7 +64,7 @@ def test_jsonschemabench_sample_through_the_engine():
         p.top_k = TOP_K
         p.seed = k
         p.max_tokens = MAX_TOKENS
-        p.logit_bias = bias
+        p.closing_bias = CLOSING_BIAS
         r.params = p
         r.constraint_kind = "json_schema"
         r.constraint = path.read_text()
@@ -116,7 +107,8 @@ def test_jsonschemabench_sample_through_the_engine():
         stats["validated"] += 1
         if errors:
             bad.append(f"{path.parent.name}/{path.name}: {text[rid][:200]!r}: {errors[0].message[:200]}")
-    print("\n" + json.dumps(dict(stats)))
+    stats["cut_share_percent"] = round(100 * len(cut) / max(1, stats["compiled"]), 2)
+    print("\n" + sample + " " + json.dumps(dict(stats)))
     print("cut by max_tokens:\n  " + "\n  ".join(cut))
     assert not bad, "\n".join(bad[:10])
     assert stats["compiled"] >= 0.9 * len(files), rejected[:10]
