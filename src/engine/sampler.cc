@@ -20,6 +20,8 @@ void SamplingParams::validate() const {
   CHECK(std::abs(frequency_penalty) <= 2.0f) << "frequency_penalty must be in [-2, 2]";
   CHECK(max_tokens >= 1) << "max_tokens must be >= 1, got " << max_tokens;
   CHECK(min_tokens >= 0 && min_tokens <= max_tokens) << "min_tokens must be in [0, max_tokens]";
+  CHECK(std::isfinite(closing_bias) && closing_bias >= -100.0f && closing_bias <= 100.0f)
+      << "closing_bias must be in [-100, 100], got " << closing_bias;
   for (const auto& [token, bias] : logit_bias) {
     CHECK(token >= 0) << "logit_bias token id must be >= 0, got " << token;
     CHECK(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f)

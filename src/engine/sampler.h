@@ -33,6 +33,11 @@ struct SamplingParams {
   // those of the raw logits, before bias and penalties (vLLM's default logprobs_mode,
   // "raw_logprobs").
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Constrained requests only: added (after logit_bias and the penalties) to the logits of the
+  // tokens that spell a prefix of a shortest completion of the grammar from the current state,
+  // and of EOS where the grammar may end (GrammarMatcher::closing_tokens): a preference for
+  // finishing that the grammar derives, in [-100, 100]; 0 = off.
+  float closing_bias = 0.0f;
 
   // Throws Error naming the first invalid field.
   void validate() const;
