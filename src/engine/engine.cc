@@ -202,6 +202,7 @@ void Engine::Impl::sync_prefix_stats() {
   stats.prefix_cache_evictions = c.stats().n_evicted;
   stats.prefix_cache_blocks = c.n_entries();
   stats.prefix_cache_bytes = c.n_bytes();
+  stats.prefix_cache_pinned = c.n_pinned();
 }
 
 void Engine::Impl::release(Live& l) {

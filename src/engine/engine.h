@@ -271,6 +271,7 @@ struct EngineStats {
   int64_t prefix_cache_blocks = 0;     // cached block boundaries (entries) now
   int64_t prefix_cache_bytes = 0;      // host memory they hold now
   int64_t prefix_cache_evictions = 0;
+  int64_t prefix_cache_pinned = 0;     // entries held by admitted requests' pending hits now
   double prefix_cache_hit_rate() const {
     return prefix_cache_query_tokens ? double(prefix_cache_hit_tokens) / double(prefix_cache_query_tokens) : 0.0;
   }

@@ -5,6 +5,7 @@
 // changes with the model's numerics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -197,6 +198,46 @@ TEST(PrefixCache, EvictionAndPreemptionNeverChangeOutputs) {
     EXPECT_GT(s_on.prefix_cache_evictions, 0);
     EXPECT_LE(s_on.prefix_cache_bytes, 500000);
     EXPECT_GT(s_on.n_preemptions, 0);
+  }
+}
+
+// Aborts at every point of a request's life (waiting, admitted on a hit, prefilling,
+// decoding) leave no pinned entry and no state behind, and the other requests' outputs are
+// those of the cache-off engine.
+TEST(PrefixCache, AbortsReleaseEverything) {
+  const int64_t V = testing::small_config().vocab_size;
+  const std::vector<int32_t> shared = testing::random_tokens(200, V, 8);
+  auto run = [&](bool enable) {
+    EngineArgs a = cache_args(enable, 16);
+    Engine e(a, make_model(false), nullptr);
+    e.generate({greedy("warm", shared, 2)});
+    std::map<std::string, std::vector<int32_t>> tokens;
+    for (int i = 0; i < 8; ++i) {
+      std::vector<int32_t> p(shared.begin(), shared.begin() + 100 + 12 * i);
+      p.push_back(int32_t(i));
+      e.add_request(greedy("r" + std::to_string(i), p, 6));
+    }
+    for (int s = 0; e.has_unfinished(); ++s) {
+      if (s < 8) e.abort("r" + std::to_string(s % 2 ? 7 - s / 2 : s));  // 0, 7, 2, 6, 4, 5, 6, 4
+      for (const RequestOutput& o : e.step()) {
+        tokens[o.id].insert(tokens[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+    }
+    EXPECT_TRUE(e.state_cache().all_free());
+    EXPECT_EQ(e.stats().prefix_cache_pinned, 0);
+    if (enable) EXPECT_GT(e.stats().prefix_cache_hits, 0);
+    return tokens;
+  };
+  auto on = run(true), off = run(false);
+  // The survivors agree; an aborted request got further where its prefix hit (fewer steps
+  // before the abort), so of the two outputs one is a prefix of the other.
+  EXPECT_EQ(on["r1"], off["r1"]);
+  EXPECT_EQ(on["r3"], off["r3"]);
+  EXPECT_EQ(on["r1"].size(), 6u);
+  for (const auto& [id, t] : off) {
+    const std::vector<int32_t>& u = on[id];
+    const size_t n = std::min(t.size(), u.size());
+    EXPECT_TRUE(std::equal(t.begin(), t.begin() + std::ptrdiff_t(n), u.begin())) << id;
   }
 }
 
