@@ -71,7 +71,7 @@ std::string speculative_in_effect(const EngineArgs& args, const Engine& engine) 
     if (args.speculative_method == "none") return "none";
     const std::string drafter = engine.runner().drafter();
     return "none (" + args.speculative_method + ": " +
-           (drafter == "none" ? "the " + args.device + " runner reports no drafter in this checkpoint"
+           (drafter == "none" ? "the " + args.device + " runner has no drafter for this checkpoint"
                               : "the " + args.device + " runner cannot verify drafts") +
            ")";
   }
