@@ -241,6 +241,47 @@ TEST(PrefixCache, AbortsReleaseEverything) {
   }
 }
 
+// Speculative decoding with the cache: states cached after verifications rolled rejected
+// drafts back serve hits, and every output is plain greedy decoding's.
+TEST(PrefixCache, SpeculativeDecodingStaysExact) {
+  const ModelConfig cfg = testing::small_config();
+  auto model = [&] {
+    auto src = random_weights(cfg, kEngineTestSeed);
+    return Model::from_source(cfg, *src, {Numerics::kOfficial, true, /*max_rollback=*/4});
+  };
+  const std::vector<int32_t> prompt = testing::random_tokens(150, cfg.vocab_size, 21);
+  auto run = [&](bool spec, const std::vector<std::vector<int32_t>>& prompts) {
+    EngineArgs a = cache_args(spec, 8, false);
+    if (spec) {
+      a.num_speculative_tokens = 3;
+      // Drafts: the last token repeated (some accepted, most rejected).
+      a.spec_test_drafter = [](const std::string&, std::span<const int32_t> t, int64_t k) {
+        EngineArgs::DraftProposal p;
+        p.tokens.assign(size_t(k), t.back());
+        return p;
+      };
+    }
+    Engine e(a, model(), nullptr);
+    std::vector<RequestOutput> outs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      outs.push_back(e.generate({greedy("p" + std::to_string(i), prompts[i], 20)})[0]);
+    }
+    if (spec) {
+      EXPECT_GT(e.stats().n_verifications, 0);
+      EXPECT_GT(e.stats().prefix_cache_hits, 0);
+    }
+    return outs;
+  };
+  const auto first = run(false, {prompt})[0];
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), first.new_tokens.begin(), first.new_tokens.begin() + 17);
+  const auto plain = run(false, {prompt, prompt, longer});
+  const auto spec = run(true, {prompt, prompt, longer});
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(spec[i].new_tokens, plain[i].new_tokens) << i;
+  EXPECT_EQ(spec[1].n_cached_tokens, 144);
+  EXPECT_GT(spec[2].n_cached_tokens, 150);
+}
+
 // The cache key follows the model's numerics and batch-invariance: another engine's cached
 // state never matches.
 TEST(PrefixCache, KeyChangesWithNumerics) {
