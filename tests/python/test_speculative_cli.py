@@ -237,3 +237,26 @@ def test_python_llm_speculative_equals_none(model, method, k):
         assert stats.mean_acceptance_length() == pytest.approx(1 + stats.n_drafts_accepted / stats.n_verifications)
     with pytest.raises(Exception, match="has a (dspark|mtp) drafter"):
         deepinfer.LLM(str(model), speculative_method="mtp" if method == "dspark" else "dspark")
+
+
+def test_async_llm_speculative_equals_none():
+    deepinfer = pytest.importorskip("deepinfer")
+    import asyncio
+    params = deepinfer.SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    prompts = [[3, 14, 15, 9, 26], [5, 35, 8, 9, 7, 9, 3, 2]]
+    expected = [o.token_ids for o in deepinfer.LLM(str(DSPARK), speculative_method="none").generate(prompts, params)]
+
+    async def tokens(llm, prompt):
+        ids = []
+        async for delta in llm.stream(prompt, params):
+            ids += delta.token_ids
+        return ids
+
+    async def main():
+        async with deepinfer.AsyncLLM(str(DSPARK), speculative_method="dspark", num_speculative_tokens=3) as llm:
+            got = await asyncio.gather(*(tokens(llm, p) for p in prompts))
+            stats = llm._llm.stats()  # the engine thread is idle once both streams ended
+            return got, stats.num_speculative_tokens, stats.n_verifications
+
+    got, k, n = asyncio.run(main())
+    assert got == expected and k == 3 and n > 0
