@@ -267,7 +267,7 @@ def main():
     lines = [f"# Structured output: deepinfer vs llguidance vs XGrammar ({date})", "",
              f"- command: `python3 bench/grammar/bench_grammar.py {' '.join(sys.argv[1:])}`",
              f"- commit: {commit}; machine: {platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}), single thread per engine",
-             f"- schemas: {len(files)} JSONSchemaBench files ({'all' if args.all else 'every ' + str(max(1, 6070 // args.sample)) + 'th'}); "
+             f"- schemas: {len(files)} JSONSchemaBench files ({'listed in ' + args.only if args.only else 'all' if args.all else 'every ' + str(max(1, 6070 // args.sample)) + 'th'}); "
              f"tokenizer DeepSeek-V3 (129,280 ids); up to {args.tokens} uniformly random allowed tokens per schema", "",
              f"- repeats: {args.repeat} run(s) per engine; with more than one, compile time and every mask time are the "
              f"minimum over the runs (same seeds, same token paths) and 'raw max' is the largest single mask of all runs"
