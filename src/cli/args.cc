@@ -258,4 +258,20 @@ void apply_speculative_options(const Args& args, EngineArgs& engine_args) {
   engine_args.spec_scheduling = scheduling;
 }
 
+const OptionGroup kPrefixCacheOptionGroup = {
+    "Prefix caching",
+    {
+        {"enable-prefix-caching", "",
+         "Reuse the cached state of a prompt's leading 128-token blocks (the default where the backend "
+         "supports it: cpu today); the logits are those of a cold run."},
+        {"no-enable-prefix-caching", "", "Compute every prompt from its first token."},
+    }};
+
+void apply_prefix_cache_options(const Args& args, EngineArgs& engine_args) {
+  CHECK(!(args.has("enable-prefix-caching") && args.has("no-enable-prefix-caching")))
+      << "give --enable-prefix-caching or --no-enable-prefix-caching, not both";
+  if (args.has("no-enable-prefix-caching")) engine_args.enable_prefix_caching = false;
+  if (args.has("enable-prefix-caching")) engine_args.enable_prefix_caching = true;
+}
+
 }  // namespace deepinfer

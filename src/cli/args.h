@@ -95,4 +95,8 @@ void apply_prefill_options(const Args& args, EngineArgs& engine_args);
 extern const OptionGroup kSpeculativeOptionGroup;
 void apply_speculative_options(const Args& args, EngineArgs& engine_args);
 
+// --enable-prefix-caching / --no-enable-prefix-caching into EngineArgs::enable_prefix_caching.
+extern const OptionGroup kPrefixCacheOptionGroup;
+void apply_prefix_cache_options(const Args& args, EngineArgs& engine_args);
+
 }  // namespace deepinfer

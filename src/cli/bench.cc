@@ -69,6 +69,7 @@ const OptionGroups& bench_options() {
        }},
       kPrefillOptionGroup,
       kSpeculativeOptionGroup,
+      kPrefixCacheOptionGroup,
       kDeviceOptionGroup,
   };
   return groups;
@@ -160,6 +161,7 @@ EngineArgs engine_args(const Args& args, EngineStartupNotes& notes) {
   base.max_model_len = args.get_int("max-model-len", 0);
   apply_prefill_options(args, base);
   apply_speculative_options(args, base);
+  apply_prefix_cache_options(args, base);
   notes.device_note = apply_device_options(args, base);
   notes.tokenizer_note = resolve_tokenizer(args.get("tokenizer"), base).note;
   return base;
@@ -177,7 +179,8 @@ void refuse_for_server(const Args& args) {
                            "max-num-batched-tokens", "max-model-len", "max-prefill-tokens-with-decodes",
                            "long-prefill-token-threshold", "device", "gpu-memory-utilization", "weight-format",
                            "kv-cache-dtype", "cuda-graphs", "no-cuda-graphs", "speculative-method",
-                           "num-speculative-tokens", "spec-scheduling"}) {
+                           "num-speculative-tokens", "spec-scheduling", "enable-prefix-caching",
+                           "no-enable-prefix-caching"}) {
     CHECK(!args.has(name)) << "--" << name << " configures the in-process engine; with --base-url the server's "
                            << "own options apply";
   }

@@ -35,6 +35,7 @@ const OptionGroups& generate_options() {
            {"ignore-eos", "", "Keep generating past the end-of-sequence token."},
        }},
       kSpeculativeOptionGroup,
+      kPrefixCacheOptionGroup,
       kDeviceOptionGroup,
   };
   return groups;
@@ -173,6 +174,7 @@ int cmd_generate(int argc, char** argv) {
   engine_args.model_options.batch_invariant = args.has("batch-invariant");
   const std::string device_note = apply_device_options(args, engine_args);
   apply_speculative_options(args, engine_args);
+  apply_prefix_cache_options(args, engine_args);
   const std::string tokenizer_note = resolve_tokenizer(args.get("tokenizer"), engine_args).note;
   const std::string& method = engine_args.speculative_method;
   if (engine_args.device != "cpu" || engine_args.dummy_weights || args.has("kv-cache-dtype") ||
@@ -196,6 +198,7 @@ int cmd_generate(int argc, char** argv) {
   summary.backend = "cpu, the plain generate loop (one sequence, no engine)";
   summary.speculative = method == "none" ? "none" : "none (auto: the checkpoint has no drafter)";
   summary.memory = "host: the model's fp32 weights and one sequence's state";
+  summary.prefix_cache = "off (the plain loop runs one sequence)";
   summary.capacity = "1 request of up to " + std::to_string(loaded.model->config().max_position_embeddings) + " tokens";
   print_startup_summary(summary);
 

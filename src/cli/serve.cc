@@ -62,6 +62,7 @@ const OptionGroups& serve_options() {
        }},
       kPrefillOptionGroup,
       kSpeculativeOptionGroup,
+      kPrefixCacheOptionGroup,
       {"Structured output",
        {
            {"grammar-threads", "N", "Threads compiling response_format constraints (default 2)."},
@@ -107,6 +108,7 @@ int cmd_serve(int argc, char** argv) {
   engine_args.state_budget_bytes = args.get_int("state-budget-mib", 0) << 20;
   engine_args.overlap = !args.has("no-overlap");
   apply_speculative_options(args, engine_args);
+  apply_prefix_cache_options(args, engine_args);
   const std::string device_note = apply_device_options(args, engine_args);
   const TokenizerChoice tokenizer_choice = resolve_tokenizer(args.get("tokenizer"), engine_args);
   CHECK_KIND(kNotFound, tokenizer_choice.found) << "serving needs a tokenizer: " << tokenizer_choice.note;

@@ -718,6 +718,8 @@ bool Engine::abort(const std::string& id) {
   return true;
 }
 
+bool Engine::prefix_caching() const { return impl_->prefix != nullptr; }
+
 bool Engine::has_unfinished() const {
   return impl_->scheduler->has_unfinished() || impl_->inflight != nullptr || !impl_->pending.empty();
 }

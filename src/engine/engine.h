@@ -329,6 +329,9 @@ class Engine {
   // while it could be the start of a stop string.
   std::vector<RequestOutput> step();
   bool has_unfinished() const;
+  // Whether automatic prefix caching is on (EngineArgs::enable_prefix_caching and a backend
+  // that supports it).
+  bool prefix_caching() const;
   // Blocking convenience: runs until every given request finishes; outputs in input order
   // with all tokens, text and logprobs accumulated. Other live requests advance too; their
   // outputs are returned by the next step().

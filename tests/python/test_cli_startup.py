@@ -252,7 +252,10 @@ def test_summary_of_the_engine_path(tmp_path):
     assert n_requests == 1  # generate runs one request
     # --speculative-method auto (the default) on a checkpoint without a drafter.
     assert re.fullmatch(r"none \(auto: the (cpu|cuda) runner has no drafter for this checkpoint\)", fields["speculative"])
-    assert fields["prefix cache"] == "off"
+    if fields["device"].startswith("cpu"):  # the engine's prefix cache is on by default where it exists
+        assert fields["prefix cache"] == "on, blocks of 128 tokens, up to 1.00 GiB of host memory"
+    else:
+        assert fields["prefix cache"].startswith("off (the cuda")
     assert fields["parallelism"].startswith("single device")
     if fields["device"].startswith("cpu"):
         assert re.match(r"cpu \(auto: (this build has no CUDA backend|no CUDA device found)\)", fields["device"])
@@ -288,3 +291,14 @@ def test_summary_of_the_plain_generate_loop():
     assert fields["model"].startswith("deepinfer-tiny (deepseek_v4, 4 layers, hidden 256")
     if fields["device"].startswith("cpu"):
         assert "plain generate loop" in fields["backend"]
+
+
+def test_summary_says_when_prefix_caching_is_turned_off(tmp_path):
+    model = small_v4_config_dir(tmp_path)
+    r = run("generate", "--dummy-weights", "--model", str(model), "--prompt", "Hi", "--max-tokens", "2",
+            "--no-enable-prefix-caching")
+    assert r.returncode == 0, r.stderr
+    assert summary_of(r.stderr)["prefix cache"] == "off (--no-enable-prefix-caching)"
+    both = run("generate", "--dummy-weights", "--model", str(model), "--prompt", "Hi", "--max-tokens", "2",
+               "--enable-prefix-caching", "--no-enable-prefix-caching")
+    assert both.returncode != 0 and "not both" in both.stderr
