@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "io/config_parser.h"
 #include "model/model.h"
@@ -41,9 +44,20 @@ TEST(TapMoved, LowersTheAcceptanceOfATrainedDrafter) {
   const ModelOptions options{Numerics::kOfficial, /*batch_invariant=*/true};
   auto model = Model::load(dir, options);
   ASSERT_EQ(model->drafter_kind(), DrafterKind::kDspark);
-  // Prompts: a few tokens, then the target's own greedy continuation.
+  // Prompts: the held-out prompts the drafter's acceptance was recorded on
+  // (DIR/drafter_prompts.txt, one comma-separated id list per line, tools/train_drafter.py
+  // --record); without them a few tokens and the target's own greedy continuation.
   std::vector<std::vector<int32_t>> prompts;
+  if (std::ifstream in(dir + "/drafter_prompts.txt"); in) {
+    for (std::string line; std::getline(in, line);) {
+      std::vector<int32_t> prompt;
+      std::stringstream ids(line);
+      for (std::string id; std::getline(ids, id, ',');) prompt.push_back(static_cast<int32_t>(std::stol(id)));
+      if (!prompt.empty()) prompts.push_back(prompt);
+    }
+  }
   for (int32_t seed : {11, 12, 13, 14}) {
+    if (!prompts.empty()) break;
     const int32_t V = static_cast<int32_t>(cfg.vocab_size);
     std::vector<int32_t> prompt = {static_cast<int32_t>(cfg.bos_token_id), seed * 97 % V, seed * 131 % V};
     auto state = model->new_state();
