@@ -135,6 +135,11 @@ StartupSummary engine_startup_summary(const std::string& command, const EngineAr
                                             : " (default budget)");
   }
   s.speculative = speculative_in_effect(args, engine);
+  s.prefix_cache = engine.prefix_caching()
+                       ? "on, blocks of " + std::to_string(args.prefix_cache_block_tokens) + " tokens, up to " +
+                             gib(double(args.prefix_cache_bytes)) + " of host memory"
+                       : args.enable_prefix_caching ? "off (the " + engine.runner().name() + " backend has none yet)"
+                                                    : "off (--no-enable-prefix-caching)";
   if (args.speculative_method == "auto" && engine.stats().accepted_at.empty() && args.device != "cpu") {
     LOG(INFO) << "speculative decoding: auto falls back to none: " << engine.runner().name()
               << " reports no drafter it can verify with";
