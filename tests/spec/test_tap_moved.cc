@@ -11,14 +11,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "io/config_parser.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "spec/greedy_speculative.h"
+#include "../tools/tool_util.h"
 
 namespace deepinfer {
 namespace {
@@ -47,15 +46,9 @@ TEST(TapMoved, LowersTheAcceptanceOfATrainedDrafter) {
   // Prompts: the held-out prompts the drafter's acceptance was recorded on
   // (DIR/drafter_prompts.txt, one comma-separated id list per line, tools/train_drafter.py
   // --record); without them a few tokens and the target's own greedy continuation.
+  const std::string prompts_file = dir + "/drafter_prompts.txt";
   std::vector<std::vector<int32_t>> prompts;
-  if (std::ifstream in(dir + "/drafter_prompts.txt"); in) {
-    for (std::string line; std::getline(in, line);) {
-      std::vector<int32_t> prompt;
-      std::stringstream ids(line);
-      for (std::string id; std::getline(ids, id, ',');) prompt.push_back(static_cast<int32_t>(std::stol(id)));
-      if (!prompt.empty()) prompts.push_back(prompt);
-    }
-  }
+  if (std::filesystem::exists(prompts_file)) prompts = tools::read_token_lists(prompts_file);
   for (int32_t seed : {11, 12, 13, 14}) {
     if (!prompts.empty()) break;
     const int32_t V = static_cast<int32_t>(cfg.vocab_size);

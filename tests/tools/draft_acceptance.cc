@@ -33,29 +33,14 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "tool_util.h"
 #include "spec/greedy_speculative.h"
 
 namespace {
 
 using namespace deepinfer;
 
-std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::vector<std::vector<int32_t>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    for (char& ch : line) {
-      if (ch == ',') ch = ' ';
-    }
-    std::istringstream ss(line);
-    std::vector<int32_t> ids;
-    int64_t v;
-    while (ss >> v) ids.push_back(static_cast<int32_t>(v));
-    if (!ids.empty()) out.push_back(std::move(ids));
-  }
-  return out;
-}
+using tools::read_token_lists;
 
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
@@ -135,7 +120,7 @@ int run(int argc, char** argv) {
   if (temperature < 0.0f) throw std::runtime_error("--temperature must be >= 0");
   if (temperature > 0.0f) {
     if (k <= 0) throw std::runtime_error("--temperature needs --k");
-    return run_sampled(model_dir, read_sequences(prompts_path), numerics, max_new, k, temperature);
+    return run_sampled(model_dir, read_token_lists(prompts_path), numerics, max_new, k, temperature);
   }
   ModelOptions options;
   options.numerics = parse_numerics(numerics);
@@ -148,7 +133,7 @@ int run(int argc, char** argv) {
   SpeculativeStats total;
   total.accepted_at.assign(k, 0);
   bool all_equal = true;
-  const auto prompts = read_sequences(prompts_path);
+  const auto prompts = read_token_lists(prompts_path);
   for (size_t s = 0; s < prompts.size(); ++s) {
     auto state = model->new_state();
     const GreedyOutput spec = greedy_speculative(*model, *state, prompts[s], max_new, k, drafter);
@@ -186,11 +171,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "draft_acceptance: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return deepinfer::tools::tool_main("draft_acceptance", run, argc, argv); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "tool_util.h"
 
 namespace {
 
@@ -39,18 +40,7 @@ std::vector<int64_t> parse_list(std::string s) {
   return out;
 }
 
-std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::vector<std::vector<int32_t>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<int32_t> ids;
-    for (int64_t v : parse_list(line)) ids.push_back(static_cast<int32_t>(v));
-    if (!ids.empty()) out.push_back(std::move(ids));
-  }
-  return out;
-}
+using deepinfer::tools::read_token_lists;
 
 template <typename T>
 void write_all(std::ofstream& f, const std::vector<T>& v) {
@@ -89,7 +79,7 @@ int run(int argc, char** argv) {
   std::ofstream hidden_out(out_prefix + ".hidden.f32", std::ios::binary);
   std::string rows_at, tokens;
   int64_t rows = 0, block = 0;
-  const auto seqs = read_sequences(ids_path);
+  const auto seqs = read_token_lists(ids_path);
   for (size_t s = 0; s < seqs.size(); ++s) {
     for (int64_t p : ps) {
       if (p + 1 >= static_cast<int64_t>(seqs[s].size())) continue;
@@ -118,11 +108,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "draft_logits: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return deepinfer::tools::tool_main("draft_logits", run, argc, argv); }

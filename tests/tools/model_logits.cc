@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "tool_util.h"
 
 namespace {
 
@@ -29,23 +30,7 @@ using deepinfer::ModelOptions;
 using deepinfer::SequenceChunk;
 using deepinfer::Tensor;
 
-std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::vector<std::vector<int32_t>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    for (char& ch : line) {
-      if (ch == ',') ch = ' ';
-    }
-    std::istringstream ss(line);
-    std::vector<int32_t> ids;
-    int64_t v;
-    while (ss >> v) ids.push_back(static_cast<int32_t>(v));
-    if (!ids.empty()) out.push_back(std::move(ids));
-  }
-  return out;
-}
+using deepinfer::tools::read_token_lists;
 
 int run(int argc, char** argv) {
   std::string model_dir, ids_path, out_prefix, numerics = "official";
@@ -72,7 +57,7 @@ int run(int argc, char** argv) {
   options.numerics = deepinfer::parse_numerics(numerics);
   auto model = Model::load(model_dir, options);
   const int64_t V = model->config().vocab_size;
-  const auto seqs = read_sequences(ids_path);
+  const auto seqs = read_token_lists(ids_path);
   std::ofstream nll_out(out_prefix + ".nll.f32", std::ios::binary);
   std::ofstream logits_out(out_prefix + ".logits.f32", std::ios::binary);
   double nll_sum = 0.0;
@@ -113,11 +98,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "model_logits: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return deepinfer::tools::tool_main("model_logits", run, argc, argv); }
