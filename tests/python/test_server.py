@@ -68,6 +68,11 @@ class Server:
         conn.close()
         return resp, data
 
+    def openai_client(self):
+        """The official openai client on this server (the test API key, no retries)."""
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=API_KEY,
+                             max_retries=0, timeout=300)
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -88,8 +93,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=API_KEY,
-                         max_retries=0, timeout=300)
+    return server.openai_client()
 
 
 def assert_error_body(data, status_type=None):

@@ -29,8 +29,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=API_KEY,
-                         max_retries=0, timeout=300)
+    return server.openai_client()
 
 
 @pytest.fixture(scope="module")
