@@ -120,70 +120,17 @@ const Candidates& ordered_candidates(std::span<const float> logits, int64_t top_
 
 }  // namespace
 
-int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position) {
-  const int64_t n = static_cast<int64_t>(logits.size());
-  ICHECK(n > 0);
-  if (p.temperature == 0.0f || p.top_k == 1) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  // Candidates ordered by (logit desc, id asc), the first k kept. Tokens with logit -inf
-  // (masked by a grammar, EOS before min_tokens) have probability 0 and can never be drawn,
-  // so they are left out: a grammar mask that allows a few hundred tokens then costs a few
-  // hundred keys instead of the vocabulary.
-  const Candidates& c = ordered_candidates(logits, p.top_k);
-  const std::vector<int32_t>& ids = c.ids;
-  if (ids.empty()) return 0;  // nothing can be drawn; callers never mask every token
-  const int64_t k = static_cast<int64_t>(ids.size());
-  const float mx = c.logits[0];
-  thread_local std::vector<double> probs;
-  probs.resize(static_cast<size_t>(k));
-  double total = 0.0;
-  for (int64_t i = 0; i < k; ++i) {
-    probs[i] = std::exp((static_cast<double>(c.logits[i]) - mx) / p.temperature);
-    total += probs[i];
-  }
-  int64_t keep = k;
-  double cum = 0.0;
-  for (int64_t i = 0; i < k; ++i) {
-    probs[i] /= total;
-    if (p.min_p > 0.0f && probs[i] < p.min_p * probs[0]) {
-      keep = std::min(keep, i);
-    }
-  }
-  for (int64_t i = 0; i < keep; ++i) {
-    cum += probs[i];
-    if (cum >= p.top_p) {
-      keep = i + 1;
-      break;
-    }
-  }
-  keep = std::max<int64_t>(keep, 1);
-  double mass = 0.0;
-  for (int64_t i = 0; i < keep; ++i) mass += probs[i];
-  const double u = sample_uniform(p.seed, position) * mass;
-  double acc = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += probs[i];
-    if (u < acc) return ids[i];
-  }
-  return ids[keep - 1];
-}
+namespace {
 
-void token_distribution(std::span<const float> logits, const SamplingParams& p, TokenDistribution& out) {
-  out.ids.clear();
-  out.probs.clear();
-  ICHECK(!logits.empty());
-  if (p.temperature == 0.0f || p.top_k == 1) {
-    out.ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    out.probs.push_back(1.0);
-    return;
-  }
-  // The same steps as sample_token, in the same order and precision.
-  const Candidates& c = ordered_candidates(logits, p.top_k);
-  if (c.ids.empty()) return;
+// The candidates a non-greedy draw chooses from and their probabilities before the final
+// renormalisation: temperature softmax over ordered_candidates(top_k), then min_p and top_p
+// cuts (at least one kept). Fills `probs` with the first `keep` probabilities (normalised
+// over all k candidates) and returns keep; 0 when every token is masked. sample_token and
+// token_distribution share it, so the distribution is exactly the one drawn from.
+int64_t kept_probabilities(const Candidates& c, const SamplingParams& p, std::vector<double>& probs) {
   const int64_t k = static_cast<int64_t>(c.ids.size());
+  if (k == 0) return 0;
   const float mx = c.logits[0];
-  std::vector<double>& probs = out.probs;
   probs.resize(static_cast<size_t>(k));
   double total = 0.0;
   for (int64_t i = 0; i < k; ++i) {
@@ -205,9 +152,51 @@ void token_distribution(std::span<const float> logits, const SamplingParams& p, 
   }
   keep = std::max<int64_t>(keep, 1);
   probs.resize(static_cast<size_t>(keep));
+  return keep;
+}
+
+}  // namespace
+
+int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  ICHECK(n > 0);
+  if (p.temperature == 0.0f || p.top_k == 1) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates ordered by (logit desc, id asc), the first k kept. Tokens with logit -inf
+  // (masked by a grammar, EOS before min_tokens) have probability 0 and can never be drawn,
+  // so they are left out: a grammar mask that allows a few hundred tokens then costs a few
+  // hundred keys instead of the vocabulary.
+  const Candidates& c = ordered_candidates(logits, p.top_k);
+  thread_local std::vector<double> probs;
+  const int64_t keep = kept_probabilities(c, p, probs);
+  if (keep == 0) return 0;  // nothing can be drawn; callers never mask every token
   double mass = 0.0;
-  for (double q : probs) mass += q;
-  for (double& q : probs) q /= mass;
+  for (int64_t i = 0; i < keep; ++i) mass += probs[i];
+  const double u = sample_uniform(p.seed, position) * mass;
+  double acc = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) return c.ids[i];
+  }
+  return c.ids[keep - 1];
+}
+
+void token_distribution(std::span<const float> logits, const SamplingParams& p, TokenDistribution& out) {
+  out.ids.clear();
+  out.probs.clear();
+  ICHECK(!logits.empty());
+  if (p.temperature == 0.0f || p.top_k == 1) {
+    out.ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    out.probs.push_back(1.0);
+    return;
+  }
+  const Candidates& c = ordered_candidates(logits, p.top_k);
+  const int64_t keep = kept_probabilities(c, p, out.probs);
+  if (keep == 0) return;
+  double mass = 0.0;
+  for (double q : out.probs) mass += q;
+  for (double& q : out.probs) q /= mass;
   out.ids.assign(c.ids.begin(), c.ids.begin() + keep);
 }
 
