@@ -65,8 +65,7 @@ std::string describe_model(const std::string& model_dir, bool dummy_weights, uin
 }
 
 std::string speculative_in_effect(const EngineArgs& args, const Engine& engine) {
-  const EngineStats& stats = engine.stats();
-  const size_t k = stats.accepted_at.size();  // the engine's drafts per verification (0: off)
+  const int64_t k = engine.speculative_tokens();
   if (k == 0) {
     if (args.speculative_method == "none") return "none";
     const std::string drafter = engine.runner().drafter();
@@ -140,7 +139,7 @@ StartupSummary engine_startup_summary(const std::string& command, const EngineAr
                              gib(double(args.prefix_cache_bytes)) + " of host memory"
                        : args.enable_prefix_caching ? "off (the " + engine.runner().name() + " backend has none yet)"
                                                     : "off (--no-enable-prefix-caching)";
-  if (args.speculative_method == "auto" && engine.stats().accepted_at.empty() && args.device != "cpu") {
+  if (args.speculative_method == "auto" && engine.speculative_tokens() == 0 && args.device != "cpu") {
     LOG(INFO) << "speculative decoding: auto falls back to none: " << engine.runner().name()
               << " reports no drafter it can verify with";
   }

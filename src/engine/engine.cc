@@ -720,6 +720,8 @@ bool Engine::abort(const std::string& id) {
 
 bool Engine::prefix_caching() const { return impl_->prefix != nullptr; }
 
+int64_t Engine::speculative_tokens() const { return impl_->spec_k; }
+
 bool Engine::has_unfinished() const {
   return impl_->scheduler->has_unfinished() || impl_->inflight != nullptr || !impl_->pending.empty();
 }

@@ -332,6 +332,8 @@ class Engine {
   // Whether automatic prefix caching is on (EngineArgs::enable_prefix_caching and a backend
   // that supports it).
   bool prefix_caching() const;
+  // Drafts verified per decoding request and step (0: speculative decoding is off).
+  int64_t speculative_tokens() const;
   // Blocking convenience: runs until every given request finishes; outputs in input order
   // with all tokens, text and logprobs accumulated. Other live requests advance too; their
   // outputs are returned by the next step().
