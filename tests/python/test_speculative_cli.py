@@ -233,8 +233,14 @@ def test_python_llm_speculative_equals_none(model, method, k):
         llm = deepinfer.LLM(str(model), **kwargs)
         assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected, kwargs
         stats = llm.stats()
-        assert stats.num_speculative_tokens == k and stats.n_verifications > 0
-        assert stats.mean_acceptance_length() == pytest.approx(1 + stats.n_drafts_accepted / stats.n_verifications)
+        assert stats.num_speculative_tokens == k
+        # Confidence scheduling verifies only drafts worth their step time under a curve timed at
+        # start-up, so on a loaded machine it may verify none (random drafters: low confidence);
+        # fixed scheduling verifies every step.
+        if kwargs.get("spec_scheduling") != "confidence":
+            assert stats.n_verifications > 0
+        if stats.n_verifications:
+            assert stats.mean_acceptance_length() == pytest.approx(1 + stats.n_drafts_accepted / stats.n_verifications)
     with pytest.raises(Exception, match="has a (dspark|mtp) drafter"):
         deepinfer.LLM(str(model), speculative_method="mtp" if method == "dspark" else "dspark")
 
