@@ -1,9 +1,15 @@
-// model_logits: runs the CPU forward of a checkpoint over token sequences and writes what a
-// training framework needs to check itself against the engine (tools/train_tiny.py
-// --check-engine):
+// model_logits: runs the engine's forward of a checkpoint over token sequences and writes what
+// a training framework needs to check itself against the engine (tools/train_tiny.py
+// --check-engine), and the engine's held-out perplexity on either backend (issue 16:
+// bench/perplexity/run_gpu.sh):
 //
 //   model_logits --model DIR --ids FILE --out PREFIX [--numerics official|reference]
 //                [--full-logits N] [--chunk C]
+//                [--device cpu|cuda] [--weight-format fp32|fp8] [--kv-cache-dtype auto|fp8|bf16]
+//
+// The model runs through make_model_runner (runtime/runner_factory.h), the runner the engine
+// uses: device cpu is the CPU Model (the default), device cuda the CudaRunner with the given
+// weight format (fp32 default) and KV cache dtype (auto: GpuModel's default).
 //
 // FILE holds one sequence per line, token ids separated by commas or spaces. Each sequence
 // runs in a fresh state, in chunks of C tokens (default: the whole sequence at once), with
@@ -12,6 +18,7 @@
 //                       (float32, little-endian, sequences concatenated; computed in double)
 //   PREFIX.logits.f32   the full fp32 logits [T, V] of the first N sequences (default 1)
 // and prints one JSON line: {"sequences":..,"tokens":..,"nll_sum":..,"vocab":..}.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -21,13 +28,13 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/runner_factory.h"
 #include "tool_util.h"
 
 namespace {
 
-using deepinfer::Model;
-using deepinfer::ModelOptions;
-using deepinfer::SequenceChunk;
+using deepinfer::RunnerArgs;
+using deepinfer::RunnerChunk;
 using deepinfer::Tensor;
 
 using deepinfer::tools::read_token_lists;
@@ -35,6 +42,7 @@ using deepinfer::tools::read_token_lists;
 int run(int argc, char** argv) {
   std::string model_dir, ids_path, out_prefix, numerics = "official";
   int64_t full_logits = 1, chunk = 0;
+  RunnerArgs args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -47,17 +55,27 @@ int run(int argc, char** argv) {
     else if (a == "--numerics") numerics = next();
     else if (a == "--full-logits") full_logits = std::stoll(next());
     else if (a == "--chunk") chunk = std::stoll(next());
+    else if (a == "--device") args.device = next();
+    else if (a == "--weight-format") args.weight_format = next();
+    else if (a == "--kv-cache-dtype") args.kv_cache_dtype = next();
     else throw std::runtime_error("unknown argument " + a);
   }
   if (model_dir.empty() || ids_path.empty() || out_prefix.empty()) {
     throw std::runtime_error("usage: model_logits --model DIR --ids FILE --out PREFIX "
-                             "[--numerics official|reference] [--full-logits N] [--chunk C]");
+                             "[--numerics official|reference] [--full-logits N] [--chunk C] [--device cpu|cuda] "
+                             "[--weight-format fp32|fp8] [--kv-cache-dtype auto|fp8|bf16]");
   }
-  ModelOptions options;
-  options.numerics = deepinfer::parse_numerics(numerics);
-  auto model = Model::load(model_dir, options);
-  const int64_t V = model->config().vocab_size;
   const auto seqs = read_token_lists(ids_path);
+  int64_t longest = 1;
+  for (const auto& ids : seqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+  args.model_dir = model_dir;
+  args.model_options.numerics = deepinfer::parse_numerics(numerics);
+  args.max_sequences = 1;
+  args.max_context = longest;
+  args.max_batch_tokens = std::max<int64_t>(chunk > 0 ? chunk : longest, 1);
+  auto runner = deepinfer::make_model_runner(args);
+  const int64_t V = runner->config().vocab_size;
+  std::fprintf(stderr, "model_logits: %s on %s\n", model_dir.c_str(), runner->name().c_str());
   std::ofstream nll_out(out_prefix + ".nll.f32", std::ios::binary);
   std::ofstream logits_out(out_prefix + ".logits.f32", std::ios::binary);
   double nll_sum = 0.0;
@@ -66,15 +84,16 @@ int run(int argc, char** argv) {
     const std::vector<int32_t>& ids = seqs[s];
     const int64_t T = static_cast<int64_t>(ids.size());
     const int64_t step = chunk > 0 ? chunk : T;
-    auto state = model->new_state();
+    const int64_t sequence = runner->new_sequence();
     std::vector<float> logits;
     logits.reserve(T * V);
     for (int64_t begin = 0; begin < T; begin += step) {
       const int64_t end = std::min(T, begin + step);
-      SequenceChunk c{state.get(), std::span<const int32_t>(ids.data() + begin, end - begin), true};
-      Tensor out = model->forward(std::span<const SequenceChunk>(&c, 1));
+      RunnerChunk c{sequence, std::span<const int32_t>(ids.data() + begin, end - begin), true};
+      Tensor out = runner->forward(std::span<const RunnerChunk>(&c, 1));
       logits.insert(logits.end(), out.f32(), out.f32() + out.numel());
     }
+    runner->free_sequence(sequence);
     if (static_cast<int64_t>(s) < full_logits) {
       logits_out.write(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
     }
