@@ -2,7 +2,9 @@
 // the per-head RMS norm of V4), shared K=V with RoPE, sliding window, compressed entries
 // of the layer's KV source (all visible ones, or a top-k selection: index_selection.cc),
 // one softmax with the sink, inverse RoPE, grouped output projection. What the layer owns
-// and reads comes from its LayerPlan.
+// and reads comes from its LayerPlan. Under SWA bounded replay (swa_replay.h) the decoder
+// layers' windows start no earlier than the sequence's decoder_window_floor.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -34,7 +36,7 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
   }
 
   // Compressed entries and index keys this layer owns, then which entries each row reads.
-  if (plan.owns_compressor) feed_compressors(layer, batch, x);
+  if (plan.owns_compressor && batch.compressors_fed != layer) feed_compressors(layer, batch, x);
   if (plan.scores()) select_entries(layer, batch, x, q_r.data());
   const std::vector<std::vector<int64_t>>* picks =
       plan.topk_from >= 0 ? &batch.selections[plan.topk_from].picks : nullptr;
@@ -42,6 +44,8 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
   // Attention, one query row at a time.
   std::vector<float> o(N * H * d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // SWA bounded replay: the decoder windows see no position the decoder skipped.
+  const bool floored = replay_boundary_ >= 0 && layer >= replay_boundary_;
   parallel_for(N, [&](int64_t begin, int64_t end) {
     std::vector<const float*> keys;
     for (int64_t row = begin; row < end; ++row) {
@@ -49,7 +53,9 @@ void Model::attention_block(int64_t layer, Batch& batch, const float* x, float* 
       const SequenceLayerState& ls = seg.state->layers[layer];
       const int64_t pos = batch.positions[row];
       keys.clear();
-      for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) {
+      const int64_t first = std::max<int64_t>(
+          {0, pos - W + 1, floored ? seg.state->decoder_window_floor : 0});
+      for (int64_t p = first; p <= pos; ++p) {
         keys.push_back(p >= seg.start_pos ? &kv[(seg.begin + p - seg.start_pos) * d]
                                           : &ls.ring[(p % seg.state->n_ring_slots) * d]);
       }

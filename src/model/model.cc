@@ -1,12 +1,14 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/parallel.h"
 #include "io/config_parser.h"
 #include "model/model_batch.h"
 #include "model/rope_config.h"
+#include "model/swa_replay.h"
 #include "ops/mhc/mhc.h"
 #include "ops/rms_norm/rms_norm.h"
 
@@ -51,6 +53,11 @@ Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
       rope_main_(rope_params(config_, false)),
       rope_compress_(rope_params(config_, true)) {
   if (config_.engram.enabled()) engram_tables_ = engram_primes(config_.engram);
+  if (options_.swa_bounded_replay_keep != 0) {
+    check_swa_bounded_replay(config_, options_.swa_bounded_replay_keep, rollback_depth(),
+                             weights_.has_mtp);
+    replay_boundary_ = decoder_boundary(config_);
+  }
 }
 
 std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSource& source,
@@ -163,6 +170,14 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
     CHECK(cfg.max_position_embeddings <= 0 || end <= cfg.max_position_embeddings)
         << "sequence of " << end << " tokens exceeds the context limit of "
         << cfg.max_position_embeddings;
+    CHECK(c.prompt_length == 0 || c.prompt_length >= end)
+        << "forward: chunk ends at " << end << ", after its prompt_length " << c.prompt_length;
+    CHECK_KIND(kUnsupported, !c.all_logits || replay_boundary_ < 0 || c.prompt_length == 0 ||
+                                 c.state->n_tokens >= c.prompt_length - options_.swa_bounded_replay_keep)
+        << "forward: every position's logits (prompt logprobs) are not available with "
+           "swa_bounded_replay_keep (--swa-bounded-replay): the decoder layers skip positions "
+           "before the last "
+        << options_.swa_bounded_replay_keep;
     n_rows += static_cast<int64_t>(c.tokens.size());
     n_out += c.all_logits ? static_cast<int64_t>(c.tokens.size()) : 1;
   }
@@ -175,7 +190,23 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
 
   Batch batch = Batch::build(chunks);
   batch.selections.resize(cfg.num_layers);
-  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, N = n_rows;
+  // SWA bounded replay: the first position each segment's decoder layers compute; the decoder
+  // windows never reach below it.
+  std::vector<int64_t> keep_from(chunks.size(), 0);
+  bool cut = false;
+  if (replay_boundary_ >= 0) {
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (chunks[i].prompt_length == 0) continue;
+      keep_from[i] = chunks[i].prompt_length - options_.swa_bounded_replay_keep;
+      SequenceState& st = *chunks[i].state;
+      st.decoder_window_floor = std::max(st.decoder_window_floor, keep_from[i]);
+      cut = cut || keep_from[i] > st.n_tokens;
+    }
+  }
+  Batch cut_batch;
+  Batch* b = &batch;  // the rows still computed: all, or from the decoder boundary the kept ones
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
+  int64_t N = n_rows;
   std::vector<float> X(N * hc * D), X2(N * hc * D), u(N * D), x(N * D), y(N * D);
   std::vector<float> attn_pre(N * hc), ffn_pre(N * hc), post(N * hc), comb(N * hc * hc);
   // Single-pass mHC (V4.1, §C.3): each site collapses with the previous site's `pre`;
@@ -216,7 +247,27 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
                attn_pre.data(), post.data(), comb.data(), gemm_mode_);
     hc_collapse_ref(X.data(), single_pass ? pre_mix.data() : attn_pre.data(), N, hc, D, u.data());
     rms_norm_ref(u.data(), lw.attn_norm.f32(), N, D, D, eps, x.data());
-    attention_block(l, batch, x.data(), y.data());
+    if (cut && l == replay_boundary_) {
+      // The source's compressor reads every position; the decoder computes the kept ones.
+      feed_compressors(l, batch, x.data());
+      batch.compressors_fed = l;
+      const std::vector<int64_t> rows = batch.kept_rows(keep_from);
+      cut_batch = batch.subset(rows);
+      b = &cut_batch;
+      N = cut_batch.n_rows();
+      gather_rows(X, rows, hc * D);
+      gather_rows(x, rows, D);
+      gather_rows(attn_pre, rows, hc);
+      gather_rows(post, rows, hc);
+      gather_rows(comb, rows, hc * hc);
+      if (single_pass) gather_rows(pre_mix, rows, hc);
+      gather_rows(taps, rows, n_taps * D);
+      X2.resize(N * hc * D);
+      u.resize(N * D);
+      y.resize(N * D);
+      ffn_pre.resize(N * hc);
+    }
+    attention_block(l, *b, x.data(), y.data());
     hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
     X.swap(X2);
 
@@ -224,13 +275,13 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
                ffn_pre.data(), post.data(), comb.data(), gemm_mode_);
     hc_collapse_ref(X.data(), single_pass ? attn_pre.data() : ffn_pre.data(), N, hc, D, u.data());
     rms_norm_ref(u.data(), lw.ffn_norm.f32(), N, D, D, eps, x.data());
-    moe_block(l, batch, x.data(), y.data());
+    moe_block(l, *b, x.data(), y.data());
     hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
     X.swap(X2);
     if (single_pass) pre_mix.swap(ffn_pre);
   }
-  if (n_taps > 0) write_draft_context(batch, taps.data());
-  if (weights_.has_mtp) write_mtp_context(batch, X.data());
+  if (n_taps > 0) write_draft_context(*b, taps.data());
+  if (weights_.has_mtp) write_mtp_context(*b, X.data());
   // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens (more after a
   // rollback).
   const size_t keep = cfg.engram.enabled()
@@ -243,18 +294,26 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   }
   for (const Batch::Segment& seg : batch.segments) seg.state->n_tokens += seg.end - seg.begin;
 
-  // Final head only for the rows whose logits are wanted.
+  // Final head only for the rows whose logits are wanted (-1: a chunk bounded replay skipped
+  // entirely, whose row of logits is NaN).
   std::vector<int64_t> out_rows;
-  for (const Batch::Segment& seg : batch.segments) {
+  for (const Batch::Segment& seg : b->segments) {
+    if (seg.begin == seg.end) {
+      out_rows.push_back(-1);
+      continue;
+    }
     for (int64_t r = seg.all_logits ? seg.begin : seg.end - 1; r < seg.end; ++r) out_rows.push_back(r);
   }
-  std::vector<float> Xo(n_out * hc * D), h(n_out * D);
+  ICHECK(static_cast<int64_t>(out_rows.size()) == n_out);
+  std::vector<float> Xo(n_out * hc * D, 0.0f), h(n_out * D);
   for (int64_t i = 0; i < n_out; ++i) {
+    if (out_rows[i] < 0) continue;
     std::memcpy(&Xo[i * hc * D], &X[out_rows[i] * hc * D], hc * D * sizeof(float));
   }
   if (single_pass) {
-    std::vector<float> pre_o(n_out * hc);
+    std::vector<float> pre_o(n_out * hc, 0.0f);
     for (int64_t i = 0; i < n_out; ++i) {
+      if (out_rows[i] < 0) continue;
       std::memcpy(&pre_o[i * hc], &pre_mix[out_rows[i] * hc], hc * sizeof(float));
     }
     hc_collapse_ref(Xo.data(), pre_o.data(), n_out, hc, D, h.data());
@@ -265,6 +324,9 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   rms_norm_ref(h.data(), weights_.norm.f32(), n_out, D, D, eps, h.data());
   Tensor logits = Tensor::empty(DType::F32, {n_out, cfg.vocab_size});
   linear_ref(h.data(), n_out, D, weights_.head.f32(), cfg.vocab_size, logits.f32(), gemm_mode_);
+  for (int64_t i = 0; i < n_out; ++i) {
+    if (out_rows[i] < 0) std::fill_n(logits.f32() + i * cfg.vocab_size, cfg.vocab_size, NAN);
+  }
   return logits;
 }
 

@@ -41,6 +41,10 @@ struct ModelOptions {
   // many drafts); -1: the checkpoint drafter's draft_length() (DSpark: its block size, MTP: 1),
   // else 0.
   int64_t max_rollback = -1;
+  // SWA bounded replay (model/swa_replay.h; V4.1 only, an approximation): in a prefill chunk
+  // with a prompt_length L, the decoder layers compute only the positions >= L - this many.
+  // 0: off. At least sliding_window + the rollback depth.
+  int64_t swa_bounded_replay_keep = 0;
 };
 
 // The speculative drafter a checkpoint carries (MODEL_SPEC §A.9 / §D).
@@ -64,6 +68,10 @@ struct SequenceChunk {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token of the chunk, else only the last
+  // The length of the prompt this chunk is (part of) the prefill of, for SWA bounded replay
+  // (ModelOptions::swa_bounded_replay_keep): every chunk of one prefill carries the same value.
+  // 0: not a prefill (no position is skipped).
+  int64_t prompt_length = 0;
 };
 
 class Model {
@@ -141,6 +149,8 @@ class Model {
   GemmMode gemm_mode_;
   RopeTable rope_main_, rope_compress_;
   DecisionTrace* trace_ = nullptr;
+  // SWA bounded replay on: the decoder boundary (model/swa_replay.h); -1: off.
+  int64_t replay_boundary_ = -1;
   // Engram hash constants, one per engram layer in config order (ops/engram/engram.h).
   std::vector<EngramLayerTables> engram_tables_;
 };

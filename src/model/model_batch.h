@@ -29,7 +29,18 @@ struct Model::Batch {
   };
   std::vector<Selection> selections;
 
+  // SWA bounded replay (swa_replay.h): the layer whose compressors were already fed from the
+  // rows this batch was cut from (attention_block then does not feed them again), or -1.
+  int64_t compressors_fed = -1;
+
   int64_t n_rows() const { return static_cast<int64_t>(tokens.size()); }
+
+  // SWA bounded replay: the rows whose position is at least their segment's keep_from (one
+  // value per segment), ascending; and the batch of only such rows (ascending), tokens,
+  // positions and segments renumbered (a segment may become empty), the per-row selections of
+  // the layers already run gathered.
+  std::vector<int64_t> kept_rows(const std::vector<int64_t>& keep_from) const;
+  Batch subset(const std::vector<int64_t>& rows) const;
 
   static Batch build(std::span<const SequenceChunk> chunks) {
     Batch b;

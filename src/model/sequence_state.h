@@ -40,6 +40,9 @@ struct SequenceState {
   // wrote never held a position a later query reads (Model::truncate).
   int64_t n_ring_slots = 0;
   std::vector<SequenceLayerState> layers;
+  // SWA bounded replay (model/swa_replay.h): the decoder layers never computed the positions
+  // below this one, and their window queries see no key below it. 0: every position.
+  int64_t decoder_window_floor = 0;
   // The last max_ngram_size - 1 + rollback depth tokens (oldest first, fewer near the start),
   // for Engram's n-grams.
   std::vector<int32_t> recent_tokens;
