@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(CompressorEmitParams p) 
   const float inv = rsqrtf(total / static_cast<float>(p.width) + p.eps);
   for (int64_t ch = threadIdx.x; ch < p.width; ch += blockDim.x) {
     s_pooled[ch] = s_pooled[ch] * inv * p.norm_w[ch];
+    if (p.latent_by_row != nullptr) p.latent_by_row[row * p.width + ch] = s_pooled[ch];
   }
   __syncthreads();
   __shared__ float s_out[kMaxWidth];
@@ -149,6 +150,21 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(CompressorEmitParams p) 
       float amax = floor_amax;
       for (int64_t i = 0; i < len; ++i) amax = fmaxf(amax, fabsf(s_out[start + i]));
       const float scale = pow2_scale(amax, kE2M1MaxF);
+      for (int64_t i = 0; i < len; ++i) {
+        const float q = fminf(kE2M1MaxF, fmaxf(-kE2M1MaxF, s_out[start + i] / scale));
+        s_out[start + i] = round_e2m1(q) * scale;
+      }
+    }
+    __syncthreads();
+  } else if (p.qat == CompressorQat::kFp4E4m3) {
+    // fp4_roundtrip_e4m3_scale(entry, width, 16): one thread per block of 16.
+    constexpr int64_t kBlock = 16;
+    const float floor_amax = 6.0f * ldexpf(1.0f, -9);
+    for (int64_t b = threadIdx.x; b * kBlock < p.width; b += blockDim.x) {
+      const int64_t start = b * kBlock, len = min(kBlock, p.width - start);
+      float amax = floor_amax;
+      for (int64_t i = 0; i < len; ++i) amax = fmaxf(amax, fabsf(s_out[start + i]));
+      const float scale = round_e4m3(fminf(amax / kE2M1MaxF, kE4M3MaxF));
       for (int64_t i = 0; i < len; ++i) {
         const float q = fminf(kE2M1MaxF, fmaxf(-kE2M1MaxF, s_out[start + i] / scale));
         s_out[start + i] = round_e2m1(q) * scale;

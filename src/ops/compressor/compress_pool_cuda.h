@@ -19,7 +19,13 @@
 // qat (official numerics, MODEL_SPEC §A.10) is applied to the finished entry as the CPU
 // does: kFp8Nope = fp8_roundtrip over the first w - rope_dim values (blocks of 64; main
 // compressor), kHadamardFp4 = hadamard_transform then fp4_roundtrip (blocks of 32; indexer
-// compressor, w a power of two). kNone = reference numerics. fp32. Run on `stream`; no allocation or sync.
+// compressor, w a power of two), kFp4E4m3 = fp4_roundtrip_e4m3_scale over all w values
+// (blocks of 16, e4m3 scales; V4.1 compressed entries, MODEL_SPEC §C.5). kNone = reference
+// numerics. latent_by_row (optional, V4.1 index-key owners) receives the pooled, normalised
+// entry before RoPE and QAT at row r (the latent the index keys are projected from, §C.7).
+// No position bias: compressor_add_ape_cuda is simply not called (V4.1); no gate (V4.1
+// ratio 1): z = 0, so the single slot's weight is exactly 1. fp32. Run on `stream`; no
+// allocation or sync.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,7 +34,7 @@
 
 namespace deepinfer {
 
-enum class CompressorQat { kNone, kFp8Nope, kHadamardFp4 };
+enum class CompressorQat { kNone, kFp8Nope, kHadamardFp4, kFp4E4m3 };
 
 struct CompressorEmitParams {
   const float* a = nullptr;  // [n_rows, cw] current chunk rows
@@ -62,6 +68,7 @@ struct CompressorEmitParams {
   int64_t rope_dim = 0;
   const float* inv_freq = nullptr;
   CompressorQat qat = CompressorQat::kNone;
+  float* latent_by_row = nullptr;  // [n_rows, width] pre-RoPE latents of emitting rows
 };
 
 void compressor_add_ape_cuda(cudaStream_t stream, float* z, const float* ape,

@@ -15,11 +15,17 @@ __device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1
 
 __global__ void route_kernel(const float* logits, int64_t n_rows, int64_t n_exp, const float* bias,
                              const int32_t* tid2eid, const int32_t* tokens, int64_t k,
-                             float routed_scale, int32_t* ids, float* weights) {
+                             float routed_scale, float inv_temp, float sum_eps, bool normalize,
+                             int32_t* ids, float* weights) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_rows) return;
   const float* lr = logits + row * n_exp;
+  // Scaled logits as route_ref computes them (no multiply when inv_temp is 1, so V4 is
+  // unchanged bit for bit).
+  auto score = [&](int64_t e) {
+    return sqrtf(softplus(inv_temp == 1.0f ? lr[e] : lr[e] * inv_temp));
+  };
   int32_t sel[kMaxTopK];
   if (tid2eid != nullptr) {
     for (int64_t j = 0; j < k; ++j) sel[j] = tid2eid[static_cast<int64_t>(tokens[row]) * k + j];
@@ -32,7 +38,7 @@ __global__ void route_kernel(const float* logits, int64_t n_rows, int64_t n_exp,
         bool taken = false;
         for (int64_t t = 0; t < j; ++t) taken |= sel[t] == e;
         if (taken) continue;
-        const float v = sqrtf(softplus(lr[e])) + (bias != nullptr ? bias[e] : 0.0f);
+        const float v = score(e) + (bias != nullptr ? bias[e] : 0.0f);
         if (v > best || (v == best && e < best_e)) {
           best = v;
           best_e = static_cast<int>(e);
@@ -61,12 +67,13 @@ __global__ void route_kernel(const float* logits, int64_t n_rows, int64_t n_exp,
   float s[kMaxTopK];
   float sum = 0.0f;
   for (int64_t j = 0; j < k; ++j) {
-    s[j] = sqrtf(softplus(lr[sel[j]]));
+    s[j] = score(sel[j]);
     sum += s[j];
   }
+  sum += sum_eps;
   for (int64_t j = 0; j < k; ++j) {
     ids[row * k + j] = sel[j];
-    weights[row * k + j] = s[j] / sum * routed_scale;
+    weights[row * k + j] = (normalize ? s[j] / sum : s[j]) * routed_scale;
   }
 }
 
@@ -120,8 +127,8 @@ void route_cuda(cudaStream_t stream, const float* logits, int64_t n_rows, const 
   if (n_rows == 0) return;
   constexpr int kWarpsPerBlock = 4;
   route_kernel<<<blocks_for(n_rows, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
-      logits, n_rows, p.n_experts, bias, tid2eid, tokens, p.top_k, p.routed_scale, expert_ids,
-      weights);
+      logits, n_rows, p.n_experts, bias, tid2eid, tokens, p.top_k, p.routed_scale, p.inv_temp,
+      p.sum_eps, p.normalize, expert_ids, weights);
   CUDA_CHECK_LAUNCH();
 }
 

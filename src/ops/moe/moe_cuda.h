@@ -1,10 +1,11 @@
 // CUDA pieces of the MoE (math in moe.h). Device pointers; run on `stream`; never allocate
 // or synchronise; graph capturable. fp32.
 //
-//  * route_cuda: from router logits [N, E] (the gate GEMM's output): scores = sqrt(softplus),
-//    selection = top_k of scores + bias (bias may be null; ties: lower index; ids ascending,
-//    as topk_indices) or tid2eid[token] [V, top_k] when tid2eid is non-null; weights =
-//    scores[sel] / sum * routed_scale. ids [N, top_k] int32, weights [N, top_k].
+//  * route_cuda: from router logits [N, E] (the gate GEMM's output): scores =
+//    sqrt(softplus(logits * inv_temp)), selection = top_k of scores + bias (bias may be null;
+//    ties: lower index; ids ascending, as topk_indices) or tid2eid[token] [V, top_k] when
+//    tid2eid is non-null; weights = scores[sel] / (sum + sum_eps) * routed_scale (normalize
+//    off: scores[sel] * routed_scale), as route_ref. ids [N, top_k] int32, weights [N, top_k].
 //  * swiglu_cuda: g[i, j] = silu(min(g, limit)) * clamp(v, -limit, limit) * (row_weight ?
 //    row_weight[i] : 1) for i < n_rows, j < inter (limit <= 0: no clamp); in place in g.
 //  * gather_rows_cuda: out[i, :] = x[rows[i], :] (width floats per row).
