@@ -1,4 +1,5 @@
-// GpuEngram (contract in gpu_engram.h): uploads one engram layer and runs its four launches.
+// GpuEngram (contract in gpu_engram.h): uploads one engram layer and runs its launches: the
+// plain path (hash, dequantisation from the table) or, after prefetch(), the staged one.
 #include "runtime/gpu_engram.h"
 
 #include <cuda_runtime.h>
@@ -141,6 +142,17 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
     act_s_ = cuda::device_empty(DType::F32, {ceil_div64(k, kFp8GemmBlock), m});
     device_bytes_ += static_cast<int64_t>(act_q_.nbytes() + act_s_.nbytes());
   }
+  if (options_.prefetch) {
+    staging_ = cuda::device_empty(DType::U8, {m * n_cols * row_bytes});
+    device_bytes_ += static_cast<int64_t>(staging_.nbytes());
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+}
+
+GpuEngram::~GpuEngram() {
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+  if (done_ != nullptr) cudaEventDestroy(done_);
 }
 
 void GpuEngram::pack_table(const EngramWeights& w, uint8_t* dst) const {
@@ -161,11 +173,26 @@ void GpuEngram::pack_table(const EngramWeights& w, uint8_t* dst) const {
 void GpuEngram::apply(cuda::DeviceContext& ctx, const int32_t* history, int64_t n_rows, float* x) {
   CHECK(n_rows >= 0 && n_rows <= options_.max_rows)
       << "GpuEngram layer " << layer_ << ": " << n_rows << " rows, max_rows is " << options_.max_rows;
+  cudaStream_t s = ctx.stream();
+  const bool staged_rows = prefetched_rows_ >= 0;
+  if (staged_rows) {
+    CHECK(n_rows == prefetched_rows_ && history == prefetched_history_)
+        << "GpuEngram layer " << layer_ << ": apply(" << n_rows << " rows) after a prefetch of "
+        << prefetched_rows_ << " rows from another history";
+    prefetched_rows_ = -1;
+    CUDA_CHECK(cudaStreamWaitEvent(s, done_, 0));  // joins the side stream even for 0 rows
+  }
   if (n_rows == 0) return;
   CHECK(history != nullptr && x != nullptr) << "GpuEngram layer " << layer_ << ": null history or x";
-  cudaStream_t s = ctx.stream();
-  engram_hash_cuda(s, hash_params_, history, n_rows, ids_.data<int64_t>());
-  engram_dequant_cuda(s, view_, ids_.data<int64_t>(), n_rows, tables_.n_cols, e_.data<float>());
+  if (staged_rows) {
+    const int64_t row_bytes = view_.code_stride;
+    const EngramTableView staged{staging_.data<uint8_t>(), staging_.data<uint8_t>() + view_.head_dim,
+                                 row_bytes, row_bytes, n_rows * tables_.n_cols, view_.head_dim};
+    engram_dequant_cuda(s, staged, nullptr, n_rows, tables_.n_cols, e_.data<float>());
+  } else {
+    engram_hash_cuda(s, hash_params_, history, n_rows, ids_.data<int64_t>());
+    engram_dequant_cuda(s, view_, ids_.data<int64_t>(), n_rows, tables_.n_cols, e_.data<float>());
+  }
   linear_run(ctx, wkv_, e_.data<float>(), n_rows, kv_.data<float>(),
              ActScratch{act_q_.data<uint8_t>(), act_s_.data<float>()}, options_.batch_invariant);
   EngramGateCudaParams g;
@@ -182,6 +209,22 @@ void GpuEngram::apply(cuda::DeviceContext& ctx, const int32_t* history, int64_t 
   g.round_bf16 = options_.round_bf16;
   g.x = x;
   engram_gate_cuda(s, g);
+}
+
+void GpuEngram::prefetch(cuda::DeviceContext& ctx, cudaStream_t side, const int32_t* history,
+                         int64_t n_rows) {
+  CHECK(options_.prefetch) << "GpuEngram layer " << layer_ << ": prefetch() needs options.prefetch";
+  CHECK(n_rows >= 0 && n_rows <= options_.max_rows)
+      << "GpuEngram layer " << layer_ << ": " << n_rows << " rows, max_rows is " << options_.max_rows;
+  CHECK(history != nullptr) << "GpuEngram layer " << layer_ << ": null history";
+  CUDA_CHECK(cudaEventRecord(ready_, ctx.stream()));
+  CUDA_CHECK(cudaStreamWaitEvent(side, ready_, 0));
+  engram_hash_cuda(side, hash_params_, history, n_rows, ids_.data<int64_t>());
+  engram_gather_rows_cuda(side, view_.codes, view_.code_stride, ids_.data<int64_t>(), n_rows,
+                          tables_.n_cols, staging_.data<uint8_t>());
+  CUDA_CHECK(cudaEventRecord(done_, side));
+  prefetched_history_ = history;
+  prefetched_rows_ = n_rows;
 }
 
 }  // namespace deepinfer

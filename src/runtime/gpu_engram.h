@@ -26,7 +26,16 @@
 // GEMM; hash, gather and gate are per row already), so a row's update does not depend on the
 // batch.
 //
-// Thread-safety: apply() uses the object's scratch: one thread (stream) at a time.
+// Prefetch (options.prefetch; the plain path above stays the default and the oracle): the
+// table rows only depend on the token history, known before layer 0 runs, so prefetch() on a
+// side stream hashes and copies the rows raw into an HBM staging buffer
+// (engram_gather_rows_cuda) while the main stream runs the layers before this one; the next
+// apply() then waits for it (an event) and dequantises from the staging buffer instead of the
+// table. Same values bit for bit (the same hash and the same dequantisation of the same bytes).
+// The side stream first waits for everything enqueued on ctx.stream() before the call (an
+// event), so the fork / join is graph-capturable and never races the previous forward.
+//
+// Thread-safety: apply() / prefetch() use the object's scratch: one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +62,7 @@ struct GpuEngramOptions {
   EngramTablePlacement placement = EngramTablePlacement::kAuto;
   int64_t device_table_max_bytes = int64_t{1} << 30;
   bool round_bf16 = false;  // round the updated streams to bf16 (EngramLayerParams::round_bf16)
+  bool prefetch = false;    // allocate the staging buffer of prefetch() (max_rows * n_cols rows)
 };
 
 class GpuEngram {
@@ -64,6 +74,7 @@ class GpuEngram {
   // config's compressed vocabulary; CUDA errors as CUDA_CHECK throws them.
   GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights& w, const EngramTokenMap& map,
             const GpuEngramOptions& options = {});
+  ~GpuEngram();
   GpuEngram(const GpuEngram&) = delete;
   GpuEngram& operator=(const GpuEngram&) = delete;
 
@@ -82,6 +93,12 @@ class GpuEngram {
   //    its streams (gamma = 0).
   //  x: device fp32 [n_rows, hc_mult, hidden_size], the residual streams.
   void apply(cuda::DeviceContext& ctx, const int32_t* history, int64_t n_rows, float* x);
+
+  // Enqueues on `side` (after a wait for the work already on ctx.stream()) the hash and the
+  // raw gather of the rows of the next apply(), which must then get the same history pointer
+  // and n_rows (kInvalidInput otherwise) and consumes the prefetch. Needs options.prefetch.
+  void prefetch(cuda::DeviceContext& ctx, cudaStream_t side, const int32_t* history,
+                int64_t n_rows);
 
   int64_t layer() const { return layer_; }
   int max_ngram() const { return tables_.max_ngram; }
@@ -110,6 +127,10 @@ class GpuEngram {
   Tensor token_map_, table_device_, w_gate_, wkv32_, wkvq_, wkvs_;
   DeviceLinear wkv_;
   Tensor ids_, e_, kv_, act_q_, act_s_;
+  Tensor staging_;                  // prefetch: [max_rows * n_cols, packed row bytes]
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;  // prefetch fork / join
+  const int32_t* prefetched_history_ = nullptr;
+  int64_t prefetched_rows_ = -1;    // -1: no prefetch pending
 };
 
 }  // namespace deepinfer

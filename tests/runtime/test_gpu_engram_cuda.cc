@@ -13,6 +13,8 @@
 //    NMSE of the update X_out - X_in below 1e-5 (GEMM reduction order only; a wrong scale or
 //    stream gives O(1));
 //  * batch_invariant: every row's streams bitwise the same alone and inside the 129-row batch;
+//  * prefetch on a side stream (raw rows staged in HBM, then apply) gives bitwise the plain
+//    path's streams, for both placements and several forwards in a row; misuse is an error;
 //  * placement kAuto follows device_table_max_bytes; bad layers / row counts are errors.
 #include <gtest/gtest.h>
 
@@ -29,6 +31,7 @@
 #include "base/error.h"
 #include "cuda/device_context.h"
 #include "cuda/device_tensor.h"
+#include "cuda/stream.h"
 #include "io/config_parser.h"
 #include "model/weight_source.h"
 #include "model/weights.h"
@@ -326,6 +329,52 @@ TEST(GpuEngram, BatchInvariantRowsAreBitwiseTheSameAloneAndInABatch) {
       differing += std::memcmp(alone.data(), &full[r * width], width * 4) != 0;
     }
     EXPECT_EQ(differing, 0);
+  }
+}
+
+TEST(GpuEngram, PrefetchOnASideStreamIsBitwiseThePlainPath) {
+  auto rng = seeded();
+  cuda::DeviceContext ctx;
+  cuda::Stream side = cuda::Stream::create();
+  const Loaded& l = loaded(kDirs[0]);
+  const int64_t width = l.cfg.hc_mult * l.cfg.hidden_size;
+  for (size_t slot = 0; slot < l.cfg.engram.layer_ids.size(); ++slot) {
+    const LayerCase c = layer_case(l, slot);
+    for (EngramTablePlacement where : {EngramTablePlacement::kDevice, EngramTablePlacement::kPinnedHost}) {
+      SCOPED_TRACE(testing::Message() << "layer " << c.layer
+                                      << (where == EngramTablePlacement::kDevice ? " device" : " pinned host"));
+      GpuEngramOptions o;
+      o.max_rows = 129;
+      o.placement = where;
+      GpuEngram plain(l.cfg, c.layer, c.w(), l.w.engram_map, o);
+      o.prefetch = true;
+      GpuEngram fetched(l.cfg, c.layer, c.w(), l.w.engram_map, o);
+      for (int64_t n : kRowCounts) {
+        SCOPED_TRACE(testing::Message() << "n " << n);
+        const auto hist = batch_history(rng, n, c.tables.max_ngram, l.cfg.vocab_size);
+        const auto x0 = random_streams(rng, n * width);
+        const auto want = run_gpu(plain, ctx, hist, n, x0);
+        const Tensor hist_d = to_dev(hist, DType::I32);
+        Tensor x_d = to_dev(x0, DType::F32);
+        fetched.prefetch(ctx, side, hist_d.data<int32_t>(), n);
+        fetched.apply(ctx, hist_d.data<int32_t>(), n, x_d.data<float>());
+        ctx.synchronize();
+        const auto got = from_dev<float>(x_d, n * width);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+        std::vector<int64_t> ids(n * c.tables.n_cols);
+        cuda::copy_d2h(ids.data(), fetched.last_ids(), ids.size() * sizeof(int64_t));
+        EXPECT_EQ(ids, cpu_ids(c, hist, n));
+      }
+      // Misuse: apply with other rows than the prefetch; prefetch without the option.
+      const auto hist = batch_history(rng, 3, c.tables.max_ngram, l.cfg.vocab_size);
+      const Tensor hist_d = to_dev(hist, DType::I32);
+      Tensor x_d = to_dev(random_streams(rng, 3 * width), DType::F32);
+      fetched.prefetch(ctx, side, hist_d.data<int32_t>(), 3);
+      EXPECT_THROW(fetched.apply(ctx, hist_d.data<int32_t>(), 2, x_d.data<float>()), Error);
+      EXPECT_THROW(plain.prefetch(ctx, side, hist_d.data<int32_t>(), 3), Error);
+      ctx.synchronize();
+      side.synchronize();
+    }
   }
 }
 
