@@ -1,7 +1,7 @@
 // Engram CUDA kernels (ops/engram/engram_cuda.h) against the CPU reference (engram_ref.cc):
 //  * hash: bitwise engram_hash_ids at n = 1, 3, 37, 129 rows, sequences shorter than the
-//    n-gram, dead tokens inside sequences, on the released V4.1-Flash config (24 columns),
-//    the fixture's and the tiny golden's (max n-gram 3);
+//    n-gram, dead tokens inside sequences, on the released V4.1-Flash config (24 columns) and
+//    the tiny golden's (max n-gram 3); the fixture's ids in the chain test below;
 //  * dequantisation: bitwise the CPU's e4m3 * 2^(s - 127) (every e8m0 code but the NaN 255,
 //    e4m3 codes but the NaNs), tables in device memory and in pinned mapped host memory,
 //    checkpoint and packed layouts, 16-byte and bytewise loads; the raw gather copies rows
