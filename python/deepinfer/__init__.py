@@ -15,7 +15,9 @@ safetensors, tokenizer.json) or None for the built-in tiny model. Engine argumen
 device ("cpu" | "cuda"; cuda needs a build with the CUDA backend), gpu_memory_utilization,
 weight_format ("fp32" | "fp8", cuda only), kv_cache_dtype ("auto" | "fp8" | "bf16", cuda
 only), cuda_graphs (cuda only),
-batch_invariant, numerics ("official" | "reference"), dummy_weights, dummy_seed, max_num_seqs,
+batch_invariant, numerics ("official" | "reference"), swa_bounded_replay (V4.1 on cpu, an
+approximation: True or KEEP, the decoder layers of a prefill compute only the last KEEP
+positions, default 140; 0 / False: off; turns prefix caching off), dummy_weights, dummy_seed, max_num_seqs,
 max_num_batched_tokens, max_prefill_tokens_with_decodes, long_prefill_token_threshold
 (fairness while a long prompt is prefilled, 0: off), max_model_len, state_budget_bytes, overlap, priority, tokenizer_path,
 block_size, grammar_max_states, grammar_max_memory_mb, grammar_timeout_ms (budgets of each
@@ -240,6 +242,8 @@ class LLM:
         for key, value in engine_args.items():
             if key == "numerics" and isinstance(value, str):
                 value = getattr(_core.Numerics, value)
+            if key == "swa_bounded_replay" and isinstance(value, bool):
+                value = 140 if value else 0  # DeepInfer's recommended KEEP
             if key.startswith("_") or not hasattr(args, key):
                 raise TypeError(f"LLM: unknown engine argument {key!r}")
             setattr(args, key, value)

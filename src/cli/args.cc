@@ -44,7 +44,8 @@ std::string format_usage(const std::string& synopsis, const OptionGroups& groups
   for (const OptionGroup& g : groups) {
     out << "\n" << g.title << ":\n";
     for (const OptionHelp& o : g.options) {
-      std::string head = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
+      const bool optional = o.value.rfind("[=", 0) == 0;  // "--name" or "--name=VALUE"
+      std::string head = "  --" + o.name + (o.value.empty() || optional ? o.value : " " + o.value);
       if (head.size() + 2 > kHelpColumn) {
         out << head << "\n" << std::string(kHelpColumn, ' ');
       } else {
@@ -79,7 +80,7 @@ std::set<std::string> flag_names(const OptionGroups& groups) {
   std::set<std::string> names;
   for (const OptionGroup& g : groups) {
     for (const OptionHelp& o : g.options) {
-      if (o.value.empty()) names.insert(o.name);
+      if (o.value.empty() || o.value.rfind("[=", 0) == 0) names.insert(o.name);
     }
   }
   return names;
@@ -109,7 +110,7 @@ void Args::parse(int argc, char** argv, int first, const std::set<std::string>& 
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (flags.count(name)) {
+    if (flags.count(name) && (eq == std::string::npos || !options.count(name))) {
       CHECK(eq == std::string::npos) << "--" << name << " is a flag: it takes no value";
       flags_.insert(name);
       continue;
@@ -170,6 +171,10 @@ const OptionGroup kModelOptionGroup = {
          "reference: plain fp32, as transformers computes."},
         {"batch-invariant", "", "Reductions independent of the batch: a request's logits are bitwise "
                                 "the same alone or in any batch."},
+        {"swa-bounded-replay", "[=KEEP]",
+         "V4.1, cpu, an approximation: in a prefill the decoder layers (from the first ratio-1 KV "
+         "source on) compute only the last KEEP prompt positions (default 140; at least the window + "
+         "the rollback depth); long-range KV stays exact. Turns prefix caching off."},
     }};
 
 const OptionGroup kDeviceOptionGroup = {
@@ -194,6 +199,12 @@ const std::set<std::string> kDeviceFlags = flag_names({kDeviceOptionGroup});
 const std::string kDeviceUsage = format_usage("", {kDeviceOptionGroup});
 
 std::string apply_device_options(const Args& args, EngineArgs& engine_args) {
+  if (args.has("swa-bounded-replay")) {  // the device choice must see it (refused on cuda)
+    engine_args.model_options.swa_bounded_replay_keep = args.get_int("swa-bounded-replay", 140);
+    CHECK(engine_args.model_options.swa_bounded_replay_keep > 0)
+        << "--swa-bounded-replay KEEP must be positive, got "
+        << engine_args.model_options.swa_bounded_replay_keep;
+  }
   engine_args.gpu_memory_utilization =
       args.get_double("gpu-memory-utilization", engine_args.gpu_memory_utilization);
   CHECK(engine_args.gpu_memory_utilization > 0.0 && engine_args.gpu_memory_utilization <= 1.0)

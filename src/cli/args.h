@@ -63,7 +63,9 @@ std::set<std::string> flag_names(const OptionGroups& groups);
 struct EngineArgs;
 
 // The model options of every engine command: --model, --tokenizer, --dummy-weights,
-// --numerics, --batch-invariant.
+// --numerics, --batch-invariant, --swa-bounded-replay[=KEEP] (read by apply_device_options).
+// An option whose value placeholder starts with "[=" takes an optional value: "--name" alone
+// (a flag) or "--name=VALUE".
 extern const OptionGroup kModelOptionGroup;
 
 // Options every engine command takes for the backend (apply_device_options): --device,
@@ -75,7 +77,8 @@ extern const std::set<std::string> kDeviceFlags;
 // Their help lines (format_usage of kDeviceOptionGroup alone).
 extern const std::string kDeviceUsage;
 
-// Copies the device options into `engine_args`, resolving the defaults (cli/engine_setup.h:
+// Copies the device options (and --swa-bounded-replay[=KEEP], which the device choice must
+// see: it is refused on cuda) into `engine_args`, resolving the defaults (cli/engine_setup.h:
 // --device auto picks the GPU when there is one and the model runs there; on cuda the fast
 // formats: FP8 weights, FP8 KV (kv auto with official numerics), CUDA graphs). Needs
 // engine_args.model_dir, dummy_weights and model_options set. Returns one line saying what

@@ -84,6 +84,10 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
   } else if (n_gpus <= 0) {
     engine_args.device = "cpu";
     why = cuda_backend_built() ? "auto: no CUDA device found" : "auto: this build has no CUDA backend";
+  } else if (engine_args.model_options.swa_bounded_replay_keep > 0) {
+    engine_args.device = "cpu";
+    why = "auto: --swa-bounded-replay runs on the CPU backend only for now";
+    LOG(INFO) << "device cpu: " << why.substr(6);
   } else if (model_config_of(engine_args).is_v41()) {
     engine_args.device = "cpu";
     why = "auto: DeepSeek-V4.1 runs on the CPU backend only for now (the CUDA backend has no V4.1 kernels)";

@@ -316,7 +316,11 @@ std::unique_ptr<Engine::Impl::InFlight> Engine::Impl::prepare(
         t.push_back(s->second);
       }
     }
-    f->chunks.push_back({l.sequence, t, n_drafts > 0});
+    // A prefill chunk (the prompt, or everything known after a preemption) carries the
+    // prefill's length for SWA bounded replay; decode and verification chunks none.
+    const bool prefill = n_drafts == 0 && c.start_position + c.n_tokens <= r->num_tokens() &&
+                         c.start_position + 1 < r->num_tokens();
+    f->chunks.push_back({l.sequence, t, n_drafts > 0, prefill ? r->num_tokens() : 0});
     f->rows.push_back(row_request(l, *r, c));
     if (n_drafts > 0) f->rows.back().mode = RowMode::kHost;  // verified here (verify())
     if (l.matcher && f->rows.back().mode == RowMode::kSample) {

@@ -99,7 +99,7 @@ class StateCache;
 
 struct EngineArgs {
   std::string model_dir;               // empty: the built-in tiny model
-  ModelOptions model_options;          // numerics, batch_invariant
+  ModelOptions model_options;          // numerics, batch_invariant, swa_bounded_replay_keep
   bool dummy_weights = false;          // random weights for model_dir's config.json
   std::string device = "cpu";          // "cpu" | "cuda" (a build with DEEPINFER_CUDA)
   // cuda: fraction of the device's memory the engine may use (weights, activations and the

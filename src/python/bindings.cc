@@ -71,6 +71,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property(
           "batch_invariant", [](const EngineArgs& a) { return a.model_options.batch_invariant; },
           [](EngineArgs& a, bool b) { a.model_options.batch_invariant = b; })
+      .def_property(  // KEEP (0: off); LLM(swa_bounded_replay=True) gives 140
+          "swa_bounded_replay", [](const EngineArgs& a) { return a.model_options.swa_bounded_replay_keep; },
+          [](EngineArgs& a, int64_t keep) { a.model_options.swa_bounded_replay_keep = keep; })
       .def_readwrite("dummy_weights", &EngineArgs::dummy_weights)
       .def_readwrite("device", &EngineArgs::device)
       .def_readwrite("gpu_memory_utilization", &EngineArgs::gpu_memory_utilization)

@@ -140,7 +140,7 @@ Tensor CpuRunner::run_model(std::span<const RunnerChunk> chunks) {
     for (const SequenceChunk& prev : chunks_) {
       CHECK(prev.state != &s) << "CpuRunner: sequence " << c.sequence << " appears twice in one batch";
     }
-    chunks_.push_back({&s, c.tokens, c.all_logits});
+    chunks_.push_back({&s, c.tokens, c.all_logits, c.prompt_length});
     rows += int64_t(c.tokens.size());
   }
   CHECK_KIND(kResourceExhausted, rows <= options_.max_batch_tokens)

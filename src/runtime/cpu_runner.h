@@ -57,7 +57,8 @@ class CpuRunner final : public ModelRunner {
   // Prefix caching: pieces are model/state_segment.h segments (append-only entries shared
   // along the chain, per-position parts copied at the boundary); import copies them into a
   // fresh state (copy on hit).
-  bool supports_prefix_state() const override { return true; }
+  // Not under SWA bounded replay: its decoder rings do not hold the skipped positions.
+  bool supports_prefix_state() const override { return model_->options().swa_bounded_replay_keep == 0; }
   std::shared_ptr<const PrefixState> export_prefix(int64_t sequence, const PrefixState* parent) override;
   int64_t import_prefix(std::span<const PrefixState* const> chain) override;
 

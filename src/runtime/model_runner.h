@@ -37,6 +37,9 @@ struct RunnerChunk {
   // the step can be launched before the host has the previous step's tokens.
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token of the chunk, else only the last
+  // The tokens the sequence's prefill covers, for SWA bounded replay (SequenceChunk::
+  // prompt_length); 0: none given.
+  int64_t prompt_length = 0;
 };
 
 // Token value standing for "the token sampled at output row j of the previous launch".

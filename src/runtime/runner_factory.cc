@@ -62,6 +62,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       << "engine: unknown kv cache dtype '" << args.kv_cache_dtype << "' (auto, fp8 or bf16)";
   CHECK_KIND(kUnsupported, args.device == "cuda" || (args.kv_cache_dtype == "auto" && !args.cuda_graphs))
       << "engine: kv_cache_dtype and cuda_graphs are settings of device cuda";
+  CHECK_KIND(kUnsupported, args.device == "cpu" || args.model_options.swa_bounded_replay_keep == 0)
+      << "engine: --swa-bounded-replay (swa_bounded_replay_keep) is not implemented on device cuda yet";
   if (args.device == "cpu") {
     std::unique_ptr<Model> model;
     if (builtin(args) || args.dummy_weights) {
