@@ -65,6 +65,8 @@ std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
   r.weight_format = args.weight_format;
   r.kv_cache_dtype = args.kv_cache_dtype;
   r.cuda_graphs = args.cuda_graphs;
+  r.speculative_method = args.speculative_method;
+  r.num_speculative_tokens = args.num_speculative_tokens;
   return make_model_runner(r);
 }
 

@@ -98,11 +98,16 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.cuda_graphs = o.cuda_graphs;
   g.expert_checkpoint = o.expert_checkpoint;
   g.max_rollback = o.max_rollback;
+  g.mtp = o.mtp;
   if (o.kv_cache_dtype != "auto") g.kv_cache_dtype = kv_cache_dtype_from_string(o.kv_cache_dtype);
   // Weights and activations estimated; the state pools exactly as GpuModel plans them.
   GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
   const GpuStatePlan plan = plan_gpu_state(config, g);
   sizing.state_bytes_per_sequence = plan.state_bytes_per_sequence();
+  if (o.mtp) {  // the MTP-1 window ring and kept streams (gpu_model_impl.h GpuMtp), fp32
+    sizing.state_bytes_per_sequence += 4 * ((config.sliding_window + o.max_rollback + 1) * config.head_dim +
+                                            (o.max_rollback + 1) * config.hc_mult * config.hidden_size);
+  }
   sizing.activation_bytes += plan.fixed_state_bytes();
   // The device sampler's workspace (CudaRunner::Sampling: sort keys and ids in and out,
   // fp64 probabilities, about the same again for CUB's scratch) for one row per sequence.
@@ -166,7 +171,7 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
   CUDA_CHECK(cudaGetDevice(&device));
   name_ = "cuda:" + std::to_string(device) + " (" + (options.fp8_weights ? "fp8" : "fp32") + " " +
           weights_from + ", " + numerics_name(options.numerics) + ", kv " +
-          kv_cache_dtype_name(resolved_kv_cache_dtype(g)) + (g.cuda_graphs ? ", cuda graphs" : "") +
+          kv_cache_dtype_name(resolved_kv_cache_dtype(g)) + (g.cuda_graphs ? ", cuda graphs" : "") + (g.mtp ? ", mtp drafter" : "") +
           (options.batch_invariant ? ", batch-invariant)" : ")");
   LOG(INFO) << "cuda runner: " << name_ << ", capacity " << g.max_sequences << " sequences of "
             << g.max_context << " tokens, " << g.max_batch_tokens << " tokens per step";
@@ -188,6 +193,31 @@ void CudaRunner::free_sequence(int64_t sequence) { model_->free_sequence(sequenc
 int64_t CudaRunner::n_tokens(int64_t sequence) const { return model_->n_tokens(sequence); }
 int64_t CudaRunner::host_waits() const { return model_->host_waits(); }
 int64_t CudaRunner::rollback_depth() const { return model_->options().max_rollback; }
+
+std::string CudaRunner::drafter() const { return model_->has_mtp() ? "mtp" : "none"; }
+int64_t CudaRunner::draft_length() const { return model_->has_mtp() ? 1 : 0; }
+
+RunnerDraft CudaRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
+  ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: draft() with a launched step uncollected";
+  CHECK_KIND(kUnsupported, model_->has_mtp())
+      << "CudaRunner: no drafter on the device (the runner was built without the MTP-1 drafter)";
+  CHECK(n_drafts >= 0) << "CudaRunner: " << n_drafts << " drafts asked";
+  RunnerDraft d;
+  if (n_drafts == 0) return d;
+  const int64_t seq[1] = {sequence};
+  const int32_t nx[1] = {next};
+  DraftBlock block = std::move(model_->draft(seq, nx, n_drafts)[0]);
+  d.tokens = std::move(block.tokens);
+  const int64_t V = model_->config().vocab_size;
+  for (size_t i = 0; i < d.tokens.size(); ++i) {  // softmax of the row at its draft, in double
+    const float* row = block.logits.data() + int64_t(i) * V;
+    const double mx = *std::max_element(row, row + V);
+    double total = 0;
+    for (int64_t t = 0; t < V; ++t) total += std::exp(double(row[t]) - mx);
+    d.probability.push_back(float(std::exp(double(row[d.tokens[i]]) - mx) / total));
+  }
+  return d;
+}
 
 void CudaRunner::truncate(int64_t sequence, int64_t n_tokens) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: truncate() with a launched step uncollected";

@@ -49,6 +49,9 @@ struct CudaRunnerOptions {
   bool cuda_graphs = false;             // GpuModelOptions::cuda_graphs
   std::string expert_checkpoint;        // GpuModelOptions::expert_checkpoint (fp8 weights)
   int64_t max_rollback = 0;             // GpuModelOptions::max_rollback (rollback_depth())
+  // GpuModelOptions::mtp: V4's MTP-1 drafter on the device (the weights must have mtp.0;
+  // device dummy weights: random). drafter() is then "mtp".
+  bool mtp = false;
 };
 
 class CudaRunner final : public ModelRunner {
@@ -73,8 +76,14 @@ class CudaRunner final : public ModelRunner {
   double busy_seconds() const override { return busy_seconds_; }
   // Speculative verification: rows at every position of a [y, drafts] chunk are launch()'s
   // all_logits rows (kHost or kSample, as for any chunk); truncate() is GpuModel::truncate
-  // (exact: the state is kept by position). No drafter on the device yet: drafter() is
-  // "none" and draft() refuses (the engine's test drafter, or none).
+  // (exact: the state is kept by position). Drafter: MTP-1 when CudaRunnerOptions::mtp
+  // (GpuModel::draft, n_drafts chained steps, at most rollback_depth() + 1; probability[i] =
+  // the drafter's softmax probability of tokens[i], from its logits row in double, as
+  // CpuRunner), else "none" and draft() refuses (the engine's test drafter, or none).
+  // DSpark is not on the device (it needs the V4.1 backend).
+  std::string drafter() const override;
+  int64_t draft_length() const override;
+  RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts) override;
   int64_t rollback_depth() const override;
   void truncate(int64_t sequence, int64_t n_tokens) override;
   // GpuModel::host_waits(): forwards whose staging slot made the host wait for the device

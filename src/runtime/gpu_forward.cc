@@ -359,6 +359,7 @@ void GpuModel::forward_device(std::span<const GpuChunk> chunks, const int32_t* s
 Tensor GpuModel::forward(std::span<const GpuChunk> chunks) {
   impl_->forward_device(chunks, nullptr, nullptr);
   return copy_logits();
+  if (mtp) mtp_write_context();  // MTP-1 keys from the final streams (gpu_mtp.cc)
 }
 
 int64_t GpuModel::host_waits() const { return impl_->host_waits; }

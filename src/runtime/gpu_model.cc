@@ -503,11 +503,13 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
   rt(w.head, cfg.vocab_size, D);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     AttentionWeights& a = w.layers[l].attn;
+  if (opt.mtp) init_mtp(hw);  // MTP-1 drafter (gpu_mtp.cc)
     rt(a.wq_a, Rq, D);
     rt(a.wq_b, H * d, Rq);
     rt(a.wkv, d, D);
     for (int64_t g = 0; g < G; ++g) {  // each group is its own FP8 matrix
       Tensor view = Tensor::empty(DType::F32, {Ro, gw});
+  if (mtp) cudaFreeHost(mtp->meta_host);
       std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
       rt(view, Ro, gw);
       std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
@@ -538,3 +540,28 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
 }
 
 }  // namespace deepinfer
+  if (w.has_mtp) {  // the MTP-1 block as GpuModelOptions::mtp uploads it (gpu_mtp.cc)
+    MtpWeights& mw = w.mtp;
+    rt(mw.e_proj, D, D);
+    rt(mw.h_proj, D, D);
+    AttentionWeights& a = mw.block.attn;
+    rt(a.wq_a, Rq, D);
+    rt(a.wq_b, H * d, Rq);
+    rt(a.wkv, d, D);
+    for (int64_t g = 0; g < G; ++g) {
+      Tensor view = Tensor::empty(DType::F32, {Ro, gw});
+      std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
+      rt(view, Ro, gw);
+      std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
+    }
+    rt(a.wo_b, D, G * Ro);
+    MoeWeights& m = mw.block.moe;
+    for (auto& e : m.experts) {  // always re-quantised from the host values
+      rt(e.w1, I, D);
+      rt(e.w3, I, D);
+      rt(e.w2, D, I);
+    }
+    rt(m.shared.w1, Is, D);
+    rt(m.shared.w3, Is, D);
+    rt(m.shared.w2, D, Is);
+  }

@@ -170,6 +170,13 @@ struct GpuModelOptions {
   // positions (raw a / z rows by position, so rolled-back positions never overwrite one a
   // later emission still reads); the plan (gpu_state_plan.h) counts both.
   int64_t max_rollback = 0;
+  // V4's MTP-1 drafter (MODEL_SPEC §A.9; gpu_mtp.cc): mtp.0 uploaded in weight_format (host
+  // weights must have it, ModelWeights::has_mtp; dummy weights: random), its window K=V kept
+  // per sequence in W + max_rollback + 1 fp32 slots by position and written for every
+  // position inside each forward (from the final streams the forward has; graph-safe), so
+  // draft() works after any forward or truncate(). Costs each forward the MTP input
+  // projections and the block's K=V projection over its rows.
+  bool mtp = false;
 };
 
 struct GpuChunk {
@@ -260,6 +267,22 @@ class GpuModel {
   // n_tokens sees exactly what a sequence that never went past n_tokens sees. Host only (no
   // device work): the freed blocks are reused only by work enqueued later on stream().
   void truncate(int64_t sequence, int64_t n_tokens);
+
+  // MTP-1 drafting (GpuModelOptions::mtp; throws Error(kUnsupported) without it): for each
+  // live sequence (committed positions 0..p, p >= 0) and the token next[i] the target chose
+  // for p + 1, n_drafts greedy chained drafts as Model::draft (model/mtp.cc): step j at MTP
+  // position p + j from (X^L[p], next) for j = 0, else from the MTP block's own output
+  // streams and argmax of step j - 1, attending to the committed MTP keys and the chain's.
+  // Batched: one small forward of sequences.size() rows per step (eager, synchronises at the
+  // end). Returns per sequence tokens [n], logits [n, V] and hidden [n, D] (hc_head output);
+  // 1 <= n_drafts <= max(max_rollback + 1, 4). Changes no state a forward or a later draft
+  // reads (the chain's keys go to per-sequence chain slots, not the ring).
+  std::vector<DraftBlock> draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
+                                int64_t n_drafts);
+  bool has_mtp() const;
+  // Test instrumentation: host copy of the MTP key [head_dim] of `position` that a draft of
+  // the live sequence would read (slot position % (W + max_rollback + 1); synchronises).
+  std::vector<float> mtp_key(int64_t sequence, int64_t position) const;
 
   // Runs the chunks (each sequence at most once), advancing each sequence. Returns host fp32
   // logits [n_out, V]: for each chunk in order, all its rows (all_logits) or its last row.

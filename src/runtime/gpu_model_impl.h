@@ -108,6 +108,38 @@ struct GpuModel::Impl {
   GpuStatePlan plan;
   KvBlockPool win_pool;
   std::map<int64_t, KvBlockPool> cmp_pools;  // by compress ratio
+// MTP-1 drafter on the device (gpu_mtp.cc; GpuModelOptions::mtp): mtp.0's weights in the
+// model's format, its per-sequence state and its scratch. `ring` [S, n_slots, d]: the MTP
+// block's window K=V of position t in slot t % n_slots (n_slots = W + max_rollback + 1),
+// written for every position the main forward pairs with its next token (mtp_write_context);
+// `chain` [S, n_chain, d] (right after the ring, one allocation): a draft's own keys, step j
+// in slot j; `streams` [S, n_stream_slots, n_hc*D]: X^L of the last max_rollback + 1
+// positions of every sequence (slot t % n_stream_slots).
+struct GpuMtp {
+  DeviceLinear e_proj, h_proj;
+  const float *enorm = nullptr, *hnorm = nullptr, *norm = nullptr;
+  GpuHcW hc_head;
+  GpuLayerW block;  // ratio 0, score-routed MoE (attention fields and the routed experts)
+  float* ring = nullptr;
+  int64_t n_slots = 0;
+  float* chain = nullptr;
+  int64_t n_chain = 0;
+  float* streams = nullptr;
+  int64_t n_stream_slots = 0;
+  int64_t rows = 0;  // scratch rows: max(max_batch_tokens, max_sequences)
+  float *H = nullptr, *hn = nullptr, *hp = nullptr, *e = nullptr, *ep = nullptr, *Z = nullptr,
+        *Z2 = nullptr;  // [rows * n_hc, D] (e, ep: [rows, D])
+  float *keys = nullptr;  // draft: the window keys of each row [max_sequences * W, d]
+  float *logits = nullptr, *h = nullptr, *hnorm_out = nullptr, *head_pre = nullptr;  // draft rows
+  int32_t* meta = nullptr;       // draft metadata (device), see gpu_mtp.cc
+  int32_t* meta_host = nullptr;  // pinned
+  int64_t meta_ints = 0;
+  int32_t* tokens = nullptr;     // [max_sequences] the current draft step's input tokens
+  int32_t* key_pos = nullptr;    // [rows] mtp_write_context: the RoPE position of each row's key
+  ActScratch a;                  // kFp8: activation scratch for rows * n_hc rows of width max
+  void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows
+};
+
   std::vector<GpuCachePool> cache_pools;
   int32_t* win_idx = nullptr;               // [T, W] window slots per row
   std::map<int64_t, int32_t*> all_idx;      // ratio -> [T, max_context / ratio] (HCA lists)
@@ -321,3 +353,14 @@ struct GpuModel::Impl {
 };
 
 }  // namespace deepinfer
+
+  // MTP-1 (gpu_mtp.cc; null when GpuModelOptions::mtp is off). init_mtp: weights (host mtp.0,
+  // or random for dummy weights), state and scratch, at construction. mtp_write_context: inside
+  // enqueue_forward after the last layer (X = the final streams), graph-safe: every row at
+  // position pos >= 1 writes the MTP key of pos - 1 (its streams and its token), then the
+  // chunks' last streams are kept. mtp_draft_step: one chained draft step over b rows.
+  std::unique_ptr<GpuMtp> mtp;
+  void init_mtp(const ModelWeights* host);
+  void mtp_write_context();
+  void mtp_input(int64_t n, const int32_t* tokens_dev, const float* streams_in, float* Z);
+  void mtp_draft_step(int64_t b, const int32_t* step_meta);

@@ -94,7 +94,6 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.fp8_weights = args.weight_format == "fp8";
   o.kv_cache_dtype = args.kv_cache_dtype;
   o.cuda_graphs = args.cuda_graphs;
-  // No drafter on the device yet: -1 (the drafter's draft length) means no rollback there.
   o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
   auto context = [&](const ModelConfig& c) {
     const int64_t limit = c.max_position_embeddings;
@@ -104,6 +103,18 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   if (args.dummy_weights && !builtin(args)) {
     const ModelConfig config = load_model_config(args.model_dir + "/config.json");
     const bool hashed = std::find(config.hash_layers.begin(), config.hash_layers.end(), true) !=
+  // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) when asked for (mtp, auto) and the
+  // checkpoint has it; rolls back as many positions as the engine verifies drafts (the MTP's
+  // natural draft length is 1, it chains more).
+  const std::string& spec = args.speculative_method;
+  CHECK_KIND(kUnsupported, spec != "dspark")
+      << "engine: the DSpark drafter runs on device cpu only for now (on cuda it needs the V4.1 "
+         "backend); use --speculative-method mtp (a V4 checkpoint with mtp.0) or none";
+  auto use_mtp = [&](bool has_mtp) {
+    if (!has_mtp || (spec != "mtp" && spec != "auto")) return;
+    o.mtp = true;
+    o.max_rollback = std::max(o.max_rollback, std::max<int64_t>(args.num_speculative_tokens, 1));
+  };
                         config.hash_layers.end();
     if (!hashed) {
       // Generated on the device: V4-Flash-size configs do not fit in host fp32.
@@ -118,6 +129,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.max_context = context(s.config);
   // Quantised routed experts go to the device from their checkpoint codes (FP4: exact FP8).
   if (!builtin(args) && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
+      use_mtp(config.num_nextn_predict_layers >= 1 && config.dspark.block_size == 0);
   const ModelWeights weights = load_model_weights(s.config, *s.weights);
   return std::make_unique<CudaRunner>(s.config, weights, o);
 #else
@@ -126,3 +138,4 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
 }
 
 }  // namespace deepinfer
+  use_mtp(weights.has_mtp);

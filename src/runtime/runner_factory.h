@@ -24,6 +24,13 @@ struct RunnerArgs {
   std::string weight_format = "fp32";  // CUDA: "fp32" | "fp8" (block-scaled FP8 projections)
   std::string kv_cache_dtype = "auto";  // CUDA: "auto" | "fp8" | "bf16" (GpuModelOptions::kv_cache_dtype)
   bool cuda_graphs = false;             // CUDA: GpuModelOptions::cuda_graphs
+  // CUDA: the drafter the runner keeps (EngineArgs::speculative_method / num_speculative_tokens):
+  // "mtp" or "auto" with a checkpoint that has mtp.0 builds the MTP-1 drafter on the device
+  // (rollback depth: max(model_options.max_rollback, num_speculative_tokens or 1)); "dspark"
+  // is refused on cuda (it needs the V4.1 backend). The CPU runner keeps the checkpoint's
+  // drafter whatever these say.
+  std::string speculative_method = "none";
+  int64_t num_speculative_tokens = 0;
 };
 
 // Default depth of the GPU state pools when no max_model_len is given (V4's 1M-token limit

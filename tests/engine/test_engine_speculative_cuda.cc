@@ -14,10 +14,17 @@
 //    every acceptance length occurs) over 24 concurrent requests equals plain greedy on the
 //    same CUDA runner settings token for token, and every committed token's logits row is
 //    bitwise the same (batch-invariant), overlap on and off, and with CUDA graphs.
+//  * Engine with the device MTP-1 drafter (CudaRunnerOptions::mtp, runtime/gpu_mtp.cc; the
+//    small config with a random mtp.0): 64 greedy requests submitted at once (penalties,
+//    logit_bias, logprobs, stop ids, min_tokens) with a state budget small enough to preempt
+//    and four aborts give token for token the outputs of plain greedy on a runner without the
+//    drafter, with every committed token's logits row bitwise the same (batch-invariant):
+//    fixed scheduling (3 drafts) overlap on and off, confidence scheduling, and CUDA graphs.
 // Label cuda: needs a GPU. On a failure each test prints the first differing row and its max
 // |difference|.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -315,6 +322,149 @@ TEST(EngineSpeculativeCuda, GreedyEqualsPlainGreedy) {
     }
     std::printf("  %lld requests with other tokens, %lld with a differing logits row\n", (long long)bad_tokens,
                 (long long)bad_rows);
+  }
+}
+
+ModelConfig mtp_config() {
+  ModelConfig c = small_config();
+  c.num_nextn_predict_layers = 1;
+  c.mtp_compress_ratios = {0};
+  return c;
+}
+
+std::unique_ptr<CudaRunner> mtp_runner(bool mtp, bool cuda_graphs) {
+  auto source = random_weights(mtp_config(), kEngineTestSeed, /*with_mtp=*/true);
+  const ModelWeights weights = load_model_weights(mtp_config(), *source);
+  CudaRunnerOptions o;
+  o.max_sequences = 64;
+  o.max_context = 256;
+  o.max_batch_tokens = 256;
+  o.numerics = Numerics::kOfficial;
+  o.batch_invariant = true;
+  o.max_rollback = 3;
+  o.cuda_graphs = cuda_graphs;
+  o.mtp = mtp;
+  return std::make_unique<CudaRunner>(mtp_config(), weights, o);
+}
+
+struct MtpRun {
+  std::map<std::string, std::vector<RequestOutput>> outputs;
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
+  EngineStats stats;
+};
+
+MtpRun run_mtp_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, bool mtp, bool cuda_graphs,
+                      const std::vector<std::string>& aborts, int abort_step) {
+  MtpRun run;
+  args.on_logits = [&run](const std::string& id, int64_t index, std::span<const float> row) {
+    auto [it, fresh] = run.logits.try_emplace({id, index}, row.begin(), row.end());
+    if (!fresh) {  // seen again after a preemption: the same row
+      ASSERT_TRUE(std::equal(row.begin(), row.end(), it->second.begin())) << id << " output " << index;
+    }
+  };
+  auto r = mtp_runner(mtp, cuda_graphs);
+  if (mtp) {
+    EXPECT_EQ(r->drafter(), "mtp");
+    EXPECT_EQ(r->draft_length(), 1);
+  } else {
+    EXPECT_EQ(r->drafter(), "none");
+  }
+  Engine engine(args, std::move(r), nullptr);
+  for (const EngineRequest& q : jobs) engine.add_request(q);
+  for (int s = 0; engine.has_unfinished(); ++s) {
+    if (s == abort_step) {
+      for (const std::string& id : aborts) engine.abort(id);
+    }
+    for (RequestOutput& o : engine.step()) run.outputs[o.id].push_back(std::move(o));
+  }
+  run.stats = engine.stats();
+  return run;
+}
+
+TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) {
+  const int64_t V = small_config().vocab_size;
+  std::vector<EngineRequest> jobs;
+  for (int i = 0; i < 64; ++i) {
+    EngineRequest r;
+    r.id = "m" + std::to_string(i);
+    r.prompt = random_tokens(1 + (i * 7) % 41, V, 300 + uint32_t(i));
+    for (int32_t& t : r.prompt) t = t == 1 ? 2 : t;  // no EOS inside prompts
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 8 + (i * 5) % 29;
+    r.params.ignore_eos = i % 4 == 0;
+    if (i % 5 == 1) r.params.repetition_penalty = 1.4f, r.params.frequency_penalty = 0.3f;
+    if (i % 7 == 3) r.params.logit_bias = {{5, 3.0f}, {9, -2.0f}};
+    if (i % 6 == 2) r.n_logprobs = 3;
+    if (i % 9 == 4) r.params.stop_token_ids = {7, 11};
+    if (i % 8 == 5) r.params.min_tokens = 4;
+    jobs.push_back(std::move(r));
+  }
+  EngineArgs base;
+  base.max_num_seqs = 64;
+  base.max_num_batched_tokens = 128;
+  base.max_model_len = 160;
+  base.block_size = 8;
+  base.state_budget_bytes = 5 << 19;  // 2.5 MiB (the engine's accounting): forces preemption
+  const std::vector<std::string> aborted = {"m3", "m20", "m41", "m62"};
+  const MtpRun plain = run_mtp_engine(base, jobs, false, false, aborted, 6);
+  struct Setting {
+    const char* name;
+    bool overlap, graphs;
+    const char* scheduling;
+  };
+  const Setting settings[] = {{"fixed, overlap on", true, false, "fixed"},
+                              {"fixed, overlap off", false, false, "fixed"},
+                              {"confidence, overlap on", true, false, "confidence"},
+                              {"fixed, overlap on, cuda graphs", true, true, "fixed"}};
+  for (const Setting& st : settings) {
+    SCOPED_TRACE(st.name);
+    EngineArgs a = base;
+    a.overlap = st.overlap;
+    a.speculative_method = "mtp";
+    a.num_speculative_tokens = 3;
+    a.spec_scheduling = st.scheduling;
+    const MtpRun spec = run_mtp_engine(a, jobs, true, st.graphs, aborted, 6);
+    const EngineStats& s = spec.stats;
+    std::printf("mtp drafter, %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted, "
+                "%lld preemptions (plain %lld)\n",
+                st.name, (long long)s.n_steps, (long long)plain.stats.n_steps, (long long)s.n_verifications,
+                (long long)s.n_drafts_accepted, (long long)s.n_drafts_verified, (long long)s.n_preemptions,
+                (long long)plain.stats.n_preemptions);
+    if (std::string(st.scheduling) == "fixed") EXPECT_GT(s.n_verifications, 0);
+    EXPECT_GT(s.n_preemptions, 0) << "the state budget was meant to force preemption";
+    ASSERT_EQ(spec.outputs.size(), plain.outputs.size());
+    int64_t bad = 0;
+    for (const auto& [id, outs] : plain.outputs) {
+      SCOPED_TRACE(id);
+      const std::vector<int32_t> want = all_tokens(outs);
+      const std::vector<int32_t> got = all_tokens(spec.outputs.at(id));
+      const RequestOutput& last = spec.outputs.at(id).back();
+      ASSERT_TRUE(last.finished);
+      const bool was_aborted = std::find(aborted.begin(), aborted.end(), id) != aborted.end();
+      if (was_aborted && (last.finish_reason == "abort" || outs.back().finish_reason == "abort")) {
+        // Aborted at the same step, but a speculative run may be further along.
+        const size_t n = std::min(got.size(), want.size());
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + int64_t(n), want.begin()));
+      } else {
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(last.finish_reason, outs.back().finish_reason);
+        bad += got != want;
+      }
+      std::vector<TokenLogprob> lp_want, lp_got;
+      for (const RequestOutput& o : outs) lp_want.insert(lp_want.end(), o.logprobs.begin(), o.logprobs.end());
+      for (const RequestOutput& o : spec.outputs.at(id)) lp_got.insert(lp_got.end(), o.logprobs.begin(), o.logprobs.end());
+      for (size_t i = 0; i < std::min(lp_got.size(), lp_want.size()); ++i) {
+        EXPECT_EQ(lp_got[i].token, lp_want[i].token);
+        EXPECT_EQ(lp_got[i].logprob, lp_want[i].logprob);
+      }
+      for (size_t o = 0; o < std::min(got.size(), want.size()); ++o) {
+        auto x = plain.logits.find({id, int64_t(o)});
+        auto y = spec.logits.find({id, int64_t(o)});
+        ASSERT_TRUE(x != plain.logits.end() && y != spec.logits.end()) << "no logits row at output " << o;
+        ASSERT_EQ(x->second, y->second) << "logits row of output " << o << " differs";
+      }
+    }
+    std::printf("  %lld requests with other tokens\n", (long long)bad);
   }
 }
 

@@ -1,0 +1,477 @@
+// V4's MTP-1 drafter on the GPU (GpuModelOptions::mtp, runtime/gpu_mtp.cc) against the
+// float64 reference and the CPU drafter (model/mtp.cc):
+//  * tests/data/golden_mtp (tools/mtp_reference.py: a tiny V4 checkpoint with mtp.0), fp32
+//    weights: per-position drafts (decoding token by token, next = the sequence's token), the
+//    MTP keys the forwards wrote, and 3 chained drafts at the fixture's positions, against the
+//    float64 reference and against Model::draft. Reference numerics on the fp32 per-sequence
+//    state (paged_kv off): per row max|diff| <= 1e-4 * max|ref| (as the CPU test); official on
+//    the paged FP8 KV cache: 1e-3 * max|ref| per row and one bf16 step per key value (the
+//    window keys' QAT rounding, see tests/model/test_mtp.cc), tokens equal.
+//  * FP8 weights (official, FP8 cache) against the CPU with the same FP8-rounded weights
+//    (GpuModel::fp8_round_trip): the GPU quantises every projection's input per 1x128 block
+//    and the CPU does not, so the bound is looser: 1 - cosine per draft logits row <= the FP8
+//    activation noise power (7 roundings per block, backbone and MTP, + 3; 7.2e-4 each, as
+//    test_gpu_model_cuda), on golden_mtp and models/trained-v4; token agreement is printed.
+//  * models/trained-v4 (its trained MTP drafter from drafter.safetensors via the index), fp32
+//    reference numerics: chained drafts (3) at several positions of a prompt vs Model::draft,
+//    1e-4 * max|ref| per row, tokens equal. Skipped when the model is absent.
+//  * rollback (random small V4 with MTP, paged, batch-invariant): a decode loop that drafts 3,
+//    verifies [y, d0, d1, d2], keeps a random prefix and truncates leaves the MTP keys of every
+//    committed position in the window and the next draft bitwise those of a fresh sequence fed
+//    the committed tokens; a draft changes no key (keys and a second draft equal).
+//  * MODEL_SPEC §E.17: the backbone's logits are bitwise the same with the drafter on (drafts
+//    interleaved) and off.
+//  * CUDA graph decode steps write the same keys and give the same drafts as eager ones
+//    (batch-invariant, bitwise); a batched draft equals one-by-one drafts (bitwise).
+//  * bad requests fail with Error.
+// Label cuda: needs a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "base/error.h"
+#include "io/config_parser.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "model/weight_source.h"
+#include "runtime/gpu_model.h"
+#include "../model/golden_data.h"
+#include "../model/model_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr const char* kGoldenMtp = "tests/data/golden_mtp";
+constexpr const char* kTrainedV4 = "models/trained-v4";
+
+using testing::random_tokens;
+
+float max_abs_of(const float* a, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i]));
+  return m;
+}
+
+double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
+  return ab / std::sqrt(aa * bb + 1e-300);
+}
+
+// Per row max|diff| <= bound * max|want|; prints the worst ratio.
+void expect_rows(const std::vector<float>& got, const std::vector<float>& want, int64_t width, float bound,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float worst = 0;
+  for (size_t r = 0; r < want.size() / size_t(width); ++r) {
+    const float* w = &want[r * size_t(width)];
+    float diff = 0;
+    for (int64_t i = 0; i < width; ++i) diff = std::max(diff, std::abs(got[r * size_t(width) + size_t(i)] - w[i]));
+    worst = std::max(worst, diff / max_abs_of(w, width));
+    EXPECT_LE(diff, bound * max_abs_of(w, width)) << what << " row " << r;
+  }
+  std::printf("%s: worst row max|diff| / max|ref| = %.3g (bound %.0e)\n", what.c_str(), worst, bound);
+}
+
+struct HostModel {
+  ModelConfig cfg;
+  ModelWeights weights;
+};
+
+HostModel load_host(const std::string& dir) {
+  HostModel h;
+  h.cfg = load_model_config(dir);
+  auto src = open_checkpoint_weights(dir, h.cfg);
+  h.weights = load_model_weights(h.cfg, *src);
+  return h;
+}
+
+GpuModelOptions mtp_options(Numerics numerics, bool paged, int64_t max_rollback, bool batch_invariant = false) {
+  GpuModelOptions o;
+  o.max_sequences = 4;
+  o.max_context = 512;
+  o.max_batch_tokens = 256;
+  o.numerics = numerics;
+  o.paged_kv = paged;
+  o.max_rollback = max_rollback;
+  o.batch_invariant = batch_invariant;
+  o.mtp = true;
+  return o;
+}
+
+Tensor gpu_run(GpuModel& g, int64_t seq, const std::vector<int32_t>& tokens, bool all = false) {
+  const GpuChunk c{seq, tokens, all};
+  return g.forward(std::span<const GpuChunk>(&c, 1));
+}
+
+void cpu_run(const Model& m, SequenceState& st, const std::vector<int32_t>& tokens) {
+  const SequenceChunk c{&st, tokens, false};
+  m.forward(std::span<const SequenceChunk>(&c, 1));
+}
+
+DraftBlock gpu_draft(GpuModel& g, int64_t seq, int32_t next, int64_t n) {
+  const int64_t s[1] = {seq};
+  const int32_t x[1] = {next};
+  return std::move(g.draft(s, x, n)[0]);
+}
+
+// --- golden_mtp: float64 reference and CPU --------------------------------------------------
+
+class GpuMtpGolden : public ::testing::TestWithParam<Numerics> {
+ protected:
+  void SetUp() override {
+    ref_ = SafetensorsFile::open(std::string(kGoldenMtp) + "/mtp_reference.safetensors");
+    ids_ = testing::read_ids(*ref_, "input_ids");
+    const bool official = GetParam() == Numerics::kOfficial;
+    // Reference: the fp32 per-sequence state (no KV rounding at all); official: the paged
+    // FP8 cache (its entries are exactly the official rounding).
+    gpu_ = GpuModel::load(std::string(kGoldenMtp) + "/model", mtp_options(GetParam(), official, 0));
+    cpu_ = Model::load(std::string(kGoldenMtp) + "/model", {GetParam(), false});
+  }
+  std::vector<float> golden(const std::string& name) const {
+    return testing::read_f32(*ref_, name + (GetParam() == Numerics::kOfficial ? "_official" : ""));
+  }
+  std::vector<int32_t> golden_ids(const std::string& name) const {
+    return testing::read_ids(*ref_, name + (GetParam() == Numerics::kOfficial ? "_official" : ""));
+  }
+  float bound() const { return GetParam() == Numerics::kOfficial ? 1e-3f : 1e-4f; }
+  std::shared_ptr<SafetensorsFile> ref_;
+  std::vector<int32_t> ids_;
+  std::unique_ptr<GpuModel> gpu_;
+  std::unique_ptr<Model> cpu_;
+};
+
+TEST_P(GpuMtpGolden, DraftsAtEveryPositionAndKeys) {
+  ASSERT_TRUE(gpu_->has_mtp());
+  const ModelConfig& cfg = gpu_->config();
+  const int64_t V = cfg.vocab_size, D = cfg.hidden_size, d = cfg.head_dim;
+  const int64_t T = static_cast<int64_t>(ids_.size());
+  std::vector<float> got, got_hidden, cpu_logits;
+  const int64_t s = gpu_->new_sequence();
+  auto st = cpu_->new_state();
+  for (int64_t p = 0; p + 1 < T; ++p) {
+    gpu_run(*gpu_, s, {ids_[size_t(p)]});
+    cpu_run(*cpu_, *st, {ids_[size_t(p)]});
+    const DraftBlock b = gpu_draft(*gpu_, s, ids_[size_t(p + 1)], 1);
+    ASSERT_EQ(b.tokens.size(), 1u);
+    got.insert(got.end(), b.logits.begin(), b.logits.end());
+    got_hidden.insert(got_hidden.end(), b.hidden.begin(), b.hidden.end());
+    const DraftBlock c = cpu_->draft(*st, ids_[size_t(p + 1)], 1);
+    cpu_logits.insert(cpu_logits.end(), c.logits.begin(), c.logits.end());
+    EXPECT_EQ(b.tokens, c.tokens) << "position " << p;
+  }
+  expect_rows(got, golden("mtp_logits"), V, bound(), "GPU MTP draft logits vs float64");
+  expect_rows(got_hidden, golden("mtp_hidden"), D, bound(), "GPU MTP hidden vs float64");
+  expect_rows(got, cpu_logits, V, bound(), "GPU MTP draft logits vs CPU");
+  // The keys the forwards wrote for the positions a next draft reads.
+  const auto keys = golden("mtp_keys");
+  const bool official = GetParam() == Numerics::kOfficial;
+  int64_t checked = 0;
+  for (int64_t t = std::max<int64_t>(0, T - 1 - cfg.sliding_window); t < T - 2; ++t, ++checked) {
+    const std::vector<float> g = gpu_->mtp_key(s, t);
+    const float* w = &keys[size_t(t * d)];
+    for (int64_t i = 0; i < d; ++i) {
+      const float step = official ? std::abs(w[i]) * 0x1p-7f : 0.0f;  // one bf16 step
+      ASSERT_NEAR(g[size_t(i)], w[i], 1e-4f * max_abs_of(w, d) + step) << "key " << t << " dim " << i;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_P(GpuMtpGolden, ChainedDrafts) {
+  const int64_t V = gpu_->config().vocab_size;
+  const auto positions = testing::read_ids(*ref_, "chain_positions");
+  const auto anchors = golden_ids("chain_anchors");
+  const auto tokens = golden_ids("chain_tokens");
+  const auto logits = golden("chain_logits");
+  const int64_t n = static_cast<int64_t>(tokens.size() / positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    SCOPED_TRACE("p = " + std::to_string(positions[i]));
+    const std::vector<int32_t> prefix(ids_.begin(), ids_.begin() + positions[i] + 1);
+    const int64_t s = gpu_->new_sequence();
+    gpu_run(*gpu_, s, prefix);
+    const DraftBlock b = gpu_draft(*gpu_, s, anchors[i], n);
+    gpu_->free_sequence(s);
+    expect_rows(b.logits, std::vector<float>(&logits[i * size_t(n * V)], &logits[(i + 1) * size_t(n * V)]), V,
+                bound(), "GPU chained draft logits vs float64");
+    EXPECT_EQ(b.tokens, std::vector<int32_t>(&tokens[i * size_t(n)], &tokens[(i + 1) * size_t(n)]));
+    auto st = cpu_->new_state();
+    cpu_run(*cpu_, *st, prefix);
+    const DraftBlock c = cpu_->draft(*st, anchors[i], n);
+    expect_rows(b.logits, c.logits, V, bound(), "GPU chained draft logits vs CPU");
+    EXPECT_EQ(b.tokens, c.tokens);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Numerics, GpuMtpGolden, ::testing::Values(Numerics::kReference, Numerics::kOfficial),
+                         [](const ::testing::TestParamInfo<Numerics>& info) {
+                           return std::string(numerics_name(info.param));
+                         });
+
+// GPU vs CPU chained drafts after prefixes of `tokens`: per-row bound or cosine, printed.
+struct DraftCompare {
+  double min_cos = 1.0;
+  float worst_rel = 0;
+  int64_t rows = 0, same_tokens = 0;
+};
+
+DraftCompare compare_drafts(GpuModel& gpu, const Model& cpu, const std::vector<int32_t>& tokens,
+                            const std::vector<int64_t>& cuts, int64_t n) {
+  const int64_t V = gpu.config().vocab_size;
+  DraftCompare r;
+  for (int64_t cut : cuts) {
+    const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + cut);
+    const int32_t next = tokens[size_t(cut)];
+    const int64_t s = gpu.new_sequence();
+    gpu_run(gpu, s, prefix);
+    const DraftBlock g = gpu_draft(gpu, s, next, n);
+    gpu.free_sequence(s);
+    auto st = cpu.new_state();
+    cpu_run(cpu, *st, prefix);
+    const DraftBlock c = cpu.draft(*st, next, n);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* a = g.logits.data() + j * V;
+      const float* b = c.logits.data() + j * V;
+      r.min_cos = std::min(r.min_cos, cosine(a, b, V));
+      float diff = 0;
+      for (int64_t t = 0; t < V; ++t) diff = std::max(diff, std::abs(a[t] - b[t]));
+      r.worst_rel = std::max(r.worst_rel, diff / max_abs_of(b, V));
+      ++r.rows;
+      r.same_tokens += g.tokens[size_t(j)] == c.tokens[size_t(j)];
+      if (g.tokens[size_t(j)] != c.tokens[size_t(j)]) break;  // the chains continue differently
+    }
+  }
+  std::printf("  %lld draft rows: min cosine %.6f, worst max|diff| / max|ref| %.3g, %lld tokens equal\n",
+              (long long)r.rows, r.min_cos, r.worst_rel, (long long)r.same_tokens);
+  return r;
+}
+
+TEST(GpuMtp, Fp8WeightsMatchTheCpuWithTheSameWeights) {
+  std::vector<std::string> dirs = {std::string(kGoldenMtp) + "/model"};
+  if (std::filesystem::exists(std::string(kTrainedV4) + "/config.json")) dirs.push_back(kTrainedV4);
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    HostModel h = load_host(dir);
+    ASSERT_TRUE(h.weights.has_mtp);
+    GpuModel::fp8_round_trip(h.cfg, h.weights);
+    GpuModelOptions o = mtp_options(Numerics::kOfficial, true, 3);
+    o.weight_format = WeightFormat::kFp8;
+    GpuModel gpu(h.cfg, h.weights, o);
+    const Model cpu(h.cfg, std::move(h.weights), ModelOptions{Numerics::kOfficial, false});
+    const auto tokens = random_tokens(200, h.cfg.vocab_size, 17);
+    std::printf("%s, fp8 weights, official:\n", dir.c_str());
+    const DraftCompare r = compare_drafts(gpu, cpu, tokens, {1, 7, 40, 129, 180}, 3);
+    // As test_gpu_model_cuda's bound: 7 roundings per layer (the backbone's and the MTP
+    // block's) plus e_proj / h_proj and the head, each 1 - cos <= kE4m3Nmse.
+    const double p = (7.0 * double(h.cfg.num_layers + 1) + 3.0) * 7.2e-4;
+    EXPECT_LE(1.0 - r.min_cos, p) << "beyond the FP8 activation noise bound";
+  }
+}
+
+TEST(GpuMtp, TrainedV4MatchesTheCpu) {
+  if (!std::filesystem::exists(std::string(kTrainedV4) + "/config.json")) GTEST_SKIP() << "no " << kTrainedV4;
+  HostModel h = load_host(kTrainedV4);
+  ASSERT_TRUE(h.weights.has_mtp) << "models/trained-v4 should ship its MTP drafter";
+  GpuModel gpu(h.cfg, h.weights, mtp_options(Numerics::kReference, false, 0));
+  const Model cpu(h.cfg, std::move(h.weights), ModelOptions{Numerics::kReference, false});
+  const auto tokens = random_tokens(300, h.cfg.vocab_size, 23);
+  std::printf("%s, fp32 weights, reference:\n", kTrainedV4);
+  const DraftCompare r = compare_drafts(gpu, cpu, tokens, {1, 2, 50, 127, 128, 129, 250}, 3);
+  EXPECT_LE(r.worst_rel, 1e-4f);
+  EXPECT_EQ(r.same_tokens, r.rows);
+}
+
+// --- rollback, §E.17, graphs, batching on a random small V4 with MTP --------------------------
+
+// The engine tests' small V4 (window 8, ratios 0 / 4 / 128 / 4, a hash layer) with MTP-1.
+ModelConfig small_mtp_config() {
+  ModelConfig c = testing::small_config();
+  c.num_nextn_predict_layers = 1;
+  c.mtp_compress_ratios = {0};
+  return c;
+}
+
+ModelWeights small_mtp_weights(const ModelConfig& cfg) {
+  auto src = random_weights(cfg, 31, /*with_mtp=*/true);
+  return load_model_weights(cfg, *src);
+}
+
+// Keys of the positions a next draft of a sequence of n tokens reads: max(0, n-1-W) .. n-2.
+std::vector<float> window_keys(const GpuModel& g, int64_t seq, int64_t n) {
+  std::vector<float> all;
+  for (int64_t t = std::max<int64_t>(0, n - 1 - g.config().sliding_window); t <= n - 2; ++t) {
+    const auto k = g.mtp_key(seq, t);
+    all.insert(all.end(), k.begin(), k.end());
+  }
+  return all;
+}
+
+void expect_same_draft(const DraftBlock& a, const DraftBlock& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i) differ += a.logits[i] != b.logits[i];
+  EXPECT_EQ(differ, 0u) << what << ": draft logits differ";
+}
+
+TEST(GpuMtp, RejectedDraftsLeaveTheStateOfAPlainRun) {
+  const ModelConfig cfg = small_mtp_config();
+  const ModelWeights w = small_mtp_weights(cfg);
+  for (Numerics numerics : {Numerics::kReference, Numerics::kOfficial}) {
+    SCOPED_TRACE(numerics_name(numerics));
+    constexpr int64_t kDepth = 3;
+    GpuModel g(cfg, w, mtp_options(numerics, true, kDepth, /*batch_invariant=*/true));
+    std::mt19937 gen(5);
+    for (int64_t prompt : {1, 3, 9, 30, 126}) {
+      std::vector<int32_t> committed = random_tokens(prompt, cfg.vocab_size, uint32_t(prompt));
+      const int64_t a = g.new_sequence();
+      gpu_run(g, a, committed);
+      int32_t next = int32_t(gen() % uint32_t(cfg.vocab_size));
+      int64_t rolled_back = 0;
+      for (int step = 0; step < 12; ++step) {
+        const int64_t n = int64_t(committed.size());
+        const auto keys_before = window_keys(g, a, n);
+        const DraftBlock d = gpu_draft(g, a, next, kDepth);
+        ASSERT_EQ(window_keys(g, a, n), keys_before) << "a draft changed a committed key";
+        expect_same_draft(gpu_draft(g, a, next, kDepth), d, "the same draft twice");
+        // Verify [next, d0 .. d2]; keep next and a random number of the drafts (some wrong:
+        // the committed continuation after them is random).
+        std::vector<int32_t> chunk = {next};
+        chunk.insert(chunk.end(), d.tokens.begin(), d.tokens.end());
+        gpu_run(g, a, chunk, true);
+        const int64_t keep = 1 + int64_t(gen() % uint32_t(chunk.size()));
+        committed.insert(committed.end(), chunk.begin(), chunk.begin() + keep);
+        g.truncate(a, int64_t(committed.size()));
+        rolled_back += int64_t(chunk.size()) - keep;
+        next = int32_t(gen() % uint32_t(cfg.vocab_size));
+      }
+      const int64_t b = g.new_sequence();
+      gpu_run(g, b, committed);
+      const int64_t n = int64_t(committed.size());
+      const auto got = window_keys(g, a, n), want = window_keys(g, b, n);
+      size_t differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+      std::printf("%s, prompt %lld: %lld positions rolled back, %zu of %zu key values differ\n",
+                  numerics_name(numerics), (long long)prompt, (long long)rolled_back, differ, want.size());
+      EXPECT_EQ(differ, 0u) << "prompt " << prompt;
+      EXPECT_GT(rolled_back, 0);
+      expect_same_draft(gpu_draft(g, a, next, kDepth), gpu_draft(g, b, next, kDepth), "draft after the loop");
+      g.free_sequence(a);
+      g.free_sequence(b);
+    }
+  }
+}
+
+TEST(GpuMtp, DraftingNeverChangesBackboneLogits) {
+  const ModelConfig cfg = small_mtp_config();
+  const ModelWeights w = small_mtp_weights(cfg);
+  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kFp8}) {
+    GpuModelOptions on = mtp_options(Numerics::kOfficial, true, 2);
+    on.weight_format = format;
+    GpuModelOptions off = on;
+    off.mtp = false;
+    GpuModel with(cfg, w, on), without(cfg, w, off);
+    EXPECT_FALSE(without.has_mtp());
+    const auto prompt = random_tokens(40, cfg.vocab_size, 3);
+    const int64_t s1 = with.new_sequence(), s2 = without.new_sequence();
+    Tensor l1 = gpu_run(with, s1, prompt, true), l2 = gpu_run(without, s2, prompt, true);
+    size_t differ = 0;
+    for (int64_t i = 0; i < l1.numel(); ++i) differ += l1.f32()[i] != l2.f32()[i];
+    std::vector<int32_t> toks = random_tokens(20, cfg.vocab_size, 4);
+    for (int32_t t : toks) {
+      gpu_draft(with, s1, t, 3);  // drafts interleaved on one model only
+      l1 = gpu_run(with, s1, {t});
+      l2 = gpu_run(without, s2, {t});
+      for (int64_t i = 0; i < l1.numel(); ++i) differ += l1.f32()[i] != l2.f32()[i];
+    }
+    std::printf("%s: %zu backbone logits differ with the drafter on\n", format == WeightFormat::kFp8 ? "fp8" : "fp32",
+                differ);
+    EXPECT_EQ(differ, 0u);
+  }
+}
+
+TEST(GpuMtp, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
+  const ModelConfig cfg = small_mtp_config();
+  const ModelWeights w = small_mtp_weights(cfg);
+  GpuModelOptions eager_o = mtp_options(Numerics::kOfficial, true, 3, /*batch_invariant=*/true);
+  GpuModelOptions graph_o = eager_o;
+  graph_o.cuda_graphs = true;
+  GpuModel eager(cfg, w, eager_o), graphs(cfg, w, graph_o);
+  constexpr int64_t kSeqs = 3;
+  std::vector<int64_t> se, sg;
+  std::vector<int32_t> last;
+  std::vector<int64_t> len;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    const auto p = random_tokens(5 + 11 * i, cfg.vocab_size, 50 + uint32_t(i));
+    se.push_back(eager.new_sequence());
+    sg.push_back(graphs.new_sequence());
+    gpu_run(eager, se.back(), p);
+    gpu_run(graphs, sg.back(), p);
+    len.push_back(int64_t(p.size()));
+  }
+  std::mt19937 gen(8);
+  for (int step = 0; step < 10; ++step) {  // decode steps of all sequences: graph-replayed
+    std::vector<std::vector<int32_t>> tok(kSeqs);
+    std::vector<GpuChunk> ce, cg;
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      tok[size_t(i)] = {int32_t(gen() % uint32_t(cfg.vocab_size))};
+      ce.push_back({se[size_t(i)], tok[size_t(i)], false});
+      cg.push_back({sg[size_t(i)], tok[size_t(i)], false});
+      ++len[size_t(i)];
+    }
+    eager.forward(ce);
+    graphs.forward(cg);
+  }
+  EXPECT_GT(graphs.graph_stats().replays, 0);
+  std::vector<int32_t> next;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    EXPECT_EQ(window_keys(graphs, sg[size_t(i)], len[size_t(i)]), window_keys(eager, se[size_t(i)], len[size_t(i)]))
+        << "sequence " << i;
+    next.push_back(int32_t(gen() % uint32_t(cfg.vocab_size)));
+  }
+  const std::vector<DraftBlock> batched = graphs.draft(sg, next, 3);
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 3),
+                      "batched graph-model draft vs one-by-one eager draft, sequence " + std::to_string(i));
+  }
+}
+
+TEST(GpuMtp, BadRequestsFailCleanly) {
+  const ModelConfig cfg = small_mtp_config();
+  const ModelWeights w = small_mtp_weights(cfg);
+  GpuModel g(cfg, w, mtp_options(Numerics::kReference, true, 2));
+  const int64_t fresh = g.new_sequence();
+  EXPECT_THROW(gpu_draft(g, fresh, 5, 1), Error);  // nothing committed yet
+  const int64_t s = g.new_sequence();
+  gpu_run(g, s, {3, 4, 5});
+  EXPECT_THROW(gpu_draft(g, s, int32_t(cfg.vocab_size), 1), Error);
+  EXPECT_THROW(gpu_draft(g, s, -1, 1), Error);
+  EXPECT_THROW(gpu_draft(g, s, 5, 0), Error);
+  EXPECT_THROW(gpu_draft(g, s, 5, 5), Error);  // more than max(max_rollback + 1, 4)
+  EXPECT_THROW(gpu_draft(g, s + 2, 5, 1), Error);  // not live
+  const int64_t twice[2] = {s, s};
+  const int32_t nx[2] = {5, 6};
+  EXPECT_THROW(g.draft(twice, nx, 1), Error);
+  EXPECT_THROW(g.draft(std::span<const int64_t>(twice, 1), nx, 1), Error);  // 1 sequence, 2 tokens
+  EXPECT_EQ(gpu_draft(g, s, 5, 4).tokens.size(), 4u);
+  GpuModelOptions off = mtp_options(Numerics::kReference, true, 2);
+  off.mtp = false;
+  GpuModel plain(cfg, w, off);
+  const int64_t t = plain.new_sequence();
+  gpu_run(plain, t, {3, 4, 5});
+  EXPECT_THROW(gpu_draft(plain, t, 5, 1), Error);
+  // A checkpoint without mtp.0 cannot have the drafter.
+  ModelConfig none = cfg;
+  none.num_nextn_predict_layers = 0;
+  none.mtp_compress_ratios.clear();
+  auto src = random_weights(none, 31, false);
+  const ModelWeights nw = load_model_weights(none, *src);
+  EXPECT_THROW(GpuModel(none, nw, mtp_options(Numerics::kReference, true, 2)), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer
