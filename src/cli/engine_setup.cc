@@ -88,16 +88,18 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
     engine_args.device = "cpu";
     why = "auto: --swa-bounded-replay runs on the CPU backend only for now";
     LOG(INFO) << "device cpu: " << why.substr(6);
-  } else if (model_config_of(engine_args).is_v41()) {
+  } else if (model_config_of(engine_args).engram.enabled()) {
     engine_args.device = "cpu";
-    why = "auto: DeepSeek-V4.1 runs on the CPU backend only for now (the CUDA backend has no V4.1 kernels)";
+    why = "auto: Engram models run on the CPU backend only for now (the CUDA backend has no Engram)";
     LOG(INFO) << "device cpu: " << why.substr(6);
   } else {
     engine_args.device = "cuda";
     why = "auto: " + std::to_string(n_gpus) + " CUDA device" + (n_gpus == 1 ? "" : "s") + " found, using cuda:0";
   }
   const bool cuda = engine_args.device == "cuda";
-  engine_args.weight_format = request.weight_format != "auto" ? request.weight_format : cuda ? "fp8" : "fp32";
+  // DeepSeek-V4.1 on cuda: fp32 weights only for now (issue 14 phase 1).
+  const bool fp8_auto = cuda && !model_config_of(engine_args).is_v41();
+  engine_args.weight_format = request.weight_format != "auto" ? request.weight_format : fp8_auto ? "fp8" : "fp32";
   engine_args.kv_cache_dtype = request.kv_cache_dtype;
   engine_args.cuda_graphs = request.cuda_graphs < 0 ? cuda : request.cuda_graphs == 1;
   if (cuda && engine_args.weight_format == "fp8") {

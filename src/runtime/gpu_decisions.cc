@@ -31,7 +31,7 @@ void GpuModel::force_decisions(const DecisionTrace* trace) {
     int64_t ints = 0;
     for (int64_t l = 0; l < L; ++l) {
       ints += !cfg.is_hash_layer(l) ? P * k : 0;
-      ints += cfg.compress_ratio(l) == 4 ? P * ki : 0;
+      ints += m.layers[l].has_indexer ? P * ki : 0;
     }
     m.forced_mem = static_cast<int32_t*>(m.raw_alloc(std::max<int64_t>(ints, 1) * 4));
     m.forced_experts.assign(L, nullptr);
@@ -39,7 +39,7 @@ void GpuModel::force_decisions(const DecisionTrace* trace) {
     int32_t* at = m.forced_mem;
     for (int64_t l = 0; l < L; ++l) {
       if (!cfg.is_hash_layer(l)) m.forced_experts[l] = std::exchange(at, at + P * k);
-      if (cfg.compress_ratio(l) == 4) m.forced_picks[l] = std::exchange(at, at + P * ki);
+      if (m.layers[l].has_indexer) m.forced_picks[l] = std::exchange(at, at + P * ki);
     }
   }
   // Host copy per table: the trace's rows, then -1 up to max_context.
@@ -82,7 +82,7 @@ void GpuModel::Impl::route(int64_t layer) {
                        cfg.n_routed_experts, k, scale, route_ids, route_w);
   } else {
     route_cuda(ctx.stream(), router, n_rows, w.tid2eid != nullptr ? nullptr : w.bias, w.tid2eid,
-               sec(kTokens), RouterParams{cfg.n_routed_experts, k, scale}, route_ids, route_w);
+               sec(kTokens), router_params(), route_ids, route_w);
   }
   if (recording != nullptr && w.tid2eid == nullptr) record_rows(layer, route_ids, k, true);
 }

@@ -44,8 +44,10 @@ void GpuModel::Impl::count_attention_work() {
   const double kv_bytes = plan.paged ? static_cast<double>(plan.kv.entry_bytes()) : d * 4;
   const double idx_bytes = plan.idx_paged ? static_cast<double>(plan.idx.entry_bytes()) : dI * 4;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    const int64_t ratio = layers[l].has_compressor ? cfg.compress_ratio(l) : 0;
-    const bool idx = layers[l].has_indexer;
+    const LayerPlan& lp = cfg.plan[l];
+    const int64_t ratio = lp.kv_from >= 0 ? lp.ratio : 0;  // the entries it attends
+    const bool idx = lp.topk_from >= 0;                    // a top-k of them
+    const bool scored = layers[l].has_indexer;             // it scores every visible key
     for (const auto& [start, len] : chunk_spans) {
       for (int64_t i = 0; i < len; ++i) {
         const int64_t pos = start + i;
@@ -53,14 +55,14 @@ void GpuModel::Impl::count_attention_work() {
         if (ratio > 0) {
           const double n_ent = static_cast<double>((pos + 1) / ratio);
           keys += idx ? std::min(topk, n_ent) : n_ent;
-          if (idx) work.attn_flops += 2.0 * n_ent * HI * dI;
+          if (scored) work.attn_flops += 2.0 * n_ent * HI * dI;
         }
         work.attn_flops += 4.0 * H * d * keys;
       }
       const double old_ent = ratio > 0 ? static_cast<double>(start / ratio) : 0.0;
       double st = std::min<double>(W, start) * kv_bytes;
       if (ratio > 0) st += (idx ? std::min(topk, old_ent) : old_ent) * kv_bytes;
-      if (idx) st += old_ent * idx_bytes;
+      if (scored) st += old_ent * idx_bytes;
       work.state_bytes += st;
     }
   }
@@ -317,6 +319,15 @@ void GpuModel::Impl::enqueue_forward() {
   } restore{X, X2, X, X2};
   embedding_cuda(stream, embed, sec(kTokens), N, D, hc, X);
   if (plan.paged) build_paged_lists();  // window / HCA slot lists, shared by all layers
+  // Single-pass mHC (V4.1, MODEL_SPEC §C.3): each site collapses with the previous site's
+  // `pre` (layer 0's attention with e_0, stream 0 alone) and the head collapses with the last
+  // FFN site's; V4: each site with its own, then hc_head.
+  const bool single_pass = cfg.traits.single_pass_mhc;
+  if (single_pass) {
+    CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_e0, N * hc * sizeof(float), cudaMemcpyDeviceToDevice,
+                               stream));
+  }
+  float* ffn_pre = single_pass ? pre_ffn : pre;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const GpuLayerW& lw = layers[l];
     auto mark = [&](int i) {
@@ -324,7 +335,7 @@ void GpuModel::Impl::enqueue_forward() {
     };
     hc_mix_cuda(ctx, X, N, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, hp, mix_scratch, pre,
                 post, comb);
-    hc_collapse_cuda(stream, X, pre, N, hc, D, u);
+    hc_collapse_cuda(stream, X, single_pass ? pre_mix : pre, N, hc, D, u);
     rms_norm_cuda(stream, u, lw.attn_norm, N, D, D, eps, x);
     mark(0);
     attention_block(l, x, y);
@@ -332,21 +343,30 @@ void GpuModel::Impl::enqueue_forward() {
     hc_expand_cuda(stream, X, y, post, comb, N, hc, D, X2);
     std::swap(X, X2);
 
-    hc_mix_cuda(ctx, X, N, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, hp, mix_scratch, pre,
-                post, comb);
-    hc_collapse_cuda(stream, X, pre, N, hc, D, u);
+    hc_mix_cuda(ctx, X, N, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, hp, mix_scratch,
+                ffn_pre, post, comb);
+    hc_collapse_cuda(stream, X, single_pass ? pre : ffn_pre, N, hc, D, u);
     rms_norm_cuda(stream, u, lw.ffn_norm, N, D, D, eps, x);
     mark(2);
     moe_block(l, x, y);
     mark(3);
     hc_expand_cuda(stream, X, y, post, comb, N, hc, D, X2);
     std::swap(X, X2);
+    if (single_pass) {  // the next attention site collapses with this FFN site's pre
+      CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_ffn, N * hc * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream));
+    }
     work.weight_bytes += 2 * mix_bytes;
     work.gemm_flops += 2.0 * 2.0 * N * (2 + hc) * hc * hc * D;
   }
   gather_rows_cuda(stream, X, sec(kOutRows), n_out, hc * D, Xo);
-  hc_head_cuda(ctx, Xo, n_out, hc_head.fn, hc_head.base, hc_head.scale, hp, mix_scratch, head_pre,
-               h);
+  if (single_pass) {  // no hc_head: the last FFN site's pre collapses the streams
+    gather_rows_cuda(stream, pre_mix, sec(kOutRows), n_out, hc, head_pre);
+    hc_collapse_cuda(stream, Xo, head_pre, n_out, hc, D, h);
+  } else {
+    hc_head_cuda(ctx, Xo, n_out, hc_head.fn, hc_head.base, hc_head.scale, hp, mix_scratch,
+                 head_pre, h);
+  }
   rms_norm_cuda(stream, h, norm, n_out, D, D, eps, h);
   lin(head, h, n_out, logits, a_gen);
 }
@@ -359,7 +379,6 @@ void GpuModel::forward_device(std::span<const GpuChunk> chunks, const int32_t* s
 Tensor GpuModel::forward(std::span<const GpuChunk> chunks) {
   impl_->forward_device(chunks, nullptr, nullptr);
   return copy_logits();
-  if (mtp) mtp_write_context();  // MTP-1 keys from the final streams (gpu_mtp.cc)
 }
 
 int64_t GpuModel::host_waits() const { return impl_->host_waits; }

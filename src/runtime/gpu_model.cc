@@ -171,6 +171,7 @@ DeviceLinear GpuModel::Impl::linear(const Tensor* t, int64_t n, int64_t k, float
 GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
                      const GpuModelOptions& options)
     : cfg(std::move(config)), opt(options), seed(seed_) {
+  complete_model_config(&cfg);  // traits and the layer plan, as Model does
   CHECK(opt.max_sequences > 0 && opt.max_context > 0 && opt.max_batch_tokens > 0 &&
         opt.max_out_rows >= 0)
       << "GpuModel: max_sequences, max_context and max_batch_tokens must be positive";
@@ -180,6 +181,18 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   CHECK(opt.max_rollback >= 0) << "GpuModel: max_rollback " << opt.max_rollback << " (>= 0)";
   CHECK_KIND(kUnsupported, opt.max_rollback == 0 || opt.paged_kv)
       << "GpuModel: max_rollback needs paged_kv (the plain path's window ring holds exactly W positions)";
+  // Phase 1 of V4.1 on the GPU (issue 14): fp32 weights, reference / official numerics, the
+  // fp32 per-sequence state or the bf16 paged cache; the rest is refused here by name.
+  if (cfg.is_v41()) {
+    CHECK_KIND(kUnsupported, opt.weight_format == WeightFormat::kF32)
+        << "GpuModel: DeepSeek-V4.1 runs with fp32 weights only for now (weight_format fp8, "
+           "its 32x32-block FP8 / FP4 weights, is issue 14 phase 2)";
+    CHECK_KIND(kUnsupported, !opt.paged_kv || resolved_kv_cache_dtype(opt) == KvCacheDtype::kBf16)
+        << "GpuModel: DeepSeek-V4.1 with kv_cache_dtype fp8 is not supported yet (its 528 / 288 "
+           "/ 68-byte cache formats are issue 14 phase 2); use kv_cache_dtype bf16 or paged_kv off";
+    CHECK_KIND(kUnsupported, !cfg.engram.enabled())
+        << "GpuModel: Engram (engram_layer_ids) is not supported on the CUDA backend yet";
+  }
   plan = plan_gpu_state(cfg, opt);
   if (plan.paged) {
     opt.kv_cache_dtype = plan.dtype;
@@ -224,12 +237,16 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   weight_bytes_total -= 4.0 * V * D;  // only the gathered rows are read
   head = linear(host ? &hw->head : nullptr, V, D, proj_std(D));
   norm = f32(host ? &hw->norm : nullptr, D, 1.0f, 0.1f);
-  hc_head = {f32(host ? &hw->hc_head.fn : nullptr, hc * hc * D, 0.0f, proj_std(hc * D)),
-             f32(host ? &hw->hc_head.base : nullptr, hc, 0.0f, 0.1f),
-             f32(host ? &hw->hc_head.scale : nullptr, 1, 0.5f, 0.1f)};
+  const bool single_pass = cfg.traits.single_pass_mhc;  // no hc_head (MODEL_SPEC §C.3)
+  if (!single_pass) {
+    hc_head = {f32(host ? &hw->hc_head.fn : nullptr, hc * hc * D, 0.0f, proj_std(hc * D)),
+               f32(host ? &hw->hc_head.base : nullptr, hc, 0.0f, 0.1f),
+               f32(host ? &hw->hc_head.scale : nullptr, 1, 0.5f, 0.1f)};
+  }
   layers.resize(L);
   states.resize(L);
-  bool any_indexer = false;
+  bool any_indexer = false, any_latent_keys = false;
+  int64_t min_score_ratio = 0;  // smallest ratio of a scoring layer
   std::unique_ptr<CheckpointExperts> ckpt;
   if (fp8() && host && !opt.expert_checkpoint.empty()) {
     ckpt = std::make_unique<CheckpointExperts>(opt.expert_checkpoint, cfg);
@@ -237,6 +254,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   for (int64_t l = 0; l < L; ++l) {
     const LayerWeights* lw = host ? &hw->layers[l] : nullptr;
     GpuLayerW& g = layers[l];
+    const LayerPlan& lp = cfg.plan[l];
     const int64_t ratio = cfg.compress_ratio(l);
     auto hc_w = [&](const HcWeightsT* h) {
       return GpuHcW{f32(h ? &h->fn : nullptr, nmix * hc * D, 0.0f, proj_std(hc * D)),
@@ -261,24 +279,41 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     }
     g.wo_b = linear(a ? &a->wo_b : nullptr, D, G * Ro, proj_std(G * Ro));
     g.sink = f32(a ? &a->sink : nullptr, H, 0.0f, 1.0f);
-    g.has_compressor = host ? a->has_compressor : ratio > 0;
-    g.has_indexer = host ? a->has_indexer : ratio == 4 && HI > 0;
+    // What the layer owns and reads: its LayerPlan (io/layer_plan.h), as the CPU forward.
+    g.has_compressor = lp.owns_compressor;
+    g.has_indexer = host ? a->has_indexer : lp.scores() && HI > 0;
+    ICHECK(!host || (a->has_compressor == g.has_compressor && (!g.has_indexer || lp.scores())))
+        << "GpuModel: layer " << l << " weights disagree with its plan";
+    // A gate for ratios > 1 (V4.1 ratio 1 has none: one latent per token), a position bias
+    // when the family has one (V4).
     auto cmp_w = [&](const CompressorWeights* c, int64_t m, int64_t width) {
       const int64_t cw = (m == 4 ? 2 : 1) * width;
       GpuCompressorW f;
       f.wkv = linear(c ? &c->wkv : nullptr, cw, D, proj_std(D));
-      f.wgate = linear(c ? &c->wgate : nullptr, cw, D, proj_std(D));
-      f.ape = f32(c ? &c->ape : nullptr, m * cw, 0.0f, 0.5f);
+      if (c ? c->wgate.defined() : m > 1) f.wgate = linear(c ? &c->wgate : nullptr, cw, D, proj_std(D));
+      if (c ? c->ape.defined() : cfg.traits.compressor_ape) {
+        f.ape = f32(c ? &c->ape : nullptr, m * cw, 0.0f, 0.5f);
+      }
       f.norm = f32(c ? &c->norm : nullptr, width, 1.0f, 0.1f);
       return f;
     };
     if (g.has_compressor) g.cmp = cmp_w(a ? &a->compressor : nullptr, ratio, d);
     if (g.has_indexer) {
-      CHECK_KIND(kUnsupported, ratio == 4) << "GpuModel: indexer on a ratio-" << ratio << " layer";
-      g.idx_cmp = cmp_w(a ? &a->indexer.compressor : nullptr, 4, dI);
+      if (lp.own_index_compressor) {
+        CHECK_KIND(kUnsupported, ratio == 4) << "GpuModel: indexer compressor on a ratio-" << ratio
+                                             << " layer";
+        g.idx_cmp = cmp_w(a ? &a->indexer.compressor : nullptr, 4, dI);
+      }
       g.idx_wq_b = linear(a ? &a->indexer.wq_b : nullptr, HI * dI, Rq, proj_std(Rq));
       g.idx_wproj = linear(a ? &a->indexer.weights_proj : nullptr, HI, D, proj_std(D), true);
       any_indexer = true;
+      min_score_ratio = min_score_ratio == 0 ? ratio : std::min(min_score_ratio, ratio);
+    }
+    const bool index_keys = lp.owns_index_keys && HI > 0;  // as plan_gpu_state
+    if (index_keys && !lp.own_index_compressor) {  // V4.1: keys from the latents
+      g.idx_wk = linear(a ? &a->indexer.wk : nullptr, dI, d, proj_std(d));
+      g.idx_k_norm = f32(a ? &a->indexer.k_norm : nullptr, dI, 1.0f, 0.1f);
+      any_latent_keys = true;
     }
     const MoeWeights* m = host ? &lw->moe : nullptr;
     g.gate = linear(m ? &m->gate : nullptr, E, D, proj_std(D), true);
@@ -320,11 +355,26 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
       if (!plan.paged) st.cmp_entries = state_alloc(S * st.cmp_max_entries * d);
       if (!emit_section.count(ratio)) emit_section[ratio] = 0;
     }
-    if (g.has_indexer) {
+    if (index_keys && lp.own_index_compressor) {
       st.idx_a = state_alloc(S * compressor_ring_len(4, opt.max_rollback) * 2 * dI);
       st.idx_z = state_alloc(S * compressor_ring_len(4, opt.max_rollback) * 2 * dI);
-      st.idx_max_entries = opt.max_context / 4;
+    }
+    if (index_keys) {
+      st.idx_max_entries = opt.max_context / ratio;
       if (!plan.idx_paged) st.idx_entries = state_alloc(S * st.idx_max_entries * dI);
+    }
+    if (g.has_indexer) {
+      st.sel = reinterpret_cast<int32_t*>(alloc(T * cfg.index_topk));
+      st.n_sel = reinterpret_cast<int32_t*>(alloc(T));
+    }
+    if (lp.candidate_source) {
+      cand_max_blocks = std::max<int64_t>(
+          1, (opt.max_context / ratio + cfg.candidate_block_size - 1) / cfg.candidate_block_size);
+      cand_mask = static_cast<uint8_t*>(raw_alloc(T * cand_max_blocks));
+      cand_block_max = alloc(T * cand_max_blocks);
+      cand_n_blocks = reinterpret_cast<int32_t*>(alloc(T));
+      cand_picked = reinterpret_cast<int32_t*>(alloc(T * cfg.candidate_topk_blocks));
+      cand_n_picked = reinterpret_cast<int32_t*>(alloc(T));
     }
   }
   if (ckpt) {
@@ -363,9 +413,20 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (any_indexer) {
     qi = alloc(T * HI * dI);
     gi = alloc(T * HI);
-    scores = alloc(T * (opt.max_context / 4));
-    sel = reinterpret_cast<int32_t*>(alloc(T * cfg.index_topk));
-    n_sel = reinterpret_cast<int32_t*>(alloc(T));
+    score_stride = std::max<int64_t>(1, opt.max_context / min_score_ratio);
+    scores = alloc(T * score_stride);
+  }
+  if (any_latent_keys) {
+    latent_stage = alloc(T * d);
+    key_stage = alloc(T * dI);
+  }
+  if (single_pass) {
+    pre_ffn = alloc(T * hc);
+    pre_mix = alloc(T * hc);
+    std::vector<float> e0(T * hc, 0.0f);
+    for (int64_t r = 0; r < T; ++r) e0[r * hc] = 1.0f;
+    pre_e0 = f32(e0.data(), T * hc, 0.0f, 0.0f);
+    weight_bytes_total -= 4.0 * T * hc;
   }
   router = alloc(T * E);
   route_w = alloc(T * k);
@@ -503,13 +564,11 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
   rt(w.head, cfg.vocab_size, D);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     AttentionWeights& a = w.layers[l].attn;
-  if (opt.mtp) init_mtp(hw);  // MTP-1 drafter (gpu_mtp.cc)
     rt(a.wq_a, Rq, D);
     rt(a.wq_b, H * d, Rq);
     rt(a.wkv, d, D);
     for (int64_t g = 0; g < G; ++g) {  // each group is its own FP8 matrix
       Tensor view = Tensor::empty(DType::F32, {Ro, gw});
-  if (mtp) cudaFreeHost(mtp->meta_host);
       std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
       rt(view, Ro, gw);
       std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
@@ -519,11 +578,13 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
     if (a.has_compressor) {
       const int64_t cw = (ratio == 4 ? 2 : 1) * d;
       rt(a.compressor.wkv, cw, D);
-      rt(a.compressor.wgate, cw, D);
+      if (a.compressor.wgate.defined()) rt(a.compressor.wgate, cw, D);
     }
     if (a.has_indexer) {
       rt(a.indexer.compressor.wkv, 2 * dI, D);
       rt(a.indexer.compressor.wgate, 2 * dI, D);
+    }
+    if (a.has_indexer) {
       rt(a.indexer.wq_b, HI * dI, Rq);
     }
     MoeWeights& m = w.layers[l].moe;
@@ -537,9 +598,6 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
     rt(m.shared.w3, Is, D);
     rt(m.shared.w2, D, Is);
   }
-}
-
-}  // namespace deepinfer
   if (w.has_mtp) {  // the MTP-1 block as GpuModelOptions::mtp uploads it (gpu_mtp.cc)
     MtpWeights& mw = w.mtp;
     rt(mw.e_proj, D, D);
@@ -565,3 +623,6 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
     rt(m.shared.w3, Is, D);
     rt(m.shared.w2, D, Is);
   }
+}
+
+}  // namespace deepinfer

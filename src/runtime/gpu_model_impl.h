@@ -18,6 +18,7 @@
 #include "cuda/event.h"
 #include "cuda/graph.h"
 #include "ops/mhc/mhc.h"
+#include "ops/moe/moe.h"
 #include "ops/moe/moe_grouped_cuda.h"
 #include "ops/moe/moe_grouped_f32_cuda.h"
 #include "runtime/device_linear.h"
@@ -28,6 +29,8 @@
 
 namespace deepinfer {
 
+// wgate absent (n == 0): V4.1 ratio 1, one latent per token; ape null: V4.1 (no position
+// bias).
 struct GpuCompressorW {
   DeviceLinear wkv, wgate;
   const float *ape = nullptr, *norm = nullptr;
@@ -43,9 +46,14 @@ struct GpuLayerW {
   DeviceLinear wq_a, wq_b, wkv, wo_b;
   std::vector<DeviceLinear> wo_a;  // per output group [R_o, H*d/G]
   const float *q_norm = nullptr, *kv_norm = nullptr, *sink = nullptr;
+  // has_compressor: plan.owns_compressor; has_indexer: plan.scores() (io/layer_plan.h).
   bool has_compressor = false, has_indexer = false;
-  GpuCompressorW cmp, idx_cmp;
+  GpuCompressorW cmp, idx_cmp;  // idx_cmp: V4's own index compressor (plan.own_index_compressor)
   DeviceLinear idx_wq_b;
+  // V4.1 index-key owners (plan.owns_index_keys without its own compressor): keys =
+  // k_norm(wk . latent) from the main compressor's pre-RoPE latents (MODEL_SPEC §C.7).
+  DeviceLinear idx_wk;
+  const float* idx_k_norm = nullptr;
   DeviceLinear idx_wproj, gate;  // always fp32
   const float* bias = nullptr;
   const int32_t* tid2eid = nullptr;
@@ -60,8 +68,14 @@ struct GpuLayerState {
   float* ring = nullptr;  // [S, W, d]
   float *cmp_a = nullptr, *cmp_z = nullptr, *cmp_entries = nullptr;
   int64_t cmp_max_entries = 0;
+  // Index keys of a key owner (plan.owns_index_keys): V4 from the rings idx_a / idx_z of its
+  // own compressor, V4.1 from the main compressor's latents (no rings). Consumer layers read
+  // their source's (plan.index_keys_from / kv_from) entries, never a copy.
   float *idx_a = nullptr, *idx_z = nullptr, *idx_entries = nullptr;
   int64_t idx_max_entries = 0;
+  // Top-k of a scoring layer (plan.scores()) for this forward's rows [T, index_topk], [T]:
+  // read by the layers whose plan.topk_from is this layer.
+  int32_t *sel = nullptr, *n_sel = nullptr;
   // Paged (GpuModelOptions::paged_kv): this layer's caches of the window pool, of its
   // ratio's compressed pool (plan.kv layout) and of the indexer keys (plan.idx, kFp8); ring
   // and cmp_entries are then unused, idx_entries is used when the indexer keys stay fp32.
@@ -140,6 +154,21 @@ struct GpuMtp {
   void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows
 };
 
+struct GpuModel::Impl {
+  // host == nullptr: dummy weights from seed.
+  Impl(ModelConfig config, const ModelWeights* host, uint64_t seed, const GpuModelOptions& options);
+  ~Impl();
+
+  ModelConfig cfg;
+  GpuModelOptions opt;
+  cuda::DeviceContext ctx;
+  std::vector<cuda::DeviceBuffer> owned;
+  std::vector<std::pair<float*, int64_t>> state_pools;  // (pointer, floats)
+  // Paged state (runtime/gpu_state_plan.h): pools with their host block tables, each layer's
+  // caches, the per-forward slot lists of paged attention and the entry staging rows.
+  GpuStatePlan plan;
+  KvBlockPool win_pool;
+  std::map<int64_t, KvBlockPool> cmp_pools;  // by compress ratio
   std::vector<GpuCachePool> cache_pools;
   int32_t* win_idx = nullptr;               // [T, W] window slots per row
   std::map<int64_t, int32_t*> all_idx;      // ratio -> [T, max_context / ratio] (HCA lists)
@@ -171,7 +200,24 @@ struct GpuMtp {
         *zz = nullptr;
   float *ca = nullptr, *cz = nullptr;  // [T, 2 * max(d, d_I)]
   float *qi = nullptr, *gi = nullptr, *scores = nullptr;
+  int64_t score_stride = 0;  // max_context / the smallest ratio of a scoring layer
+  // The top-k of the layer being scored (states[l].sel / n_sel while its indexer runs; read by
+  // indexer_choices).
   int32_t *sel = nullptr, *n_sel = nullptr;
+  // Single-pass mHC (cfg.traits.single_pass_mhc, MODEL_SPEC §C.3): the attention site's
+  // `pre` of this layer (pre), the FFN site's (pre_ffn), the one the next attention site
+  // collapses with (pre_mix: starts as e_0 = pre_e0, copied in each forward; then the
+  // previous layer's FFN pre) [T, n_hc].
+  float *pre_ffn = nullptr, *pre_mix = nullptr;
+  const float* pre_e0 = nullptr;
+  // V4.1 index keys: the compressor's pre-RoPE latents by row [T, d] and their keys [T, d_I].
+  float *latent_stage = nullptr, *key_stage = nullptr;
+  // V4.1 candidate blocks (plan.candidate_source): the source's mask [T, cand_max_blocks]
+  // (read by plan.candidates_from layers in the same forward) and its scratch.
+  int64_t cand_max_blocks = 0;
+  uint8_t* cand_mask = nullptr;
+  float* cand_block_max = nullptr;
+  int32_t *cand_n_blocks = nullptr, *cand_picked = nullptr, *cand_n_picked = nullptr;
   float *router = nullptr, *route_w = nullptr;
   int32_t* route_ids = nullptr;
   // force_decisions (test instrumentation, gpu_decisions.cc): per layer, device tables
@@ -312,11 +358,18 @@ struct GpuMtp {
   // Row stride of the compressed-pool slot list paged attention reads on `layer` (0: none).
   int64_t paged_cmp_max_indices(int64_t layer) const;
   void output_projection(int64_t layer, float* out);   // o -> out
+  // Index queries, scores over the key owner's entries (restricted to the candidate
+  // source's blocks when plan.candidates_from), candidate blocks (plan.candidate_source) and
+  // the top-k into states[layer].sel; paged: the selection's slots.
+  void run_indexer(int64_t layer, const float* x_in);
+  // V4.1 index keys of a key owner from the latents its compressor just emitted.
+  void emit_index_keys(int64_t layer);
   // entries == nullptr: the emitted entries go to the staging rows (ent_stage / idx_stage)
-  // and from there into the paged cache (paged path).
+  // and from there into the paged cache (paged path). latent_out: the pre-RoPE latents by
+  // row (V4.1 index-key owners).
   void run_compressor(const GpuCompressorW& w, int64_t ratio, int64_t width, float* ring_a,
                       float* ring_z, float* entries, int64_t max_entries, const float* x_in,
-                      bool indexer);
+                      bool indexer, float* latent_out = nullptr);
   // Paged state: allocation at construction; the blocks positions [max(0, start - W + 1),
   // end) and compressed entries [0, end / m) of a sequence need (host tables); freeing what a
   // sequence of n_tokens no longer needs (n_tokens < 0: everything); the table upload (before a forward, outside any
@@ -350,9 +403,6 @@ struct GpuMtp {
   int64_t graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const;
   void enqueue_forward();
   void run_decode_graph(int64_t bucket);
-};
-
-}  // namespace deepinfer
 
   // MTP-1 (gpu_mtp.cc; null when GpuModelOptions::mtp is off). init_mtp: weights (host mtp.0,
   // or random for dummy weights), state and scratch, at construction. mtp_write_context: inside
@@ -364,3 +414,6 @@ struct GpuMtp {
   void mtp_write_context();
   void mtp_input(int64_t n, const int32_t* tokens_dev, const float* streams_in, float* Z);
   void mtp_draft_step(int64_t b, const int32_t* step_meta);
+};
+
+}  // namespace deepinfer

@@ -40,6 +40,17 @@ MoeExpertsShape GpuModel::Impl::moe_shape(int64_t n_tokens) const {
   return s;
 }
 
+RouterParams GpuModel::Impl::router_params() const {
+  RouterParams p;
+  p.n_experts = cfg.n_routed_experts;
+  p.top_k = cfg.n_experts_per_tok;
+  p.routed_scale = static_cast<float>(cfg.routed_scaling_factor);
+  p.inv_temp = static_cast<float>(1.0 / cfg.gate_temp);
+  p.sum_eps = static_cast<float>(cfg.traits.route_norm_eps);
+  p.normalize = cfg.traits.route_normalize_always || (cfg.norm_topk_prob && p.top_k > 1);
+  return p;
+}
+
 void GpuModel::Impl::moe_block(int64_t layer, const float* x_in, float* out) {
   cudaStream_t stream = ctx.stream();
   const GpuLayerW& w = layers[layer];

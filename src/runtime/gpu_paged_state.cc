@@ -47,16 +47,18 @@ void GpuModel::Impl::alloc_paged_state() {
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const GpuLayerW& g = layers[l];
     GpuLayerState& st = states[l];
-    const int64_t ratio = cfg.compress_ratio(l);
+    const LayerPlan& lp = cfg.plan[l];
+    const int64_t ratio = lp.ratio;
     st.win_cache = cache(plan.window.n_blocks, false);
+    // Caches of the layers that write them (sources); readers use their source's.
     if (g.has_compressor) {
       ICHECK(plan.compressed.count(ratio)) << "GpuModel: no compressed pool of ratio " << ratio;
       st.cmp_cache = cache(plan.compressed.at(ratio).n_blocks, false);
-      if (!g.has_indexer) all_entries[ratio] = true;
     }
-    if (g.has_indexer) {
-      any_indexer = true;
-      if (plan.idx_paged) st.idx_cache = cache(plan.compressed.at(4).n_blocks, true);
+    if (lp.kv_from >= 0 && lp.topk_from < 0) all_entries[ratio] = true;
+    if (g.has_indexer) any_indexer = true;
+    if (lp.owns_index_keys && cfg.index_n_heads > 0 && plan.idx_paged) {
+      st.idx_cache = cache(plan.compressed.at(ratio).n_blocks, true);
     }
   }
   win_idx = reinterpret_cast<int32_t*>(alloc(T * std::max<int64_t>(W, 1)));

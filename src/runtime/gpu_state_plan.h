@@ -8,8 +8,10 @@
 //    (window_blocks_per_sequence); a forward adds the blocks its chunk's positions touch, so the
 //    pool has n_seqs * window_blocks_per_sequence + ceil(max_batch_tokens / B) blocks.
 //  * compressed pool per compress ratio m: entries [0, max_context / m) of every sequence
-//    (ceil(max_context / m / B) blocks each), same layout.
-//  * indexer keys (ratio-4 layers with an indexer): kFp8: the FP8 index cache
+//    (ceil(max_context / m / B) blocks each), same layout, for each layer that owns a
+//    compressor (its LayerPlan, io/layer_plan.h; V4.1 reuse / reindex layers read their
+//    source's).
+//  * indexer keys (layers owning index keys): kFp8: the FP8 index cache
 //    (ops/kv_cache/index_cache.h, head_dim + 4 B per key), paged with the ratio-4 tables;
 //    kBf16 (reference numerics): dense fp32 [max_context / 4, index_head_dim] per sequence,
 //    so the top-k sees the unrounded scores the fp64 reference sees.
@@ -25,6 +27,7 @@
 #include <cstdint>
 #include <map>
 
+#include "io/config_parser.h"
 #include "io/model_config.h"
 #include "ops/kv_cache/index_cache.h"
 #include "ops/kv_cache/kv_cache.h"
@@ -70,7 +73,16 @@ inline int64_t gpu_state_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b
 inline int64_t compressor_ring_len(int64_t m, int64_t max_rollback) { return 2 * m + max_rollback; }
 
 // The state pools GpuModel allocates for `c` and `o` (o.max_sequences sequences).
-inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& o) {
+inline GpuStatePlan plan_gpu_state(const ModelConfig& config, const GpuModelOptions& o) {
+  // The layer plan (a config built by hand may not have it yet).
+  ModelConfig completed;
+  const ModelConfig* cp_cfg = &config;
+  if (static_cast<int64_t>(config.plan.size()) != config.num_layers) {
+    completed = config;
+    complete_model_config(&completed);
+    cp_cfg = &completed;
+  }
+  const ModelConfig& c = *cp_cfg;
   GpuStatePlan p;
   p.paged = o.paged_kv;
   p.dtype = resolved_kv_cache_dtype(o);
@@ -91,9 +103,11 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& 
   p.window.n_blocks = p.n_seqs * (p.window_blocks_per_sequence + 1) + gpu_state_ceil_div(T, B);
   int64_t per_seq = 0, fixed = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const int64_t m = c.compress_ratio(l);
-    const bool indexer = m == 4 && c.index_n_heads > 0;  // GpuModel checks the weights agree
-    if (m > 0) {
+    const LayerPlan& lp = c.plan[l];
+    const int64_t m = lp.ratio;
+    // GpuModel checks the weights agree.
+    const bool index_keys = lp.owns_index_keys && c.index_n_heads > 0;
+    if (lp.owns_compressor) {
       GpuPoolPlan& cp = p.compressed[m];
       cp.max_blocks = std::max<int64_t>(1, gpu_state_ceil_div(C / m, B));
       cp.n_blocks = p.n_seqs * cp.max_blocks;
@@ -101,10 +115,12 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& c, const GpuModelOptions& 
       per_seq += 2 * (compressor_ring_len(m, R) * cw) * 4;  // compressor rings a, z
       per_seq += p.paged ? cp.max_blocks * p.kv.block_bytes() : (C / m) * d * 4;
     }
-    if (indexer) {
+    if (index_keys && lp.own_index_compressor) {  // V4: the index compressor's rings
       per_seq += 2 * (compressor_ring_len(4, R) * 2 * dI) * 4;
-      per_seq += p.idx_paged ? std::max<int64_t>(1, gpu_state_ceil_div(C / 4, B)) * p.idx.block_bytes()
-                             : (C / 4) * dI * 4;
+    }
+    if (index_keys) {
+      per_seq += p.idx_paged ? std::max<int64_t>(1, gpu_state_ceil_div(C / m, B)) * p.idx.block_bytes()
+                             : (C / m) * dI * 4;
     }
     if (p.paged) {
       per_seq += (p.window_blocks_per_sequence + 1) * p.kv.block_bytes();

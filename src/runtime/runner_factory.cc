@@ -76,12 +76,19 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     o.max_sequences = std::max<int64_t>(args.max_sequences, 1);
     return std::make_unique<CpuRunner>(std::move(model), o);
   }
-  // Refused before anything loads, on every build: the CUDA backend has no V4.1 kernels yet.
+  // DeepSeek-V4.1 on the CUDA backend: phase 1 of issue 14 (fp32 weights, the bf16 KV cache,
+  // no Engram); the rest is refused before anything loads, on every build.
   const ModelConfig family = builtin(args) ? builtin_model_config(args.model_dir)
                                            : load_model_config(args.model_dir + "/config.json");
-  CHECK_KIND(kUnsupported, !family.is_v41())
-      << "engine: DeepSeek-V4.1 runs on device cpu only for now (the CUDA backend has no V4.1 "
-         "kernels yet)";
+  const bool v41 = family.is_v41();
+  CHECK_KIND(kUnsupported, !v41 || args.weight_format != "fp8")
+      << "engine: DeepSeek-V4.1 on device cuda runs with --weight-format fp32 only for now (its "
+         "32x32-block FP8 / FP4 weights are issue 14 phase 2)";
+  CHECK_KIND(kUnsupported, !v41 || args.kv_cache_dtype != "fp8")
+      << "engine: DeepSeek-V4.1 on device cuda has no fp8 KV cache yet (its 528 / 288 / 68-byte "
+         "formats are issue 14 phase 2); use --kv-cache-dtype bf16 or auto";
+  CHECK_KIND(kUnsupported, !family.engram.enabled())
+      << "engine: Engram models (engram_layer_ids) run on device cpu only for now";
   CHECK_KIND(kUnsupported, cuda_backend_built())
       << "engine: device 'cuda' needs a build with the CUDA backend (configure with -DDEEPINFER_CUDA=ON)";
 #ifdef DEEPINFER_CUDA
@@ -92,7 +99,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.numerics = args.model_options.numerics;
   o.batch_invariant = args.model_options.batch_invariant;
   o.fp8_weights = args.weight_format == "fp8";
-  o.kv_cache_dtype = args.kv_cache_dtype;
+  // V4.1: auto is the bf16 cache (the FP8 / FP4 values of official numerics are exact in it).
+  o.kv_cache_dtype = v41 && args.kv_cache_dtype == "auto" ? "bf16" : args.kv_cache_dtype;
   o.cuda_graphs = args.cuda_graphs;
   o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
   auto context = [&](const ModelConfig& c) {
@@ -131,6 +139,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   if (!builtin(args) && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
       use_mtp(config.num_nextn_predict_layers >= 1 && config.dspark.block_size == 0);
   const ModelWeights weights = load_model_weights(s.config, *s.weights);
+  use_mtp(weights.has_mtp);
   return std::make_unique<CudaRunner>(s.config, weights, o);
 #else
   return nullptr;
@@ -138,4 +147,3 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
 }
 
 }  // namespace deepinfer
-  use_mtp(weights.has_mtp);
