@@ -359,6 +359,7 @@ void GpuModel::Impl::enqueue_forward() {
     work.weight_bytes += 2 * mix_bytes;
     work.gemm_flops += 2.0 * 2.0 * N * (2 + hc) * hc * hc * D;
   }
+  if (mtp) mtp_write_context();  // MTP-1 keys from the final streams (gpu_mtp.cc)
   gather_rows_cuda(stream, X, sec(kOutRows), n_out, hc * D, Xo);
   if (single_pass) {  // no hc_head: the last FFN site's pre collapses the streams
     gather_rows_cuda(stream, pre_mix, sec(kOutRows), n_out, hc, head_pre);

@@ -503,11 +503,13 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     CUDA_CHECK(cudaMallocHost(&route_ids_host, T * k * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&route_w_host, T * k * sizeof(float)));
   }
+  if (opt.mtp) init_mtp(hw);  // MTP-1 drafter (gpu_mtp.cc)
   seq_tokens.assign(opt.max_sequences, -1);
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
 }
 
 GpuModel::Impl::~Impl() {
+  if (mtp) cudaFreeHost(mtp->meta_host);
   for (StagingSlot& slot : staging) cudaFreeHost(slot.host);
   cudaFreeHost(moe_meta_host);
   cudaFreeHost(route_ids_host);
@@ -580,7 +582,7 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
       rt(a.compressor.wkv, cw, D);
       if (a.compressor.wgate.defined()) rt(a.compressor.wgate, cw, D);
     }
-    if (a.has_indexer) {
+    if (a.has_indexer && a.indexer.compressor.wkv.defined()) {  // V4's index compressor
       rt(a.indexer.compressor.wkv, 2 * dI, D);
       rt(a.indexer.compressor.wgate, 2 * dI, D);
     }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -107,21 +108,6 @@ struct MoeStack {
   const float* f = nullptr;
 };
 
-struct GpuModel::Impl {
-  // host == nullptr: dummy weights from seed.
-  Impl(ModelConfig config, const ModelWeights* host, uint64_t seed, const GpuModelOptions& options);
-  ~Impl();
-
-  ModelConfig cfg;
-  GpuModelOptions opt;
-  cuda::DeviceContext ctx;
-  std::vector<cuda::DeviceBuffer> owned;
-  std::vector<std::pair<float*, int64_t>> state_pools;  // (pointer, floats)
-  // Paged state (runtime/gpu_state_plan.h): pools with their host block tables, each layer's
-  // caches, the per-forward slot lists of paged attention and the entry staging rows.
-  GpuStatePlan plan;
-  KvBlockPool win_pool;
-  std::map<int64_t, KvBlockPool> cmp_pools;  // by compress ratio
 // MTP-1 drafter on the device (gpu_mtp.cc; GpuModelOptions::mtp): mtp.0's weights in the
 // model's format, its per-sequence state and its scratch. `ring` [S, n_slots, d]: the MTP
 // block's window K=V of position t in slot t % n_slots (n_slots = W + max_rollback + 1),
@@ -390,6 +376,10 @@ struct GpuModel::Impl {
   // kGrouped, either format: moe_experts_fp8_cuda / moe_experts_f32_cuda, no host sync.
   void moe_experts_grouped(int64_t layer, const float* x_in, float* out);
   MoeExpertsShape moe_shape(int64_t n_tokens) const;
+  // The router of the backbone's score-routed layers (MODEL_SPEC §A.8, §C.9: gate
+  // temperature, the normalisation's epsilon and when it normalises), as moe_shape() in
+  // model/block_parts.cc.
+  RouterParams router_params() const;
   // Adds the routed experts' weight bytes and experts_used from expert_counts (kGrouped;
   // synchronises once after a forward).
   void finish_expert_work();

@@ -103,14 +103,6 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.kv_cache_dtype = v41 && args.kv_cache_dtype == "auto" ? "bf16" : args.kv_cache_dtype;
   o.cuda_graphs = args.cuda_graphs;
   o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
-  auto context = [&](const ModelConfig& c) {
-    const int64_t limit = c.max_position_embeddings;
-    if (args.max_context > 0) return args.max_context;
-    return limit > 0 ? std::min(limit, kDefaultGpuContext) : kDefaultGpuContext;
-  };
-  if (args.dummy_weights && !builtin(args)) {
-    const ModelConfig config = load_model_config(args.model_dir + "/config.json");
-    const bool hashed = std::find(config.hash_layers.begin(), config.hash_layers.end(), true) !=
   // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) when asked for (mtp, auto) and the
   // checkpoint has it; rolls back as many positions as the engine verifies drafts (the MTP's
   // natural draft length is 1, it chains more).
@@ -123,12 +115,22 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     o.mtp = true;
     o.max_rollback = std::max(o.max_rollback, std::max<int64_t>(args.num_speculative_tokens, 1));
   };
+  auto context = [&](const ModelConfig& c) {
+    const int64_t limit = c.max_position_embeddings;
+    if (args.max_context > 0) return args.max_context;
+    return limit > 0 ? std::min(limit, kDefaultGpuContext) : kDefaultGpuContext;
+  };
+  if (args.dummy_weights && !builtin(args)) {
+    const ModelConfig config = load_model_config(args.model_dir + "/config.json");
+    const bool hashed = std::find(config.hash_layers.begin(), config.hash_layers.end(), true) !=
                         config.hash_layers.end();
     if (!hashed) {
       // Generated on the device: V4-Flash-size configs do not fit in host fp32.
       LOG(INFO) << "engine: " << args.model_dir << "/config.json with device dummy weights (seed "
                 << args.dummy_seed << ")";
       o.max_context = context(config);
+      // A random drafter only when asked for by name (auto: its acceptance would be noise).
+      if (spec == "mtp") use_mtp(config.num_nextn_predict_layers >= 1 && config.dspark.block_size == 0);
       return std::make_unique<CudaRunner>(config, args.dummy_seed, o);
     }
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
@@ -137,7 +139,6 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.max_context = context(s.config);
   // Quantised routed experts go to the device from their checkpoint codes (FP4: exact FP8).
   if (!builtin(args) && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
-      use_mtp(config.num_nextn_predict_layers >= 1 && config.dspark.block_size == 0);
   const ModelWeights weights = load_model_weights(s.config, *s.weights);
   use_mtp(weights.has_mtp);
   return std::make_unique<CudaRunner>(s.config, weights, o);
