@@ -1,6 +1,9 @@
 #include "grammar/compiled_grammar.h"
 
+#include <algorithm>
+
 #include "base/error.h"
+#include "grammar/dfa_future.h"
 #include "grammar/token_walk.h"
 
 namespace deepinfer::grammar {
@@ -23,6 +26,11 @@ struct SharedKeyHash {
   }
 };
 constexpr size_t kMaxSharedEntries = 4096;
+// Bounded-future sharing (dfa_future.h): only automata with more states than this (smaller ones
+// have few entries), at most this many candidates per signature, this many state pairs per check.
+constexpr int32_t kMinStatesForSharing = 32;
+constexpr size_t kMaxRepresentatives = 4;
+constexpr int64_t kMaxFuturePairs = 1 << 15;
 std::mutex g_shared_mu;
 std::unordered_map<SharedKey, std::shared_ptr<const MaskEntry>, SharedKeyHash> g_shared;
 
@@ -62,10 +70,22 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int
   // skips their subtrees (else each state of such a string walks the whole trie: 3-15 ms).
   Vocabulary::AsciiSet excluded{};
   if (k >= 0 && k < Vocabulary::kSliceMaxChars) excluded = dead_plain_ascii(grammar_, init[0]);
-  const int k_without = (excluded[0] | excluded[1]) != 0 ? slice_survival_chars(grammar_, init[0], &excluded) : 0;
+  int k_without = (excluded[0] | excluded[1]) != 0 ? slice_survival_chars(grammar_, init[0], &excluded) : 0;
+  if (k >= 0 && k < Vocabulary::kSliceMaxChars && k_without < Vocabulary::kSliceMaxChars) {
+    // Some non-ASCII characters die (the `.` of a pattern kills U+2028 / U+2029, `\S` the Unicode
+    // spaces): the ASCII-only slice tokens may still be decided wholesale; the walk then covers
+    // the tokens with non-ASCII characters (a third of the trie instead of all of it).
+    Vocabulary::AsciiSet ascii_only = excluded;
+    ascii_only[0] |= uint64_t{1} << Vocabulary::kNonAscii;
+    const int k_ascii = slice_survival_chars(grammar_, init[0], &ascii_only);
+    if (k_ascii > std::max(k, k_without)) {
+      excluded = ascii_only;
+      k_without = k_ascii;
+    }
+  }
   if (k_without > k) {
-    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain,
-                    vocab_->subtree_slice_chars_without(excluded).get(), k_without, /*accept_skipped=*/true);
+    const SliceSkip skip{vocab_.get(), k_without, excluded, /*accept=*/true};
+    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain, &skip);
   } else if (k < 0) {
     walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
   } else if (k == Vocabulary::kSliceMaxChars) {
@@ -73,13 +93,31 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int
     walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
   } else if (k > 0) {
     entry->accepted = vocab_->slice_mask_up_to(k);
-    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain,
-                    &vocab_->subtree_slice_chars(), k);
+    const SliceSkip skip{vocab_.get(), k, {}, /*accept=*/false};
+    walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain, &skip);
   } else {
     walk_token_trie(grammar_, vocab_->full_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
   }
   for (uint32_t w : entry->accepted) entry->n_accepted += __builtin_popcount(w);
   return entry;
+}
+
+std::shared_ptr<const MaskEntry> CompiledGrammar::equivalent_entry(int32_t pos, int32_t state, uint64_t signature) const {
+  const Dfa& d = grammar_.dfas[grammar_.elements[pos].arg];
+  std::vector<int32_t> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = representatives_.find({pos, signature});
+    if (it == representatives_.end()) return nullptr;
+    candidates = it->second;
+  }
+  for (int32_t rep : candidates) {
+    if (!same_bounded_future(d, rep, state, vocab_->max_token_bytes(), kMaxFuturePairs)) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find((static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(rep));
+    if (it != cache_.end()) return it->second;
+  }
+  return nullptr;
 }
 
 std::shared_ptr<const MaskEntry> CompiledGrammar::mask_entry(int32_t pos, int32_t state) const {
@@ -99,6 +137,10 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::mask_entry(int32_t pos, int32_
     auto it = g_shared.find(skey);
     if (it != g_shared.end()) entry = it->second;
   }
+  const bool by_future = grammar_.dfas[el.arg].n_states() > kMinStatesForSharing;
+  const uint64_t signature = by_future ? future_signature(grammar_.dfas[el.arg], state) : 0;
+  bool borrowed = false;  // the entry of an equivalent state (not a representative itself)
+  if (!entry && by_future) borrowed = (entry = equivalent_entry(pos, state, signature)) != nullptr;
   if (!entry) {
     entry = compute_entry(pos, state);
     if (shareable) {
@@ -108,6 +150,10 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::mask_entry(int32_t pos, int32_
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, fresh] = cache_.emplace(key, entry);
+  if (by_future && !borrowed && fresh) {
+    auto& reps = representatives_[{pos, signature}];
+    if (reps.size() < kMaxRepresentatives) reps.push_back(state);
+  }
   return it->second;
 }
 

@@ -5,11 +5,13 @@
 // byte and must be checked against the real stack (the XGrammar context-independent idea).
 // Entries are computed lazily on first use and shared by every matcher of this grammar; entries
 // of DFA elements that end their rule depend only on the DFA and are shared across grammars too
-// (a process-wide cache keyed by the automaton).
+// (a process-wide cache keyed by the automaton). States that no string of at most the longest
+// token's bytes tells apart (dfa_future.h: a length counter far from its limit) share one entry.
 // Thread-safety: all const methods may be called concurrently.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -50,10 +52,15 @@ class CompiledGrammar {
   std::vector<uint64_t> dfa_fingerprints_;
   mutable std::mutex mu_;
   mutable std::unordered_map<uint64_t, std::shared_ptr<const MaskEntry>> cache_;
+  // States whose entries were computed, by (element position, future_signature): the candidates
+  // an uncached state of the same element may share its entry with.
+  mutable std::map<std::pair<int32_t, uint64_t>, std::vector<int32_t>> representatives_;
   mutable std::once_flag completion_once_;
   mutable std::unique_ptr<const CompletionTables> completion_;
 
   std::shared_ptr<const MaskEntry> compute_entry(int32_t pos, int32_t state) const;
+  // The entry of a computed state with the same bounded future, or null.
+  std::shared_ptr<const MaskEntry> equivalent_entry(int32_t pos, int32_t state, uint64_t signature) const;
 };
 
 }  // namespace deepinfer::grammar

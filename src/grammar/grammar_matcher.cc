@@ -63,7 +63,7 @@ void GrammarMatcher::fill_next_token_bitmask_uncached(uint32_t* mask) {
   std::memset(mask, 0, sizeof(uint32_t) * vocab.n_mask_words());
   const State& st = history_.back();
   if (st.terminated) return;
-  walk_token_trie(grammar_->grammar(), vocab.full_trie(), pool_, st.tops, mask, nullptr);
+  walk_token_trie_plain(grammar_->grammar(), vocab.full_trie(), pool_, st.tops, mask, nullptr);
   if (st.can_end)
     for (int32_t tok : vocab.stop_tokens()) mask[tok >> 5] |= 1u << (tok & 31);
 }

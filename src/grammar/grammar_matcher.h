@@ -61,6 +61,8 @@ class GrammarMatcher {
   std::vector<int32_t> closing_tokens();
 
   const CompiledGrammar& compiled() const { return *grammar_; }
+  // The stack tops of the current state (profiling tools and tests).
+  const std::vector<Top>& current_tops() const { return history_.back().tops; }
 
  private:
   struct State {

@@ -6,7 +6,13 @@
 namespace deepinfer::grammar {
 
 namespace {
-bool in_set(const Vocabulary::AsciiSet* set, int b) { return set && b < 128 && ((*set)[b >> 6] >> (b & 63) & 1); }
+// At a character boundary: b is an ASCII character in the set, or the lead byte of a non-ASCII
+// character and the set holds Vocabulary::kNonAscii.
+bool in_set(const Vocabulary::AsciiSet* set, int b) {
+  if (!set) return false;
+  if (b >= 128) return ((*set)[0] >> Vocabulary::kNonAscii) & 1;
+  return (*set)[b >> 6] >> (b & 63) & 1;
+}
 }  // namespace
 
 Vocabulary::AsciiSet dead_plain_ascii(const Grammar& g, const Top& top) {
@@ -105,18 +111,22 @@ int slice_survival_chars(const Grammar& g, const Top& top, const Vocabulary::Asc
   return Vocabulary::kSliceMaxChars;
 }
 
-int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool& pool,
-                        const std::vector<Top>& init, uint32_t* accepted,
-                        std::vector<int32_t>* uncertain,
-                        const std::vector<uint8_t>* skip_chars, int skip_k, bool accept_skipped) {
+namespace {
+
+// The plain walk over the trie nodes [first, last): consecutive sibling subtrees whose roots have
+// depth base_depth + 1, entered from the tops `init` (the stacks after the bytes above them).
+// The whole trie is first = 1, last = n_nodes, base_depth = 0.
+int64_t walk_range(const Grammar& g, const TokenTrie& token_trie, StackPool& pool, const Top* init, size_t n_init,
+                   int32_t first, int32_t last, int base_depth, uint32_t* accepted, std::vector<int32_t>* uncertain,
+                   const SliceSkip* skip) {
   const auto& trie = token_trie.nodes;
   const auto& tokens = token_trie.tokens;
-  const int32_t n_nodes = token_trie.n_nodes();
   ByteStepper stepper(g, pool);
   // Tops of every depth on the current branch live in one buffer: level d is [begin[d], begin[d+1]).
-  std::vector<Top> buf(init);
-  std::vector<size_t> begin{0, buf.size()};
-  std::vector<uint8_t> esc_above{0};
+  std::vector<Top> buf(init, init + n_init);
+  std::vector<size_t> begin(base_depth + 2, 0);
+  begin[base_depth + 1] = n_init;
+  std::vector<uint8_t> esc_above(base_depth + 1, 0);
   std::vector<Top> parent_tops;  // a stack escaped before reaching this depth
   auto set_bit = [&](int32_t t) { accepted[t >> 5] |= 1u << (t & 31); };
   auto mark_uncertain = [&](int32_t from, int32_t to) {
@@ -126,12 +136,12 @@ int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool
   int64_t visited = 0;
   // Compilation walks the first mask under the request's budget; serving-time walks have none.
   CompileBudget* budget = active_budget();
-  int32_t i = 1;
-  while (i < n_nodes) {
+  int32_t i = first;
+  while (i < last) {
     if (budget) budget->tick();
     const auto& node = trie[i];
-    if (skip_chars && (*skip_chars)[i] <= skip_k) {
-      if (accept_skipped)
+    if (skip && skip->skips(i)) {
+      if (skip->accept)
         for (int32_t k = node.token_begin; k < trie[node.end].token_begin; ++k) set_bit(tokens[k]);
       i = node.end;
       continue;
@@ -181,6 +191,79 @@ int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool
     ++i;
   }
   return visited;
+}
+
+// One top: while the bytes stay inside its DFA in live, non-accepting states (nothing can
+// leave the rule, nothing is uncertain), a node costs one table lookup on a per-depth state
+// array; a subtree whose first byte reaches an accepting state (the rule may end there) or a
+// state without live bytes is handed to walk_range from the state above it. Equals walk_range
+// from the root.
+int64_t walk_single_top(const Grammar& g, const TokenTrie& token_trie, StackPool& pool, const Top& top,
+                        uint32_t* accepted, std::vector<int32_t>* uncertain,
+                        const SliceSkip* skip) {
+  const auto& trie = token_trie.nodes;
+  const auto& tokens = token_trie.tokens;
+  const int32_t n_nodes = token_trie.n_nodes();
+  const Dfa& dfa = g.dfas[g.elements[top.pos].arg];
+  const int32_t* next = dfa.next.data();
+  const int32_t n_classes = dfa.n_classes;
+  const uint8_t* cls = dfa.byte_class.data();
+  // leaves[s]: s accepts or has no live byte (the plain walk decides what follows).
+  std::vector<uint8_t> leaves(dfa.n_states());
+  for (int32_t s = 0; s < dfa.n_states(); ++s) leaves[s] = dfa.accept[s] || !dfa.has_out[s];
+  std::vector<int32_t> state{top.state};
+  int64_t visited = 0;
+  CompileBudget* budget = active_budget();
+  int32_t i = 1;
+  while (i < n_nodes) {
+    if (budget) budget->tick();
+    const auto& node = trie[i];
+    if (skip && skip->skips(i)) {
+      if (skip->accept)
+        for (int32_t k = node.token_begin; k < trie[node.end].token_begin; ++k)
+          accepted[tokens[k] >> 5] |= 1u << (tokens[k] & 31);
+      i = node.end;
+      continue;
+    }
+    const int d = node.depth;
+    const int32_t from = state[d - 1];
+    const int32_t s = next[static_cast<size_t>(from) * n_classes + cls[node.byte]];
+    if (s == kDead) {
+      ++visited;
+      i = node.end;
+      continue;
+    }
+    if (leaves[s]) {
+      const Top above{top.pos, from, top.parent};
+      visited += walk_range(g, token_trie, pool, &above, 1, i, node.end, d - 1, accepted, uncertain, skip);
+      i = node.end;
+      continue;
+    }
+    ++visited;
+    for (int32_t k = node.token_begin; k < node.token_begin + node.n_tokens; ++k)
+      accepted[tokens[k] >> 5] |= 1u << (tokens[k] & 31);
+    if (static_cast<int>(state.size()) <= d) state.resize(d + 1);
+    state[d] = s;
+    ++i;
+  }
+  return visited;
+}
+
+}  // namespace
+
+int64_t walk_token_trie_plain(const Grammar& g, const TokenTrie& token_trie, StackPool& pool,
+                              const std::vector<Top>& init, uint32_t* accepted, std::vector<int32_t>* uncertain,
+                              const SliceSkip* skip) {
+  return walk_range(g, token_trie, pool, init.data(), init.size(), 1, token_trie.n_nodes(), 0, accepted, uncertain,
+                    skip);
+}
+
+int64_t walk_token_trie(const Grammar& g, const TokenTrie& token_trie, StackPool& pool,
+                        const std::vector<Top>& init, uint32_t* accepted, std::vector<int32_t>* uncertain,
+                        const SliceSkip* skip) {
+  if (init.size() == 1 && g.elements[init[0].pos].kind == ElementKind::kDfa)
+    return walk_single_top(g, token_trie, pool, init[0], accepted, uncertain, skip);
+  return walk_token_trie_plain(g, token_trie, pool, init, accepted, uncertain, skip);
 }
 
 }  // namespace deepinfer::grammar

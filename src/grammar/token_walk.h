@@ -17,16 +17,33 @@
 
 namespace deepinfer::grammar {
 
+// Subtrees of Vocabulary::full_trie() a walk need not visit: those whose tokens are all slice
+// tokens of at most k characters avoiding `excluded` (Vocabulary::subtree_slice_chars(),
+// subtree_ascii()). With `accept` the walk accepts their tokens itself (a subtree's tokens are
+// contiguous); else the caller already has.
+struct SliceSkip {
+  const Vocabulary* vocab = nullptr;
+  int k = 0;
+  Vocabulary::AsciiSet excluded{};
+  bool accept = false;
+  bool skips(int32_t node) const {
+    const Vocabulary::AsciiSet& a = vocab->subtree_ascii()[node];
+    return vocab->subtree_slice_chars()[node] <= k && (a[0] & excluded[0]) == 0 && (a[1] & excluded[1]) == 0;
+  }
+};
+
 // `accepted` has vocab.n_mask_words() words and is OR-ed into (not cleared).
-// Returns the number of trie nodes visited.
-// `skip_chars` / `skip_k`: when given, subtrees whose skip_chars value is <= skip_k are not walked
-// (the caller has already accepted them; see Vocabulary::subtree_slice_chars()); with
-// `accept_skipped` the walk accepts their tokens itself (a subtree's tokens are contiguous).
+// Returns the number of trie nodes visited. `skip` (full trie only): subtrees left out, see above.
+// With one DFA top (every mask-cache entry) the walk runs a single-automaton loop while the
+// bytes stay inside that DFA's live, non-accepting states, and the plain walk below from the
+// first accepting state on; walk_token_trie_plain is that plain walk everywhere (the path the
+// fast one must equal; the uncached oracle of GrammarMatcher uses it).
 int64_t walk_token_trie(const Grammar& g, const TokenTrie& trie, StackPool& pool,
                         const std::vector<Top>& init, uint32_t* accepted,
-                        std::vector<int32_t>* uncertain,
-                        const std::vector<uint8_t>* skip_chars = nullptr, int skip_k = 0,
-                        bool accept_skipped = false);
+                        std::vector<int32_t>* uncertain, const SliceSkip* skip = nullptr);
+int64_t walk_token_trie_plain(const Grammar& g, const TokenTrie& trie, StackPool& pool,
+                              const std::vector<Top>& init, uint32_t* accepted,
+                              std::vector<int32_t>* uncertain, const SliceSkip* skip = nullptr);
 
 // The largest k <= Vocabulary::kSliceMaxChars such that, from `top` (whose parent is irrelevant),
 // the top's DFA stays alive on every sequence of at most k plain-slice characters: then every

@@ -85,11 +85,12 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   for (int32_t id = 0; id < size(); ++id) {
     if (token_bytes_[id].empty() || is_stop_[id]) continue;
     all.push_back(id);
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int32_t>(token_bytes_[id].size()));
     chars[id] = static_cast<uint8_t>(plain_slice_chars(token_bytes_[id]));
     if (chars[id]) {
       AsciiSet ascii{};
       for (unsigned char c : token_bytes_[id])
-        if (c < 128) ascii[c >> 6] |= uint64_t{1} << (c & 63);
+        ascii[c < 128 ? c >> 6 : 0] |= uint64_t{1} << (c < 128 ? c & 63 : kNonAscii);
       slice_ids_.push_back(id);
       slice_ascii_.push_back(ascii);
       slice_mask_[id >> 5] |= 1u << (id & 31);
@@ -103,15 +104,24 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   // Subtree maxima, children before parents (reverse preorder).
   const int32_t n = full_.n_nodes();
   subtree_slice_chars_.assign(n, 0);
+  subtree_ascii_.assign(n, AsciiSet{});
   for (int32_t i = n - 1; i >= 0; --i) {
     uint8_t m = 0;
+    AsciiSet a{};
     const auto& node = full_.nodes[i];
     for (int32_t k = 0; k < node.n_tokens; ++k) {
-      uint8_t c = chars[full_.tokens[node.token_begin + k]];
+      const int32_t id = full_.tokens[node.token_begin + k];
+      uint8_t c = chars[id];
       m = std::max<uint8_t>(m, c ? c : 255);
+      for (unsigned char b : token_bytes_[id]) a[b < 128 ? b >> 6 : 0] |= uint64_t{1} << (b < 128 ? b & 63 : kNonAscii);
     }
-    for (int32_t c = i + 1; c < node.end; c = full_.nodes[c].end) m = std::max(m, subtree_slice_chars_[c]);
+    for (int32_t c = i + 1; c < node.end; c = full_.nodes[c].end) {
+      m = std::max(m, subtree_slice_chars_[c]);
+      a[0] |= subtree_ascii_[c][0];
+      a[1] |= subtree_ascii_[c][1];
+    }
     subtree_slice_chars_[i] = m;
+    subtree_ascii_[i] = a;
   }
 }
 
@@ -130,37 +140,6 @@ std::shared_ptr<const std::vector<uint32_t>> Vocabulary::slice_mask_without(cons
   }
   std::lock_guard<std::mutex> lock(slice_without_mu_);
   if (slice_masks_without_.size() < 1024) slice_masks_without_.emplace(key, out);
-  return out;
-}
-
-std::shared_ptr<const std::vector<uint8_t>> Vocabulary::subtree_slice_chars_without(const AsciiSet& excluded) const {
-  {
-    std::lock_guard<std::mutex> lock(slice_without_mu_);
-    auto it = slice_without_.find(excluded);
-    if (it != slice_without_.end()) return it->second;
-  }
-  std::vector<uint8_t> kept(size(), 0);  // a slice token without excluded characters
-  for (int32_t id = 0; id < size(); ++id) {
-    if (!slice_chars_[id]) continue;
-    bool ok = true;
-    for (unsigned char c : token_bytes_[id])
-      if (c < 128 && (excluded[c >> 6] >> (c & 63) & 1)) { ok = false; break; }
-    kept[id] = ok;
-  }
-  const int32_t n = full_.n_nodes();
-  auto out = std::make_shared<std::vector<uint8_t>>(n, 0);
-  for (int32_t i = n - 1; i >= 0; --i) {
-    uint8_t m = 0;
-    const auto& node = full_.nodes[i];
-    for (int32_t k = 0; k < node.n_tokens; ++k) {
-      const int32_t id = full_.tokens[node.token_begin + k];
-      m = std::max<uint8_t>(m, kept[id] ? slice_chars_[id] : 255);
-    }
-    for (int32_t c = i + 1; c < node.end; c = full_.nodes[c].end) m = std::max(m, (*out)[c]);
-    (*out)[i] = m;
-  }
-  std::lock_guard<std::mutex> lock(slice_without_mu_);
-  if (slice_without_.size() < 256) slice_without_.emplace(excluded, out);
   return out;
 }
 

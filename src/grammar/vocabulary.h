@@ -47,6 +47,8 @@ class Vocabulary {
   int32_t n_mask_words() const { return (size() + 31) / 32; }
   const std::string& token_bytes(int32_t id) const { return token_bytes_[id]; }
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
+  // Bytes of the longest non-stop token (the deepest trie node).
+  int32_t max_token_bytes() const { return max_token_bytes_; }
   bool is_stop(int32_t id) const { return is_stop_[id] != 0; }
 
   // All non-empty, non-stop tokens.
@@ -69,12 +71,17 @@ class Vocabulary {
   // accepted can skip subtrees with value <= k.
   const std::vector<uint8_t>& subtree_slice_chars() const { return subtree_slice_chars_; }
 
-  // subtree_slice_chars() for the slice without the tokens holding an excluded ASCII character
-  // (`excluded` bit c: c is excluded; 255 where a subtree holds such a token), for automata that
-  // survive every plain sequence avoiding those characters ([^,"]+, [A-Za-z0-9 ]{1,32}).
-  // Built on first use, cached (a few hundred sets).
+  // Sets of ASCII characters (bit c: character c). Bit kNonAscii (NUL, never a plain character)
+  // stands for every non-ASCII character: a set holding it excludes the slice tokens with any
+  // non-ASCII character (automata that survive every ASCII sequence but kill a few code points,
+  // e.g. the `.` of a pattern: U+2028, U+2029; `\S`: the Unicode spaces).
   using AsciiSet = std::array<uint64_t, 2>;
-  std::shared_ptr<const std::vector<uint8_t>> subtree_slice_chars_without(const AsciiSet& excluded) const;
+  static constexpr int kNonAscii = 0;
+  // For each full_trie() node: the characters of the tokens in its subtree as an AsciiSet. With
+  // subtree_slice_chars(), a walk that knows every slice token of <= k characters avoiding a set
+  // is accepted skips the subtrees whose value is <= k and whose characters avoid the set
+  // ([^,"]+, [A-Za-z0-9 ]{1,32}, `.` with its dead code points).
+  const std::vector<AsciiSet>& subtree_ascii() const { return subtree_ascii_; }
   // The slice tokens of at most k characters none of which is in `excluded` (cached).
   std::shared_ptr<const std::vector<uint32_t>> slice_mask_without(const AsciiSet& excluded, int k) const;
 
@@ -86,13 +93,14 @@ class Vocabulary {
   std::vector<uint32_t> slice_mask_;
   std::vector<std::vector<uint32_t>> slice_by_chars_;
   std::vector<uint8_t> subtree_slice_chars_;
+  std::vector<AsciiSet> subtree_ascii_;
   std::vector<uint8_t> slice_chars_;  // per token: its characters if a slice token, else 0
   uint64_t uid_;
+  int32_t max_token_bytes_ = 0;
   mutable std::mutex slice_without_mu_;
-  mutable std::map<AsciiSet, std::shared_ptr<const std::vector<uint8_t>>> slice_without_;
   mutable std::map<std::pair<AsciiSet, int>, std::shared_ptr<const std::vector<uint32_t>>> slice_masks_without_;
   std::vector<int32_t> slice_ids_;          // the slice tokens
-  std::vector<AsciiSet> slice_ascii_;       // per slice token (same order): its ASCII characters
+  std::vector<AsciiSet> slice_ascii_;       // per slice token (same order): its characters (AsciiSet)
 };
 
 // Byte classes of the plain-slice characters, as a 5-state automaton over UTF-8:
