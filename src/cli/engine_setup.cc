@@ -88,10 +88,6 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
     engine_args.device = "cpu";
     why = "auto: --swa-bounded-replay runs on the CPU backend only for now";
     LOG(INFO) << "device cpu: " << why.substr(6);
-  } else if (model_config_of(engine_args).engram.enabled()) {
-    engine_args.device = "cpu";
-    why = "auto: Engram models run on the CPU backend only for now (the CUDA backend has no Engram)";
-    LOG(INFO) << "device cpu: " << why.substr(6);
   } else {
     engine_args.device = "cuda";
     why = "auto: " + std::to_string(n_gpus) + " CUDA device" + (n_gpus == 1 ? "" : "s") + " found, using cuda:0";

@@ -10,6 +10,7 @@
 #include "ops/mhc/mhc_cuda.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/rms_norm/rms_norm_cuda.h"
+#include "runtime/engram_history.h"
 #include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_model_impl.h"
@@ -328,11 +329,29 @@ void GpuModel::Impl::enqueue_forward() {
                                stream));
   }
   float* ffn_pre = single_pass ? pre_ffn : pre;
+  if (!engram.empty()) {  // the rows' n-grams, then this chunk's tokens into the ring
+    EngramHistoryParams ep;
+    ep.n_rows = N;
+    ep.max_ngram = engram_ngram;
+    ep.ring_len = engram_ring_len;
+    ep.tokens = sec(kTokens);
+    ep.positions = sec(kPositions);
+    ep.slot = sec(kSlot);
+    ep.chunk_start = sec(kChunkStart);
+    ep.chunk_row0 = sec(kChunkRow0);
+    ep.chunk_end = sec(kChunkEnd);
+    ep.ring = engram_ring;
+    ep.history = engram_hist;
+    engram_history_cuda(stream, ep);
+    engram_ring_store_cuda(stream, ep);
+  }
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const GpuLayerW& lw = layers[l];
     auto mark = [&](int i) {
       if (profiling) prof[4 * l + i].record(stream);
     };
+    // Engram updates the streams before the layer (MODEL_SPEC §C.8; plan.engram).
+    if (!engram.empty() && engram[l]) engram[l]->apply(ctx, engram_hist, N, X);
     hc_mix_cuda(ctx, X, N, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, hp, mix_scratch, pre,
                 post, comb);
     hc_collapse_cuda(stream, X, single_pass ? pre_mix : pre, N, hc, D, u);

@@ -190,8 +190,8 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     CHECK_KIND(kUnsupported, !opt.paged_kv || resolved_kv_cache_dtype(opt) == KvCacheDtype::kBf16)
         << "GpuModel: DeepSeek-V4.1 with kv_cache_dtype fp8 is not supported yet (its 528 / 288 "
            "/ 68-byte cache formats are issue 14 phase 2); use kv_cache_dtype bf16 or paged_kv off";
-    CHECK_KIND(kUnsupported, !cfg.engram.enabled())
-        << "GpuModel: Engram (engram_layer_ids) is not supported on the CUDA backend yet";
+    CHECK_KIND(kUnsupported, !cfg.engram.enabled() || hw != nullptr)
+        << "GpuModel: Engram (engram_layer_ids) needs host weights (its tables), not dummy ones";
   }
   plan = plan_gpu_state(cfg, opt);
   if (plan.paged) {
@@ -419,6 +419,23 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (any_latent_keys) {
     latent_stage = alloc(T * d);
     key_stage = alloc(T * dI);
+  }
+  if (cfg.engram.enabled()) {  // plan.engram layers; host weights (checked above)
+    GpuEngramOptions eo;
+    eo.max_rows = T;
+    eo.fp8_wkv = fp8();
+    eo.batch_invariant = opt.batch_invariant;
+    engram.resize(L);
+    for (int64_t l = 0; l < L; ++l) {
+      if (!cfg.plan[l].engram) continue;
+      engram[l] = std::make_unique<GpuEngram>(cfg, l, hw->layers[l].engram, hw->engram_map, eo);
+      engram_ngram = engram[l]->max_ngram();
+    }
+    engram_ring_len = std::max<int64_t>(1, engram_ngram - 1 + opt.max_rollback);
+    // Not a state pool: randomize_state must not put token ids outside the vocabulary here.
+    engram_ring = static_cast<int32_t*>(raw_alloc(S * engram_ring_len * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemset(engram_ring, 0, S * engram_ring_len * sizeof(int32_t)));
+    engram_hist = static_cast<int32_t*>(raw_alloc(T * engram_ngram * sizeof(int32_t)));
   }
   if (single_pass) {
     pre_ffn = alloc(T * hc);

@@ -24,6 +24,7 @@
 #include "ops/moe/moe_grouped_f32_cuda.h"
 #include "runtime/device_linear.h"
 #include "runtime/expert_loader.h"
+#include "runtime/gpu_engram.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_state_plan.h"
 #include "runtime/kv_block_pool.h"
@@ -204,6 +205,13 @@ struct GpuModel::Impl {
   uint8_t* cand_mask = nullptr;
   float* cand_block_max = nullptr;
   int32_t *cand_n_blocks = nullptr, *cand_picked = nullptr, *cand_n_picked = nullptr;
+  // Engram (V4.1, MODEL_SPEC §C.8; plan.engram): one GpuEngram per engram layer (null
+  // elsewhere), applied to the streams before that layer; the n-gram history of the forward's
+  // rows [T, engram_ngram] built on the device from the tokens and a per-sequence ring of
+  // recent token ids [S, engram_ring_len] (runtime/engram_history.h).
+  std::vector<std::unique_ptr<GpuEngram>> engram;
+  int64_t engram_ngram = 0, engram_ring_len = 0;
+  int32_t *engram_ring = nullptr, *engram_hist = nullptr;
   float *router = nullptr, *route_w = nullptr;
   int32_t* route_ids = nullptr;
   // force_decisions (test instrumentation, gpu_decisions.cc): per layer, device tables

@@ -76,8 +76,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     o.max_sequences = std::max<int64_t>(args.max_sequences, 1);
     return std::make_unique<CpuRunner>(std::move(model), o);
   }
-  // DeepSeek-V4.1 on the CUDA backend: phase 1 of issue 14 (fp32 weights, the bf16 KV cache,
-  // no Engram); the rest is refused before anything loads, on every build.
+  // DeepSeek-V4.1 on the CUDA backend: phase 1 of issue 14 (fp32 weights, the bf16 KV cache);
+  // the rest is refused before anything loads, on every build.
   const ModelConfig family = builtin(args) ? builtin_model_config(args.model_dir)
                                            : load_model_config(args.model_dir + "/config.json");
   const bool v41 = family.is_v41();
@@ -87,8 +87,6 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   CHECK_KIND(kUnsupported, !v41 || args.kv_cache_dtype != "fp8")
       << "engine: DeepSeek-V4.1 on device cuda has no fp8 KV cache yet (its 528 / 288 / 68-byte "
          "formats are issue 14 phase 2); use --kv-cache-dtype bf16 or auto";
-  CHECK_KIND(kUnsupported, !family.engram.enabled())
-      << "engine: Engram models (engram_layer_ids) run on device cpu only for now";
   CHECK_KIND(kUnsupported, cuda_backend_built())
       << "engine: device 'cuda' needs a build with the CUDA backend (configure with -DDEEPINFER_CUDA=ON)";
 #ifdef DEEPINFER_CUDA

@@ -16,9 +16,13 @@
 //    fp32 order noise separates it from the plain state); reference numerics against mlx
 //    with a looser one (bf16 storage rounds every K=V entry: argmax equal at >= 90% of
 //    positions, cosine >= 0.999 at >= 90%), numbers printed.
+//  * The `engram` model (Engram before layers 1 and 4; its reference is mlx's backbone with
+//    this repository's NumPy Engram, README there) runs every part above through GpuEngram,
+//    the n-gram history built on the device (chunks of 1 read every earlier token from the
+//    ring, runtime/engram_history.h).
 //  * Refusals: V4.1 options outside phase 1 (weight_format fp8, kv_cache_dtype fp8, Engram
-//    configs while the device forward has no Engram) fail at construction with kUnsupported
-//    naming the option; bad tokens fail the forward before any state changes.
+//    with dummy weights) fail at construction with kUnsupported naming the option; bad tokens
+//    fail the forward before any state changes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -190,12 +194,9 @@ class GoldenV41Cuda : public ::testing::TestWithParam<std::string> {
   std::shared_ptr<SafetensorsFile> ref() const {
     return SafetensorsFile::open((dir() / "reference.safetensors").string());
   }
-  // Engram configs are refused on the device for now (checked in Refusals); skip them here.
-  bool engram() const { return load_model_config((dir() / "bf16").string()).engram.enabled(); }
 };
 
 TEST_P(GoldenV41Cuda, ReferencePlainStateMatchesMlx) {
-  if (engram()) GTEST_SKIP() << GetParam() << ": Engram is not on the device yet";
   auto r = ref();
   const auto tokens = read_ids(*r, "input_ids"), tokens_b = read_ids(*r, "input_ids_b");
   const auto logits = read_f32(*r, "logits_reference"), logits_b = read_f32(*r, "logits_reference_b");
@@ -210,7 +211,6 @@ TEST_P(GoldenV41Cuda, ReferencePlainStateMatchesMlx) {
 }
 
 TEST_P(GoldenV41Cuda, OfficialPlainStateMatchesCpuOfficial) {
-  if (engram()) GTEST_SKIP() << GetParam() << ": Engram is not on the device yet";
   auto r = ref();
   const auto tokens = read_ids(*r, "input_ids"), tokens_b = read_ids(*r, "input_ids_b");
   const std::string bf16 = (dir() / "bf16").string();
@@ -224,7 +224,6 @@ TEST_P(GoldenV41Cuda, OfficialPlainStateMatchesCpuOfficial) {
 }
 
 TEST_P(GoldenV41Cuda, Bf16PagedCache) {
-  if (engram()) GTEST_SKIP() << GetParam() << ": Engram is not on the device yet";
   auto r = ref();
   const auto tokens = read_ids(*r, "input_ids"), tokens_b = read_ids(*r, "input_ids_b");
   const std::string bf16 = (dir() / "bf16").string();
@@ -255,7 +254,6 @@ TEST_P(GoldenV41Cuda, Bf16PagedCache) {
 // device: compressor emission, index keys, candidate blocks) give bitwise the logits of
 // eager decode steps, both batch invariant, on the bf16 paged cache.
 TEST_P(GoldenV41Cuda, GraphDecodeIsBitwiseEager) {
-  if (engram()) GTEST_SKIP() << GetParam() << ": Engram is not on the device yet";
   auto r = ref();
   const auto tokens = read_ids(*r, "input_ids");
   GpuModelOptions o = v41_options();
@@ -327,9 +325,9 @@ TEST(GoldenV41CudaRefusals, UnsupportedOptionsAndBadInput) {
     EXPECT_EQ(thrown_kind([&] { GpuModel::load(base, o); }), "unsupported");
   }
   const fs::path engram = fs::path(kDir) / "engram" / "bf16";
-  if (fs::exists(engram)) {
-    EXPECT_EQ(thrown_kind([&] { GpuModel::load(engram.string(), v41_options()); }, &msg),
-              "unsupported");
+  if (fs::exists(engram)) {  // Engram tables come from the checkpoint: no dummy weights
+    const ModelConfig cfg = load_model_config(engram.string());
+    EXPECT_EQ(thrown_kind([&] { GpuModel(cfg, 7, v41_options()); }, &msg), "unsupported");
     EXPECT_NE(msg.find("Engram"), std::string::npos) << msg;
   }
   // Bad tokens: refused before any state changes; the sequence then runs as if they never
