@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "io/config_parser.h"
 
 namespace deepinfer {
 namespace {
@@ -20,8 +21,11 @@ int64_t matrix_bytes(int64_t rows, int64_t cols, bool fp8) {
 
 }  // namespace
 
-GpuSizing estimate_gpu_sizing(const ModelConfig& c, int64_t max_context, int64_t max_batch_tokens,
-                              bool fp8) {
+GpuSizing estimate_gpu_sizing(const ModelConfig& config, int64_t max_context,
+                              int64_t max_batch_tokens, bool fp8) {
+  // What each layer owns comes from its plan (io/layer_plan.h), as GpuModel allocates it.
+  ModelConfig c = config;
+  if (static_cast<int64_t>(c.plan.size()) != c.num_layers) complete_model_config(&c);
   CHECK(max_context > 0 && max_batch_tokens > 0) << "gpu sizing: max_context and max_batch_tokens must be positive";
   const int64_t V = c.vocab_size, D = c.hidden_size, H = c.num_heads, d = c.head_dim, hc = c.hc_mult;
   const int64_t Rq = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, W = c.sliding_window;
@@ -33,22 +37,30 @@ GpuSizing estimate_gpu_sizing(const ModelConfig& c, int64_t max_context, int64_t
   // Weights.
   int64_t w = V * D * kF32 + matrix_bytes(V, D, fp8) + D * kF32;  // embed, head, norm
   const int64_t hc_mix = (2 + hc) * hc;
-  w += (hc * hc * D + hc + 1) * kF32;  // hc head
+  if (!c.traits.single_pass_mhc) w += (hc * hc * D + hc + 1) * kF32;  // hc head (V4)
   bool any_indexer = false;
+  int64_t min_score_ratio = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const int64_t ratio = c.compress_ratio(l);
+    const LayerPlan& lp = c.plan[l];
+    const int64_t ratio = lp.ratio;
     w += (2 * D + 2 * (hc_mix * hc * D + hc_mix + 3)) * kF32;  // norms, mHC
     w += matrix_bytes(Rq, D, fp8) + matrix_bytes(H * d, Rq, fp8) + matrix_bytes(d, D, fp8) +
          matrix_bytes(G * Ro, H * d / std::max<int64_t>(G, 1), fp8) + matrix_bytes(D, G * Ro, fp8) +
          (Rq + d + H) * kF32;
+    // wkv, wgate (ratio > 1), ape (V4), norm.
     auto compressor = [&](int64_t width) {
       const int64_t cw = (ratio == 4 ? 2 : 1) * width;
-      return 2 * matrix_bytes(cw, D, fp8) + (ratio * cw + width) * kF32;
+      return (ratio > 1 ? 2 : 1) * matrix_bytes(cw, D, fp8) +
+             ((c.traits.compressor_ape ? ratio * cw : 0) + width) * kF32;
     };
-    if (ratio > 0) w += compressor(d);
-    if (ratio == 4 && HI > 0) {
+    if (lp.owns_compressor) w += compressor(d);
+    if (lp.scores() && HI > 0) {
       any_indexer = true;
-      w += compressor(dI) + matrix_bytes(HI * dI, Rq, fp8) + HI * D * kF32;
+      min_score_ratio = min_score_ratio == 0 ? ratio : std::min(min_score_ratio, ratio);
+      w += matrix_bytes(HI * dI, Rq, fp8) + HI * D * kF32;
+    }
+    if (lp.owns_index_keys && HI > 0) {  // V4: its own compressor; V4.1: wk and k_norm
+      w += lp.own_index_compressor ? compressor(dI) : matrix_bytes(dI, d, fp8) + dI * kF32;
     }
     w += (E * D + E) * kF32;  // router gate, bias
     if (!c.hash_layers.empty() && c.is_hash_layer(l)) w += V * k * 4;
@@ -63,20 +75,27 @@ GpuSizing estimate_gpu_sizing(const ModelConfig& c, int64_t max_context, int64_t
                    Ro + G * Ro + 4 * std::max(d, dI) + E + 2 * k + 2 * Is + hc + V);
   a += moe_rows * (2 * D + 2 * I) + 2 * moe_rows + T * k;
   a += T * hc_mix * 4;  // mHC mix scratch (generous)
-  if (any_indexer) a += T * (HI * dI + HI + max_context / 4 + c.index_topk + 1);
+  if (any_indexer) {  // queries, head weights, scores, top-k per scoring layer
+    a += T * (HI * dI + HI + max_context / min_score_ratio);
+    for (const LayerPlan& lp : c.plan) a += lp.scores() ? T * (c.index_topk + 1) : 0;
+  }
   a += T * 16;  // row metadata sections
   s.activation_bytes = a * kF32 + kWorkspaceBytes;
 
   // Per-sequence state pools.
   int64_t st = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const int64_t ratio = c.compress_ratio(l);
+    const LayerPlan& lp = c.plan[l];
+    const int64_t ratio = lp.ratio;
     st += W * d;
-    if (ratio > 0) {
+    if (lp.owns_compressor) {
       const int64_t cw = (ratio == 4 ? 2 : 1) * d;
       st += 2 * (2 * ratio * cw) + (max_context / ratio) * d;
     }
-    if (ratio == 4 && HI > 0) st += 2 * (2 * 4 * 2 * dI) + (max_context / 4) * dI;
+    if (lp.owns_index_keys && HI > 0) {
+      if (lp.own_index_compressor) st += 2 * (2 * ratio * 2 * dI);
+      st += (max_context / ratio) * dI;
+    }
   }
   s.state_bytes_per_sequence = st * kF32;
   return s;

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "io/config_parser.h"
 #include "runtime/gpu_state_plan.h"
 
 namespace deepinfer {
@@ -113,6 +114,50 @@ TEST(GpuStatePlan, V4FlashBytes) {
               plain.state_bytes_per_sequence() / 1048576.0);
   EXPECT_LT(per_token(fp8), per_token(bf16));
   EXPECT_LT(per_token(bf16), per_token(plain));
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// DeepSeek-V4.1 (tests/data/golden_v41/base: ratios [0, 2, 2, 1, 1, 1, 1], KV sources 1 and 3,
+// index sources 1, 3, 5): state follows the layer plan, not the ratios. Only the sources own
+// compressor rings, compressed entries and index keys (no index compressor rings: the keys come
+// from the latents); reuse / reindex layers add only their window. By hand, plain fp32 state:
+// 7 windows of W x d, layer 1 rings 2 x (2 * 2) x d + C/2 entries of d + C/2 keys of d_I,
+// layer 3 rings 2 x (2 * 1) x d + C entries of d + C keys of d_I.
+TEST(GpuStatePlan, V41FollowsTheLayerPlan) {
+  const ModelConfig c = load_model_config("tests/data/golden_v41/base/bf16/config.json");
+  ASSERT_TRUE(c.is_v41());
+  const int64_t W = c.sliding_window, d = c.head_dim, dI = c.index_head_dim;
+  GpuModelOptions o;
+  o.max_sequences = 2;
+  o.max_context = 256;
+  o.max_batch_tokens = 64;
+  o.paged_kv = false;
+  const int64_t C = o.max_context;
+  const GpuStatePlan plain = plan_gpu_state(c, o);
+  const int64_t want = 4 * (7 * W * d + 2 * 4 * d + (C / 2) * d + (C / 2) * dI + 2 * 2 * d + C * d +
+                            C * dI);
+  EXPECT_EQ(plain.state_bytes_per_sequence(), want);
+  EXPECT_EQ(plain.compressed.size(), 2u);  // ratios 1 and 2, each with one owner
+  // Paged bf16: the same rings and fp32 keys, the entries and windows in bf16 blocks of 16.
+  o.paged_kv = true;
+  o.kv_cache_dtype = KvCacheDtype::kBf16;
+  o.kv_block_size = 16;
+  const GpuStatePlan paged = plan_gpu_state(c, o);
+  EXPECT_FALSE(paged.idx_paged);
+  const int64_t block = 16 * 2 * d;  // bf16 entries
+  EXPECT_EQ(paged.kv.block_bytes(), block);
+  const int64_t win_blocks = paged.window_blocks_per_sequence + 1;
+  const int64_t want_paged = 4 * (2 * 4 * d + (C / 2) * dI + 2 * 2 * d + C * dI) +
+                             (C / 2 / 16) * block + (C / 16) * block + 7 * win_blocks * block;
+  EXPECT_EQ(paged.state_bytes_per_sequence(), want_paged);
+  std::printf("V4.1 base: %lld B per sequence plain, %lld paged bf16 (context %lld)\n",
+              static_cast<long long>(plain.state_bytes_per_sequence()),
+              static_cast<long long>(paged.state_bytes_per_sequence()), static_cast<long long>(C));
 }
 
 }  // namespace
