@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <unordered_map>
 
 #include "base/error.h"
 #include "base/logging.h"
@@ -219,17 +220,47 @@ void Engine::Impl::propose_drafts() {
   };
   std::vector<Proposal> proposals;
   int64_t n_plain_decodes = 0;  // decoding requests without drafts next step
-  for (auto& [num, l] : live) {
-    l.draft_q.clear();
-    l.draft_estimate.clear();
+  // The decoding request `num` (null otherwise) and the drafts it may take (k <= 0: none).
+  auto decoding = [&](int64_t num, const Live& l, int64_t* k) -> const Request* {
     const Request* r = scheduler->find(num);
     if (r == nullptr || l.sequence < 0 || r->status != RequestStatus::kRunning ||
         r->num_output_placeholders > 0 || r->num_computed_tokens + 1 != r->num_tokens()) {
-      continue;
+      return nullptr;
     }
+    *k = std::min(spec_k, r->max_tokens - r->num_output_tokens() - 1);
+    if (l.matcher && l.matcher->is_terminated()) *k = 0;
+    return r;
+  };
+  // The runner's drafts of all requests in one call (ModelRunner::draft_batch: CudaRunner
+  // drafts them in one batch); if that call fails, each request drafts on its own below.
+  std::unordered_map<int64_t, RunnerDraft> batched;
+  if (!args.spec_test_drafter) {
+    std::vector<DraftRequest> requests;
+    std::vector<int64_t> nums;
+    for (auto& [num, l] : live) {
+      int64_t k = 0;
+      const Request* r = decoding(num, l, &k);
+      if (r == nullptr || k <= 0) continue;
+      ICHECK(runner->n_tokens(l.sequence) == r->num_computed_tokens);
+      requests.push_back({l.sequence, r->token_ids.back(), k});
+      nums.push_back(num);
+    }
+    try {
+      std::vector<RunnerDraft> out = runner->draft_batch(requests);
+      ICHECK(out.size() == requests.size()) << "draft_batch returned " << out.size() << " drafts";
+      for (size_t i = 0; i < out.size(); ++i) batched[nums[i]] = std::move(out[i]);
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "engine: batched drafting failed (" << e.what() << "); drafting one request at a time";
+    }
+  }
+  for (auto& [num, l] : live) {
+    l.draft_q.clear();
+    l.draft_estimate.clear();
+    int64_t k = 0;
+    const Request* r = decoding(num, l, &k);
+    if (r == nullptr) continue;
     ++n_plain_decodes;
-    const int64_t k = std::min(spec_k, r->max_tokens - r->num_output_tokens() - 1);
-    if (k <= 0 || (l.matcher && l.matcher->is_terminated())) continue;
+    if (k <= 0) continue;
     std::vector<int32_t> drafts;
     std::vector<double> rates;
     try {
@@ -249,8 +280,8 @@ void Engine::Impl::propose_drafts() {
         for (float c : p.confidence) rates.push_back(sigmoid(c));
         l.draft_q = std::move(p.q);
       } else {
-        ICHECK(runner->n_tokens(l.sequence) == r->num_computed_tokens);
-        RunnerDraft d = runner->draft(l.sequence, r->token_ids.back(), k);
+        auto it = batched.find(num);
+        RunnerDraft d = it != batched.end() ? std::move(it->second) : runner->draft(l.sequence, r->token_ids.back(), k);
         drafts = std::move(d.tokens);
         if (d.confidence.size() == drafts.size()) {
           for (float c : d.confidence) rates.push_back(sigmoid(c));

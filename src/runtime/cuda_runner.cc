@@ -198,25 +198,42 @@ std::string CudaRunner::drafter() const { return model_->has_mtp() ? "mtp" : "no
 int64_t CudaRunner::draft_length() const { return model_->has_mtp() ? 1 : 0; }
 
 RunnerDraft CudaRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
+  const DraftRequest r{sequence, next, n_drafts};
+  return std::move(draft_batch(std::span<const DraftRequest>(&r, 1))[0]);
+}
+
+std::vector<RunnerDraft> CudaRunner::draft_batch(std::span<const DraftRequest> requests) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: draft() with a launched step uncollected";
   CHECK_KIND(kUnsupported, model_->has_mtp())
       << "CudaRunner: no drafter on the device (the runner was built without the MTP-1 drafter)";
-  CHECK(n_drafts >= 0) << "CudaRunner: " << n_drafts << " drafts asked";
-  RunnerDraft d;
-  if (n_drafts == 0) return d;
-  const int64_t seq[1] = {sequence};
-  const int32_t nx[1] = {next};
-  DraftBlock block = std::move(model_->draft(seq, nx, n_drafts)[0]);
-  d.tokens = std::move(block.tokens);
-  const int64_t V = model_->config().vocab_size;
-  for (size_t i = 0; i < d.tokens.size(); ++i) {  // softmax of the row at its draft, in double
-    const float* row = block.logits.data() + int64_t(i) * V;
-    const double mx = *std::max_element(row, row + V);
-    double total = 0;
-    for (int64_t t = 0; t < V; ++t) total += std::exp(double(row[t]) - mx);
-    d.probability.push_back(float(std::exp(double(row[d.tokens[i]]) - mx) / total));
+  std::vector<RunnerDraft> out(requests.size());
+  std::vector<int64_t> seqs, at;
+  std::vector<int32_t> next;
+  int64_t n = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    CHECK(requests[i].n_drafts >= 0) << "CudaRunner: " << requests[i].n_drafts << " drafts asked";
+    if (requests[i].n_drafts == 0) continue;
+    seqs.push_back(requests[i].sequence);
+    next.push_back(requests[i].next);
+    at.push_back(int64_t(i));
+    n = std::max(n, requests[i].n_drafts);
   }
-  return d;
+  if (seqs.empty()) return out;
+  std::vector<DraftBlock> blocks = model_->draft(seqs, next, n);
+  const int64_t V = model_->config().vocab_size;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    RunnerDraft& d = out[size_t(at[b])];
+    const int64_t keep = requests[size_t(at[b])].n_drafts;
+    d.tokens.assign(blocks[b].tokens.begin(), blocks[b].tokens.begin() + keep);
+    for (int64_t i = 0; i < keep; ++i) {  // softmax of the row at its draft, in double
+      const float* row = blocks[b].logits.data() + i * V;
+      const double mx = *std::max_element(row, row + V);
+      double total = 0;
+      for (int64_t t = 0; t < V; ++t) total += std::exp(double(row[t]) - mx);
+      d.probability.push_back(float(std::exp(double(row[d.tokens[size_t(i)]]) - mx) / total));
+    }
+  }
+  return out;
 }
 
 void CudaRunner::truncate(int64_t sequence, int64_t n_tokens) {

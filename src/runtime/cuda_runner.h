@@ -84,6 +84,9 @@ class CudaRunner final : public ModelRunner {
   std::string drafter() const override;
   int64_t draft_length() const override;
   RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts) override;
+  // All entries in one GpuModel::draft of max n_drafts steps (each entry keeps its first
+  // n_drafts; entries asking 0 get none).
+  std::vector<RunnerDraft> draft_batch(std::span<const DraftRequest> requests) override;
   int64_t rollback_depth() const override;
   void truncate(int64_t sequence, int64_t n_tokens) override;
   // GpuModel::host_waits(): forwards whose staging slot made the host wait for the device

@@ -15,6 +15,13 @@ RunnerDraft ModelRunner::draft(int64_t, int32_t, int64_t) {
   return {};
 }
 
+std::vector<RunnerDraft> ModelRunner::draft_batch(std::span<const DraftRequest> requests) {
+  std::vector<RunnerDraft> out;
+  out.reserve(requests.size());
+  for (const DraftRequest& r : requests) out.push_back(draft(r.sequence, r.next, r.n_drafts));
+  return out;
+}
+
 std::shared_ptr<const PrefixState> ModelRunner::export_prefix(int64_t, const PrefixState*) {
   CHECK(false) << name() << " has no prefix caching";
   return {};

@@ -97,6 +97,13 @@ struct RunnerDraft {
   std::vector<float> probability;
 };
 
+// One entry of ModelRunner::draft_batch: draft() of `sequence` given `next`, `n_drafts` drafts.
+struct DraftRequest {
+  int64_t sequence = -1;
+  int32_t next = 0;
+  int64_t n_drafts = 0;
+};
+
 // What the runner can hold. The engine's scheduler limits never exceed these.
 struct RunnerCapacity {
   int64_t max_sequences = 0;     // live sequences at once
@@ -176,6 +183,10 @@ class ModelRunner {
   // given the token `next` the target chose for the next position. Reads the state, changes
   // nothing. Only while no launched step is uncollected.
   virtual RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts);
+  // draft() for several sequences (each at most once) in one call, results in order. Default:
+  // draft() for each in turn; CudaRunner batches them (one small forward per draft step over
+  // all the sequences). Same contract per entry as draft().
+  virtual std::vector<RunnerDraft> draft_batch(std::span<const DraftRequest> requests);
 
   // Prefix caching. A runner without it keeps the defaults: supports_prefix_state() false,
   // the other two refuse. Both only while no launch() call runs (a launched step's writes to
