@@ -1,7 +1,7 @@
 """deepinfer: offline inference for the DeepSeek-V4 family.
 
     import deepinfer
-    llm = deepinfer.LLM()                       # the built-in tiny model (random weights)
+    llm = deepinfer.LLM()                       # the trained tiny V4.1 model (models/trained-v41)
     out = llm.generate(["hi"], deepinfer.SamplingParams(temperature=0, max_tokens=8))
     print(out[0].text, out[0].token_ids, out[0].finish_reason)
     llm.generate(prompt_token_ids=[[0, 100, 200]])            # prompts as token ids
@@ -11,7 +11,9 @@
         ...
 
 `LLM(model=None, **engine_args)`: `model` is a checkpoint directory (config.json,
-safetensors, tokenizer.json) or None for the built-in tiny model. Engine arguments:
+safetensors, tokenizer.json), a built-in name ("tiny", "tiny-v4", "tiny-v4.1": random weights),
+or None for the default: $DEEPINFER_DEFAULT_MODEL when set, else the trained tiny V4.1 model
+of the source tree (models/trained-v41), else the built-in tiny model. Engine arguments:
 device ("cpu" | "cuda"; cuda needs a build with the CUDA backend), gpu_memory_utilization,
 weight_format ("fp32" | "fp8", cuda only), kv_cache_dtype ("auto" | "fp8" | "bf16", cuda
 only), cuda_graphs (cuda only),
@@ -233,6 +235,8 @@ class LLM:
     def __init__(self, model: Optional[str] = None, **engine_args: Any):
         args = _core.EngineArgs()
         args.speculative_method = "auto"  # as the command line's --speculative-method
+        if not model:
+            model = _core.default_model()
         if model:
             args.model_dir = os.fspath(model)
         elif not engine_args.get("tokenizer_path") and not os.environ.get("DEEPINFER_TINY_TOKENIZER"):

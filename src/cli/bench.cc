@@ -153,6 +153,7 @@ EngineArgs engine_args(const Args& args, EngineStartupNotes& notes) {
   base.model_dir = args.get("model");
   base.dummy_weights = args.has("dummy-weights");
   CHECK(!base.dummy_weights || !base.model_dir.empty()) << "--dummy-weights needs --model DIR (its config.json)";
+  base.model_dir = model_or_default(base.model_dir);
   base.model_options.numerics = parse_numerics(args.get("numerics", "official"));
   base.model_options.batch_invariant = args.has("batch-invariant");
   base.overlap = !args.has("no-overlap");

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "engine/engine.h"
+#include "model/tiny_model.h"
 
 namespace deepinfer {
 namespace {
@@ -171,6 +172,7 @@ int cmd_bench_fairness(int argc, char** argv) {
   base.model_dir = args.get("model");
   base.dummy_weights = args.has("dummy-weights");
   CHECK(!base.dummy_weights || !base.model_dir.empty()) << "--dummy-weights needs --model DIR (its config.json)";
+  base.model_dir = model_or_default(base.model_dir);
   base.model_options.numerics = parse_numerics(args.get("numerics", "official"));
   base.overlap = !args.has("no-overlap");
   base.max_num_batched_tokens = args.get_int("max-num-batched-tokens", base.max_num_batched_tokens);

@@ -15,6 +15,7 @@
 #include "cli/startup_summary.h"
 #include "engine/engine.h"
 #include "engine/generate_loop.h"
+#include "model/tiny_model.h"
 
 namespace deepinfer {
 namespace {
@@ -45,7 +46,8 @@ std::string generate_usage() {
   return format_usage(
       "usage: deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n\n"
       "Generates one completion: text on stdout as it comes, the startup summary and timings on stderr.\n"
-      "Without --model the built-in tiny model (random weights, real tokenizer) runs. On the CPU a\n"
+      "Without --model the trained tiny V4.1 model (models/trained-v41) runs ($DEEPINFER_DEFAULT_MODEL\n"
+      "overrides it; --model tiny is the random-weight tiny model). On the CPU a\n"
       "checkpoint without a drafter (or --speculative-method none) runs the plain generate loop; with\n"
       "speculative decoding, or on cuda, the request goes through the engine.\n",
       generate_options());
@@ -170,6 +172,7 @@ int cmd_generate(int argc, char** argv) {
   engine_args.model_dir = args.get("model");
   engine_args.dummy_weights = args.has("dummy-weights");
   CHECK(!engine_args.dummy_weights || !engine_args.model_dir.empty()) << "--dummy-weights needs --model DIR";
+  engine_args.model_dir = model_or_default(engine_args.model_dir);
   engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
   engine_args.model_options.batch_invariant = args.has("batch-invariant");
   const std::string device_note = apply_device_options(args, engine_args);

@@ -19,6 +19,7 @@
 #include "server/cors.h"
 #include "server/server.h"
 #include "server/spec_metrics.h"
+#include "model/tiny_model.h"
 
 namespace deepinfer {
 
@@ -84,7 +85,8 @@ std::string serve_usage() {
       "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models,\n"
       "/health, /metrics (also under vLLM's names), /tokenize, /detokenize, /version. The startup\n"
       "summary goes to stderr once the model is loaded.\n"
-      "Without --model the built-in tiny model (random weights, real tokenizer) is served.\n",
+      "Without --model the trained tiny V4.1 model (models/trained-v41) is served\n"
+      "($DEEPINFER_DEFAULT_MODEL overrides it; --model tiny is the random-weight tiny model).\n",
       serve_options());
 }
 
@@ -101,6 +103,8 @@ int cmd_serve(int argc, char** argv) {
   engine_args.model_options.numerics = parse_numerics(args.get("numerics", "official"));
   engine_args.model_options.batch_invariant = args.has("batch-invariant");
   engine_args.dummy_weights = args.has("dummy-weights");
+  CHECK(!engine_args.dummy_weights || !engine_args.model_dir.empty()) << "--dummy-weights needs --model DIR";
+  engine_args.model_dir = model_or_default(engine_args.model_dir);
   engine_args.max_num_seqs = args.get_int("max-num-seqs", engine_args.max_num_seqs);
   engine_args.max_num_batched_tokens = args.get_int("max-num-batched-tokens", engine_args.max_num_batched_tokens);
   apply_prefill_options(args, engine_args);

@@ -1,5 +1,6 @@
 #include "model/tiny_model.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "base/error.h"
@@ -87,6 +88,16 @@ ModelConfig builtin_model_config(const std::string& name) {
 
 std::string builtin_model_label(const std::string& name) {
   return name == "tiny-v4.1" ? "deepinfer-tiny-v4.1" : "deepinfer-tiny";
+}
+
+std::string default_model() {
+  if (const char* env = std::getenv("DEEPINFER_DEFAULT_MODEL"); env != nullptr && *env != '\0') return env;
+  const std::string trained = std::string(DEEPINFER_SOURCE_DIR) + "/models/trained-v41";
+  return std::filesystem::exists(trained + "/config.json") ? trained : std::string();
+}
+
+std::string model_or_default(const std::string& requested) {
+  return requested.empty() ? default_model() : requested;
 }
 
 }  // namespace deepinfer

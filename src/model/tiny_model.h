@@ -34,4 +34,14 @@ bool builtin_model_uses_v41_tokenizer(const std::string& model);
 ModelConfig builtin_model_config(const std::string& name);
 std::string builtin_model_label(const std::string& name);  // e.g. "deepinfer-tiny-v4.1"
 
+// The model the front ends (deepinfer generate / serve / bench, Python LLM()) run when none is
+// named (issue 16): $DEEPINFER_DEFAULT_MODEL when it is set and not empty (a checkpoint
+// directory or a built-in name), else the trained tiny V4.1 model shipped in the source tree
+// (models/trained-v41: real weights that continue Python code), else "" (the built-in random
+// tiny model) when that directory is missing, e.g. a package installed without the tree.
+// Library callers (EngineArgs, ModelRunner) keep "" = the built-in tiny model.
+std::string default_model();
+// `requested` when not empty, else default_model().
+std::string model_or_default(const std::string& requested);
+
 }  // namespace deepinfer

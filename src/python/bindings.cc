@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "engine/engine.h"
+#include "model/tiny_model.h"
 #include "recipe/chat_encoding.h"
 #include "recipe/tool_call_constraint.h"
 #include "recipe/chat_request.h"
@@ -196,6 +197,9 @@ PYBIND11_MODULE(_core, m) {
 
   // The structured-output constraint that enforces a chat request's tool_choice "required"
   // (recipe/tool_call_constraint.h; parallel_tool_calls false: exactly one call), or None.
+  m.def("default_model", &default_model,
+        "The model LLM() runs when none is named: $DEEPINFER_DEFAULT_MODEL, else the trained tiny "
+        "V4.1 model of the source tree, else '' (the built-in random tiny model).");
   m.def("tool_call_constraint", [](const std::string& request_json, const std::string& version,
                                    bool openai) -> py::object {
     const recipe::Conversation conv = conversation(request_json, version, openai);

@@ -50,3 +50,44 @@ def test_continues_python_code(model):
     # Python-like: indentation and at least one Python keyword or builtin in the continuation.
     assert "\n    " in text or text.startswith("    "), text
     assert any(word in text for word in ("return", "if ", "for ", "with ", "open(", "self", "=")), text
+
+
+def _without_default_override():
+    env = dict(os.environ)
+    env.pop("DEEPINFER_DEFAULT_MODEL", None)  # conftest.py sets it to the random tiny model
+    return env
+
+
+def test_the_default_model_is_the_trained_v41():
+    """`deepinfer generate` and `LLM()` without a model run models/trained-v41 (issue 16)."""
+    exe = BUILD / "deepinfer"
+    r = subprocess.run([str(exe), "generate", "--prompt", "def main():\n", "--max-tokens", "16",
+                        "--temperature", "0"], capture_output=True, text=True, timeout=300,
+                       env=_without_default_override())
+    assert r.returncode == 0, r.stderr
+    assert "trained-v41" in r.stderr, r.stderr  # the startup summary names the model
+    assert "deepseek_v41" in r.stderr or "V4.1" in r.stderr, r.stderr
+    # The same continuation as naming the directory explicitly.
+    named = subprocess.run([str(exe), "generate", "--model", str(ROOT / "models" / "trained-v41"), "--prompt",
+                            "def main():\n", "--max-tokens", "16", "--temperature", "0"],
+                           capture_output=True, text=True, timeout=300)
+    assert named.returncode == 0, named.stderr
+    assert r.stdout == named.stdout
+    py = ("import deepinfer; llm = deepinfer.LLM(); print(llm._engine.model_type); "
+          "print(deepinfer._core.default_model())")
+    env = _without_default_override()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
+    p = subprocess.run(["python3", "-c", py], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    model_type, path = p.stdout.split()
+    assert model_type.startswith("deepseek_v41"), p.stdout
+    assert Path(path).resolve() == (ROOT / "models" / "trained-v41").resolve()
+
+
+def test_the_default_model_can_be_overridden():
+    env = _without_default_override()
+    env["DEEPINFER_DEFAULT_MODEL"] = "tiny"
+    r = subprocess.run([str(BUILD / "deepinfer"), "generate", "--prompt", "hi", "--max-tokens", "2"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "deepinfer-tiny" in r.stderr and "trained-v41" not in r.stderr, r.stderr
