@@ -156,6 +156,8 @@ class RequestOutput:
         self.stop_reason: Optional[str] = None
         self.error: Optional[str] = None
         self.num_preemptions = 0
+        # Prompt tokens served from the engine's prefix cache (vLLM's num_cached_tokens).
+        self.num_cached_tokens = 0
         # Set by LLM.chat: the completion parsed as the chat encoding's output.
         self.content: Optional[str] = None
         self.reasoning_content: Optional[str] = None
@@ -177,6 +179,7 @@ class RequestOutput:
                 d[lp.token] = lp.logprob
                 self.logprobs.append(d)
         self.num_preemptions = o.n_preemptions
+        self.num_cached_tokens = o.n_cached_tokens
         if o.finished:
             self.finished = True
             self.finish_reason = o.finish_reason
@@ -260,7 +263,8 @@ class LLM:
         """The engine's counters (EngineStats): steps, and speculative decoding's
         n_verifications, n_drafts_verified / _accepted, accepted_at / verified_at per position,
         num_speculative_tokens (0: off), mean_acceptance_length(), verified_tokens_per_step(),
-        draft_time_share()."""
+        draft_time_share(); prefix caching's prefix_cache_queries / _hits / _lookup_tokens /
+        _query_tokens / _hit_tokens / _block_tokens (0: off) and prefix_cache_hit_rate()."""
         with self._lock:
             return self._engine.stats()
 

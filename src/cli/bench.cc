@@ -17,6 +17,7 @@
 #include "cli/bench_http.h"
 #include "cli/bench_idle.h"
 #include "cli/bench_metrics.h"
+#include "cli/bench_multiturn.h"
 #include "cli/bench_traffic.h"
 #include "cli/engine_setup.h"
 #include "engine/engine.h"
@@ -41,6 +42,16 @@ const OptionGroups& bench_options() {
            {"max-concurrency", "N", "Open loop: at most N requests in flight (default: unbounded)."},
            {"seed", "S", "Seed of the prompts and the arrivals (default 0)."},
            {"no-warmup", "", "Skip the warm-up request (not recorded) before each run."},
+       }},
+      {"Multi-turn chat (cli/bench_multiturn.h; in process)",
+       {
+           {"multi-turn", "N", "Conversations (--num-prompts, default 8) of N turns: turn k re-sends the "
+                               "conversation so far (user messages of --input-len tokens, the model's replies of "
+                               "--output-len) plus a new user message; at most --concurrency conversations at "
+                               "once (default all). Runs prefix caching on and off (or the one asked for); "
+                               "reports TTFT p50/p99 and the prefix-cache hit rate."},
+           {"system-len", "N", "Multi-turn: a shared system prompt of N tokens before every conversation "
+                               "(default 0)."},
        }},
       {"Results",
        {
@@ -204,8 +215,15 @@ int cmd_bench(int argc, char** argv) {
     if (std::string(argv[i]) == "--fairness") return cmd_bench_fairness(argc, argv);
   }
   Args args(argc, argv, 2, bench_options());
-  const Slo slo = goodput_slo(args);
   const bool server = args.has("base-url");
+  if (args.has("multi-turn")) {
+    CHECK(!server) << "--multi-turn runs the engine in this process; with --base-url it is not supported yet";
+    EngineStartupNotes notes;
+    const EngineArgs base = engine_args(args, notes);
+    return bench_multiturn(args, base, notes);
+  }
+  CHECK(!args.has("system-len")) << "--system-len needs --multi-turn";
+  const Slo slo = goodput_slo(args);
   CHECK(server || !args.has("endpoint")) << "--endpoint needs --base-url";
   CHECK(server || !args.has("vocab-size")) << "--vocab-size needs --base-url (in process the model's is used)";
   CHECK(!(args.has("concurrency") && args.has("request-rate")))

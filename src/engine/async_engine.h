@@ -39,6 +39,17 @@ struct EngineLoad {
   int64_t n_state_slots_used = 0;
   double max_block_usage = 0.0;    // fullest state-cache block pool, used / total in [0, 1]
   int64_t n_preemptions = 0;       // since start
+  // Automatic prefix caching, since start (EngineStats::prefix_cache_*; all 0 while off).
+  int64_t prefix_cache_block_tokens = 0;  // tokens per cached block; 0: caching off
+  int64_t prefix_cache_queries = 0;       // lookups (admissions)
+  int64_t prefix_cache_hits = 0;          // lookups that hit at least one block
+  int64_t prefix_cache_lookup_tokens = 0; // tokens of the requests looked up (vLLM's queries)
+  int64_t prefix_cache_query_tokens = 0;  // full blocks they could have hit, in tokens (the ideal)
+  int64_t prefix_cache_hit_tokens = 0;    // tokens served from the cache
+  int64_t prefix_cache_entries = 0;       // cached block boundaries now
+  int64_t prefix_cache_pinned = 0;        // of those, held by admitted requests' hits now
+  int64_t prefix_cache_bytes = 0;         // host memory they hold now
+  int64_t prefix_cache_evictions = 0;     // entries evicted
 };
 
 // The part of Engine the loop drives (tests put a fake behind it). Single-threaded: only the

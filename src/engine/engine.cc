@@ -201,6 +201,8 @@ void Engine::Impl::sync_prefix_stats() {
   stats.prefix_cache_hits = c.stats().n_hits;
   stats.prefix_cache_query_tokens = c.stats().n_query_tokens;
   stats.prefix_cache_hit_tokens = c.stats().n_hit_tokens;
+  stats.prefix_cache_lookup_tokens = prefix->lookup_tokens();
+  stats.prefix_cache_block_tokens = c.block_tokens();
   stats.prefix_cache_evictions = c.stats().n_evicted;
   stats.prefix_cache_blocks = c.n_entries();
   stats.prefix_cache_bytes = c.n_bytes();

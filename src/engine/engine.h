@@ -268,6 +268,10 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;
   int64_t prefix_cache_query_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  // Tokens of the requests looked up (their whole prompt + outputs at admission): vLLM's
+  // prefix-cache queries (its hit rate is hit tokens / these).
+  int64_t prefix_cache_lookup_tokens = 0;
+  int64_t prefix_cache_block_tokens = 0;  // tokens per cached block (0: caching off)
   int64_t prefix_cache_blocks = 0;     // cached block boundaries (entries) now
   int64_t prefix_cache_bytes = 0;      // host memory they hold now
   int64_t prefix_cache_evictions = 0;

@@ -14,6 +14,7 @@ PrefixStateCache::PrefixStateCache(ModelRunner& runner, const PrefixCacheOptions
 }
 
 int64_t PrefixStateCache::cached_prefix(const Request& r) {
+  lookup_tokens_ += r.num_tokens();
   PrefixHit hit = cache_.lookup(r.token_ids, r.num_tokens() - 1);
   const int64_t n = hit.n_tokens();
   if (n > 0) {

@@ -42,12 +42,16 @@ class PrefixStateCache {
   void offer(int64_t sequence, std::span<const int32_t> tokens, int64_t n_tokens);
 
   const PrefixCache& index() const { return cache_; }
+  // Tokens of the requests looked up (r.num_tokens() per cached_prefix call): vLLM's
+  // prefix-cache queries, counted in tokens (/metrics vllm:prefix_cache_queries).
+  int64_t lookup_tokens() const { return lookup_tokens_; }
   void clear() { cache_.clear(); }
 
  private:
   ModelRunner& runner_;
   PrefixCache cache_;
   std::unordered_map<int64_t, PrefixHit> pending_;  // by scheduler id
+  int64_t lookup_tokens_ = 0;
 };
 
 // The prefix-cache salt of a model on a runner: model config, weights' origin, numerics and

@@ -29,7 +29,18 @@ class EngineAdapter final : public StepEngine {
         l.max_block_usage = std::max(l.max_block_usage, 1.0 - double(cache.num_free(g)) / double(cache.num_blocks(g)));
       }
     }
-    l.n_preemptions = engine_->stats().n_preemptions;
+    const EngineStats& s = engine_->stats();
+    l.n_preemptions = s.n_preemptions;
+    l.prefix_cache_block_tokens = s.prefix_cache_block_tokens;
+    l.prefix_cache_queries = s.prefix_cache_queries;
+    l.prefix_cache_hits = s.prefix_cache_hits;
+    l.prefix_cache_lookup_tokens = s.prefix_cache_lookup_tokens;
+    l.prefix_cache_query_tokens = s.prefix_cache_query_tokens;
+    l.prefix_cache_hit_tokens = s.prefix_cache_hit_tokens;
+    l.prefix_cache_entries = s.prefix_cache_blocks;
+    l.prefix_cache_pinned = s.prefix_cache_pinned;
+    l.prefix_cache_bytes = s.prefix_cache_bytes;
+    l.prefix_cache_evictions = s.prefix_cache_evictions;
     return l;
   }
 

@@ -103,7 +103,10 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("block_size", &EngineArgs::block_size)
       .def_readwrite("speculative_method", &EngineArgs::speculative_method)
       .def_readwrite("num_speculative_tokens", &EngineArgs::num_speculative_tokens)
-      .def_readwrite("spec_scheduling", &EngineArgs::spec_scheduling);
+      .def_readwrite("spec_scheduling", &EngineArgs::spec_scheduling)
+      .def_readwrite("enable_prefix_caching", &EngineArgs::enable_prefix_caching)
+      .def_readwrite("prefix_cache_block_tokens", &EngineArgs::prefix_cache_block_tokens)
+      .def_readwrite("prefix_cache_bytes", &EngineArgs::prefix_cache_bytes);
 
   py::class_<EngineStats>(m, "EngineStats")
       .def_readonly("n_steps", &EngineStats::n_steps)
@@ -115,6 +118,13 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("n_verify_steps", &EngineStats::n_verify_steps)
       .def_readonly("n_verified_tokens", &EngineStats::n_verified_tokens)
       .def_readonly("draft_seconds", &EngineStats::draft_seconds)
+      .def_readonly("prefix_cache_queries", &EngineStats::prefix_cache_queries)
+      .def_readonly("prefix_cache_hits", &EngineStats::prefix_cache_hits)
+      .def_readonly("prefix_cache_lookup_tokens", &EngineStats::prefix_cache_lookup_tokens)
+      .def_readonly("prefix_cache_query_tokens", &EngineStats::prefix_cache_query_tokens)
+      .def_readonly("prefix_cache_hit_tokens", &EngineStats::prefix_cache_hit_tokens)
+      .def_readonly("prefix_cache_block_tokens", &EngineStats::prefix_cache_block_tokens)
+      .def("prefix_cache_hit_rate", &EngineStats::prefix_cache_hit_rate)
       .def_property_readonly("num_speculative_tokens",
                              [](const EngineStats& s) { return int64_t(s.accepted_at.size()); })
       .def("mean_acceptance_length", &EngineStats::mean_acceptance_length)
@@ -154,7 +164,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("error", &RequestOutput::error)
       .def_readonly("n_prompt_tokens", &RequestOutput::n_prompt_tokens)
       .def_readonly("n_output_tokens", &RequestOutput::n_output_tokens)
-      .def_readonly("n_preemptions", &RequestOutput::n_preemptions);
+      .def_readonly("n_preemptions", &RequestOutput::n_preemptions)
+      .def_readonly("n_cached_tokens", &RequestOutput::n_cached_tokens);
 
   py::class_<Engine>(m, "Engine")
       .def(py::init<const EngineArgs&>(), py::call_guard<py::gil_scoped_release>())

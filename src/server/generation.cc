@@ -67,10 +67,19 @@ void Generation::add_choice(const std::vector<int32_t>& prompt, int64_t max_toke
   r.constraint = sampling_.constraint;
   index_[r.id] = i;
   choices_.emplace_back().engine_id = r.id;
+  choices_.back().counts_prompt = count_prompt;
   last_token_at_.emplace_back();
   detok_.emplace_back(tokenizer_, /*skip_special_tokens=*/!keep_special_);
   requests_.push_back(std::move(r));
   if (count_prompt) n_prompt_tokens_ += static_cast<int64_t>(prompt.size());
+}
+
+int64_t Generation::n_cached_prompt_tokens() const {
+  int64_t n = 0;
+  for (const Choice& c : choices_) {
+    if (c.counts_prompt) n += c.n_cached;
+  }
+  return n;
 }
 
 int64_t Generation::n_completion_tokens() const {
@@ -109,6 +118,7 @@ Json Generation::envelope(Json choices) const {
 Json Generation::usage() const {
   const int64_t completion = n_completion_tokens();
   return {{"prompt_tokens", n_prompt_tokens_},
+          {"prompt_tokens_details", {{"cached_tokens", n_cached_prompt_tokens()}}},
           {"completion_tokens", completion},
           {"total_tokens", n_prompt_tokens_ + completion}};
 }
@@ -154,6 +164,7 @@ void Generation::on_output(const RequestOutput& out, const std::string& error,
     last_token_at_[i] = now;
   }
   choices_[i].n_tokens += static_cast<int64_t>(out.new_tokens.size());
+  choices_[i].n_cached = out.n_cached_tokens;
   std::string text;
   for (int32_t t : out.new_tokens) {
     if (!std::binary_search(no_text_ids_.begin(), no_text_ids_.end(), t)) text += detok_[i].push(t);

@@ -76,6 +76,9 @@ class Generation {
   const std::optional<ApiError>& error() const { return error_; }
 
   int64_t n_prompt_tokens() const { return n_prompt_tokens_; }
+  // Of those, the tokens the engine served from its prefix cache (per counted prompt: the
+  // choice that counts it; usage.prompt_tokens_details.cached_tokens).
+  int64_t n_cached_prompt_tokens() const;
   int64_t n_completion_tokens() const;
   // Seconds from construction to the first token (-1 before it).
   double ttft_seconds() const { return ttft_; }
@@ -91,6 +94,8 @@ class Generation {
     bool finished = false;
     std::string finish_reason;
     int64_t n_tokens = 0;
+    bool counts_prompt = false;  // its prompt is counted in usage
+    int64_t n_cached = 0;        // its prompt tokens served from the prefix cache
   };
 
   // Adds a choice generating from `prompt`; its index is the number of choices before it and
@@ -104,6 +109,7 @@ class Generation {
   virtual void handle_finish(size_t i, std::string& reason, std::vector<Json>& chunks) = 0;
   // Ends choice `i` before its engine request does (call from handle_output).
   void end_early(size_t i, std::string reason);
+  // prompt_tokens (with prompt_tokens_details.cached_tokens), completion_tokens, total_tokens.
   virtual Json usage() const;
   Json envelope(Json choices) const;
   // A chunk of handle_output / handle_finish -> the stream payload (default: one choice in

@@ -53,6 +53,45 @@ std::string vllm_finish_reason(const std::string& reason) {
   return "";
 }
 
+// Automatic prefix caching's lines (metrics.h), ours and vLLM's; all 0 while caching is off.
+std::string prefix_cache_metrics(const EngineLoad& e, const std::string& labels) {
+  std::ostringstream s;
+  auto line = [&](const char* name, const char* type, const char* help, auto value, const std::string& lab) {
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << (lab.empty() ? "" : "{" + lab + "}") << " " << value << "\n";
+  };
+  const double rate = e.prefix_cache_query_tokens > 0
+                          ? double(e.prefix_cache_hit_tokens) / double(e.prefix_cache_query_tokens)
+                          : 0.0;
+  line("deepinfer_prefix_cache_block_tokens", "gauge", "Tokens per cached prefix block (0: caching off).",
+       e.prefix_cache_block_tokens, "");
+  line("deepinfer_prefix_cache_queries_total", "counter", "Prefix-cache lookups (request admissions).",
+       e.prefix_cache_queries, "");
+  line("deepinfer_prefix_cache_hits_total", "counter", "Lookups that hit at least one block.",
+       e.prefix_cache_hits, "");
+  line("deepinfer_prefix_cache_lookup_tokens_total", "counter", "Tokens of the requests looked up.",
+       e.prefix_cache_lookup_tokens, "");
+  line("deepinfer_prefix_cache_query_tokens_total", "counter",
+       "Tokens the lookups could have hit (their full blocks before the last token).",
+       e.prefix_cache_query_tokens, "");
+  line("deepinfer_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+       e.prefix_cache_hit_tokens, "");
+  line("deepinfer_prefix_cache_hit_rate", "gauge",
+       "Hit tokens / query tokens since start (1: every full block that could hit did).", rate, "");
+  line("deepinfer_prefix_cache_blocks", "gauge", "Cached block boundaries (entries) now.", e.prefix_cache_entries,
+       "");
+  line("deepinfer_prefix_cache_blocks_in_use", "gauge", "Cached entries held by admitted requests' hits now.",
+       e.prefix_cache_pinned, "");
+  line("deepinfer_prefix_cache_bytes", "gauge", "Host memory the cached entries hold.", e.prefix_cache_bytes, "");
+  line("deepinfer_prefix_cache_evicted_blocks_total", "counter", "Cached entries evicted (least recently used).",
+       e.prefix_cache_evictions, "");
+  line("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+       e.prefix_cache_lookup_tokens, labels);
+  line("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+       e.prefix_cache_hit_tokens, labels);
+  return s.str();
+}
+
 }  // namespace
 
 Metrics::Histogram::Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size(), 0) {}
@@ -230,6 +269,7 @@ std::string Metrics::render(const AsyncEngineStats& engine, const SpecDecodeCoun
   render_histogram(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", vllm_prompt_, l);
   render_histogram(out, "vllm:request_generation_tokens", "Number of generation tokens processed.",
                    vllm_generation_, l);
+  out += prefix_cache_metrics(engine.load, l);
   if (spec != nullptr) out += render_spec_metrics(*spec, l);
   return out;
 }

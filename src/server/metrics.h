@@ -23,6 +23,14 @@
 //             vllm:request_time_per_output_token_seconds (per request), vllm:e2e_request_latency_seconds,
 //             vllm:request_prompt_tokens, vllm:request_generation_tokens (1-2-5 buckets up to
 //             max_model_len).
+// Automatic prefix caching (EngineLoad's prefix_cache_*; 0 while off):
+//   deepinfer_prefix_cache_block_tokens (gauge), _queries_total (lookups), _hits_total (lookups
+//   that hit), _lookup_tokens_total (tokens of the requests looked up), _query_tokens_total
+//   (their full blocks before the last token: what could hit), _hit_tokens_total (tokens served
+//   from the cache), _hit_rate (gauge: hit / query tokens), _blocks and _blocks_in_use (gauges:
+//   cached entries, those pinned by admitted hits), _bytes, _evicted_blocks_total;
+//   vLLM's vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total, in tokens as vLLM
+//   (>= 0.8) counts them: the tokens of each request looked up, and the tokens it hit.
 // Speculative decoding's deepinfer_spec_* and vllm:spec_decode_* counters: spec_metrics.h.
 // Thread-safety: every method may be called from any thread (configure() before serving).
 #pragma once

@@ -192,7 +192,7 @@ void ResponsesGeneration::handle_finish(size_t, std::string& reason, std::vector
 Json ResponsesGeneration::usage() const {
   const int64_t completion = n_completion_tokens();
   return {{"input_tokens", n_prompt_tokens()},
-          {"input_tokens_details", {{"cached_tokens", 0}, {"cache_write_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", n_cached_prompt_tokens()}, {"cache_write_tokens", 0}}},
           {"output_tokens", completion},
           {"output_tokens_details", {{"reasoning_tokens", n_reasoning_tokens_}}},
           {"total_tokens", n_prompt_tokens() + completion}};

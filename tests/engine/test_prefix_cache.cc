@@ -148,6 +148,67 @@ TEST(PrefixCache, ResentPromptHitsEveryFullBlock) {
   EXPECT_TRUE(e.state_cache().all_free());
 }
 
+// Each request's RequestOutput::n_cached_tokens (the server's cached_tokens) is the hit the
+// prefix-cache state served it: run one at a time, every request's count equals the engine's
+// hit-token counter's step over it, and the tokens looked up (vLLM's queries) are its prompt.
+// Prompts: cold, re-sent, extended by its outputs, a shorter prefix, an unrelated one, and
+// a batch admitted together (their hits sum to the counter's step). Caching off: all zero.
+TEST(PrefixCache, PerRequestCachedTokensAreTheCacheHits) {
+  const int64_t V = testing::small_config().vocab_size;
+  const int64_t B = 16;
+  Engine e(cache_args(true, B), make_model(false), nullptr);
+  EXPECT_EQ(e.stats().prefix_cache_block_tokens, B);
+  const std::vector<int32_t> base = testing::random_tokens(200, V, 21);
+  const RequestOutput cold_out = e.generate({greedy("cold", base, 5)})[0];
+  std::vector<int32_t> extended = base;
+  extended.insert(extended.end(), cold_out.new_tokens.begin(), cold_out.new_tokens.end());
+  const auto more = testing::random_tokens(40, V, 22);
+  extended.insert(extended.end(), more.begin(), more.end());
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> prompts = {
+      {"resent", base},
+      {"extended", extended},
+      {"shorter", std::vector<int32_t>(base.begin(), base.begin() + 70)},
+      {"unrelated", testing::random_tokens(90, V, 23)},
+  };
+  int64_t n_hit = 0;
+  for (const auto& [id, prompt] : prompts) {
+    SCOPED_TRACE(id);
+    const EngineStats before = e.stats();
+    const RequestOutput out = e.generate({greedy(id, prompt, 3)})[0];
+    const EngineStats after = e.stats();
+    EXPECT_EQ(out.n_cached_tokens, after.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens);
+    EXPECT_EQ(after.prefix_cache_lookup_tokens - before.prefix_cache_lookup_tokens, int64_t(prompt.size()));
+    EXPECT_EQ(out.n_cached_tokens % B, 0);
+    EXPECT_LE(out.n_cached_tokens, after.prefix_cache_query_tokens - before.prefix_cache_query_tokens);
+    n_hit += out.n_cached_tokens > 0;
+  }
+  EXPECT_EQ(n_hit, 3);  // all but the unrelated prompt
+
+  std::vector<EngineRequest> batch;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p(base.begin(), base.begin() + 40 + 30 * i);
+    const auto tail = testing::random_tokens(3, V, 30 + uint32_t(i));
+    p.insert(p.end(), tail.begin(), tail.end());
+    batch.push_back(greedy("batch" + std::to_string(i), p, 2));
+  }
+  const EngineStats before = e.stats();
+  int64_t sum = 0, lookups = 0;
+  for (const EngineRequest& r : batch) lookups += int64_t(r.prompt.size());
+  for (const RequestOutput& o : e.generate(batch)) sum += o.n_cached_tokens;
+  const EngineStats after = e.stats();
+  EXPECT_GT(sum, 0);
+  EXPECT_EQ(sum, after.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens);
+  EXPECT_EQ(after.prefix_cache_lookup_tokens - before.prefix_cache_lookup_tokens, lookups);
+
+  Engine off(cache_args(false, B), make_model(false), nullptr);
+  off.generate({greedy("a", base, 1)});
+  const RequestOutput again = off.generate({greedy("b", base, 1)})[0];
+  EXPECT_EQ(again.n_cached_tokens, 0);
+  EXPECT_EQ(off.stats().prefix_cache_block_tokens, 0);
+  EXPECT_EQ(off.stats().prefix_cache_lookup_tokens, 0);
+  EXPECT_EQ(off.stats().prefix_cache_hit_tokens, 0);
+}
+
 // Many concurrent requests sharing prefixes, tiny state pools (preemption) and a prefix
 // budget of a few entries (eviction while hits are pinned): every output equals the
 // cache-off engine's, and the cache stays within its budget.
