@@ -1,6 +1,18 @@
-// GpuModel: the DeepSeek-V4 backbone forward on one CUDA device, mirroring Model::forward
-// (src/model/model.cc) over a batch of sequence chunks. The one GPU model: the runtime uses
-// it with checkpoint weights, the benchmark (bench/gpu_forward) with device-generated ones.
+// GpuModel: the DeepSeek-V4 / V4.1 backbone forward on one CUDA device, mirroring
+// Model::forward (src/model/model.cc) over a batch of sequence chunks. The one GPU model: the
+// runtime uses it with checkpoint weights, the benchmark (bench/gpu_forward) with
+// device-generated ones. What each layer owns and reads is its LayerPlan (io/layer_plan.h),
+// what differs per family the config's traits, as on the CPU.
+//
+// DeepSeek-V4.1 (issue 14 phase 1): single-pass mHC, KV / index sources with reuse and
+// reindex layers reading the source's compressed entries and index keys in place, ratio-2 /
+// ratio-1 compressors, index keys from the pre-RoPE latents, candidate blocks, Engram
+// (runtime/gpu_engram.h, before the plan's engram layers), routing with gate_temp; kF32
+// weights only, reference and official numerics, paged_kv = false or kv_cache_dtype kBf16
+// (the FP8 window and FP4 x e4m3 compressed values of official numerics are exact in bf16;
+// index keys stay fp32). kFp8 weights, kv_cache_dtype kFp8 (the 528 / 288 / 68-byte V4.1
+// cache formats) and Engram with dummy weights are refused at construction (kUnsupported,
+// naming the option). force_decisions replays V4's routing weights only (no gate_temp / eps).
 //
 // Weight formats (GpuModelOptions::weight_format):
 //  * kF32: every tensor fp32; fp32 GEMMs through cuBLASLt with CUBLAS_COMPUTE_32F (never
