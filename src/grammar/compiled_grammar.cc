@@ -52,14 +52,29 @@ size_t CompiledGrammar::n_cached_entries() const {
   return cache_.size();
 }
 
+const SliceAlphabet& CompiledGrammar::alphabet(int32_t dfa) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (alphabets_.empty()) alphabets_.resize(grammar_.dfas.size());
+    if (alphabets_[dfa]) return *alphabets_[dfa];
+  }
+  auto a = std::make_shared<const SliceAlphabet>(slice_alphabet(grammar_.dfas[dfa], *vocab_));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!alphabets_[dfa]) alphabets_[dfa] = std::move(a);
+  return *alphabets_[dfa];
+}
+
 std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int32_t state) const {
   auto entry = std::make_shared<MaskEntry>();
   entry->accepted.assign(vocab_->n_mask_words(), 0);
   StackPool pool;
   std::vector<Top> init{{pos, state, kUnknownParent}};
-  const SliceVerdict verdict = classify_slice(grammar_, init[0]);
+  SliceVerdict verdict = classify_slice(grammar_, init[0]);
+  // Some non-ASCII character dies (or the ASCII-only verdict could not tell): decide the slice
+  // over the characters it uses, grouped by this DFA's byte classes.
+  if (!verdict.closed) verdict = classify_slice_chars(grammar_, init[0], alphabet(grammar_.elements[pos].arg));
   if (verdict.closed) {  // the slice is decided without walking it; only the other tokens are walked
-    entry->accepted = *vocab_->slice_mask_without(verdict.excluded, verdict.max_chars);
+    entry->accepted = *vocab_->slice_mask_without(verdict.excluded, verdict.max_chars, verdict.dead_chars);
     walk_token_trie(grammar_, vocab_->rest_trie(), pool, init, entry->accepted.data(), &entry->uncertain);
     for (uint32_t w : entry->accepted) entry->n_accepted += __builtin_popcount(w);
     return entry;

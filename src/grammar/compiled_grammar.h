@@ -19,6 +19,7 @@
 
 #include "grammar/completion.h"
 #include "grammar/grammar.h"
+#include "grammar/token_walk.h"
 #include "grammar/vocabulary.h"
 
 namespace deepinfer::grammar {
@@ -57,6 +58,10 @@ class CompiledGrammar {
   mutable std::map<std::pair<int32_t, uint64_t>, std::vector<int32_t>> representatives_;
   mutable std::once_flag completion_once_;
   mutable std::unique_ptr<const CompletionTables> completion_;
+
+  // Per DFA: the slice's non-ASCII characters grouped by its byte classes (token_walk.h), on first use.
+  mutable std::vector<std::shared_ptr<const SliceAlphabet>> alphabets_;
+  const SliceAlphabet& alphabet(int32_t dfa) const;
 
   std::shared_ptr<const MaskEntry> compute_entry(int32_t pos, int32_t state) const;
   // The entry of a computed state with the same bounded future, or null.

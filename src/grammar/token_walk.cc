@@ -1,5 +1,7 @@
 #include "grammar/token_walk.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "grammar/budget.h"
 
@@ -71,6 +73,106 @@ SliceVerdict classify_slice(const Grammar& g, const Top& top) {
   }
   v.closed = true;
   v.max_chars = Vocabulary::kSliceMaxChars;
+  return v;
+}
+
+SliceAlphabet slice_alphabet(const Dfa& d, const Vocabulary& vocab) {
+  SliceAlphabet a;
+  // Open addressing on the packed class sequence (a few thousand characters, a few groups).
+  const auto& chars = vocab.slice_nonascii_chars();
+  size_t cap = 64;
+  while (cap < 2 * chars.size()) cap *= 2;
+  std::vector<uint64_t> keys(cap, 0);
+  std::vector<int32_t> ids(cap, -1);
+  for (int32_t c = 0; c < static_cast<int32_t>(chars.size()); ++c) {
+    uint64_t key = chars[c].size();
+    for (unsigned char b : chars[c]) key = key << 8 | d.byte_class[b];
+    size_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
+    while (true) {
+      h &= cap - 1;
+      if (ids[h] < 0) {
+        keys[h] = key;
+        ids[h] = static_cast<int32_t>(a.reps.size());
+        a.reps.push_back(chars[c]);
+        a.chars.emplace_back();
+        break;
+      }
+      if (keys[h] == key) break;
+      ++h;
+    }
+    a.chars[ids[h]].push_back(c);
+  }
+  return a;
+}
+
+SliceVerdict classify_slice_chars(const Grammar& g, const Top& top, const SliceAlphabet& alphabet) {
+  constexpr size_t kMaxGroups = 512, kMaxLevel = 256;
+  const Dfa& d = g.dfas[g.elements[top.pos].arg];
+  if (alphabet.reps.size() > kMaxGroups) return {};
+  // The state after a character, kDead; -2 if an accepting state comes before its last byte.
+  auto step = [&](int32_t s, const std::string& bytes) {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      s = d.at(s, static_cast<uint8_t>(bytes[i]));
+      if (s == kDead) return kDead;
+      if (i + 1 < bytes.size() && d.accept[s]) return -2;
+    }
+    return s;
+  };
+  SliceVerdict v;
+  v.excluded = dead_plain_ascii(g, top);
+  std::vector<uint8_t> dead_group(alphabet.reps.size(), 0);
+  for (size_t k = 0; k < alphabet.reps.size(); ++k) dead_group[k] = step(top.state, alphabet.reps[k]) == kDead;
+  std::vector<int32_t> level{top.state}, next;
+  int max_chars = Vocabulary::kSliceMaxChars;
+  for (int chars = 0; chars < Vocabulary::kSliceMaxChars; ++chars) {
+    bool all_alive = true, any_alive = false;
+    next.clear();
+    for (int32_t s : level) {
+      if (d.accept[s]) return {};  // a slice token could leave the DFA here: walk it
+      for (int b = 0x20; b < 0x7F; ++b) {
+        if (b == '"' || b == '\\') continue;
+        const int32_t t = d.at(s, static_cast<uint8_t>(b));
+        if (in_set(&v.excluded, b)) {
+          if (t != kDead) return {};  // an excluded character alive later on
+        } else if (t == kDead) {
+          all_alive = false;
+        } else {
+          any_alive = true;
+          next.push_back(t);
+        }
+      }
+      for (size_t k = 0; k < alphabet.reps.size(); ++k) {
+        const int32_t t = step(s, alphabet.reps[k]);
+        if (t == -2) return {};
+        if (dead_group[k]) {
+          if (t != kDead) return {};
+        } else if (t == kDead) {
+          all_alive = false;
+        } else {
+          any_alive = true;
+          next.push_back(t);
+        }
+      }
+    }
+    if (!all_alive) {
+      if (any_alive) return {};  // some sequences of chars + 1 characters die, others not
+      max_chars = chars;
+      break;
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    if (next.size() > kMaxLevel) return {};
+    level.swap(next);
+  }
+  v.closed = true;
+  v.max_chars = max_chars;
+  if (std::all_of(dead_group.begin(), dead_group.end(), [](uint8_t x) { return x != 0; })) {
+    v.excluded[0] |= uint64_t{1} << Vocabulary::kNonAscii;  // every non-ASCII character dies
+    return v;
+  }
+  for (size_t k = 0; k < alphabet.reps.size(); ++k)
+    if (dead_group[k]) v.dead_chars.insert(v.dead_chars.end(), alphabet.chars[k].begin(), alphabet.chars[k].end());
+  std::sort(v.dead_chars.begin(), v.dead_chars.end());
   return v;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "grammar/parse_stack.h"
@@ -61,8 +62,23 @@ struct SliceVerdict {
   bool closed = false;
   int max_chars = 0;
   Vocabulary::AsciiSet excluded{};
+  std::vector<int32_t> dead_chars;  // non-ASCII characters excluded too (slice_verdict_by_chars)
 };
 SliceVerdict classify_slice(const Grammar& g, const Top& top);
+
+// The non-ASCII characters of the vocabulary's slice tokens (Vocabulary::slice_nonascii_chars())
+// grouped by the byte classes of one DFA: characters of a group behave alike from every state.
+struct SliceAlphabet {
+  std::vector<std::string> reps;            // one character per group
+  std::vector<std::vector<int32_t>> chars;  // the character ids of each group (sorted)
+};
+SliceAlphabet slice_alphabet(const Dfa& d, const Vocabulary& vocab);
+// classify_slice over the characters slice tokens actually use, non-ASCII ones included: closed
+// when the slice tokens the top accepts are exactly those of at most max_chars characters
+// avoiding the ASCII set `excluded` and the characters `dead_chars`, each of which is dead at
+// every position within reach (the `.` of a pattern: U+2028 / U+2029; `\S`: Unicode spaces).
+// Decides string states near a length limit that the ASCII-only verdict leaves to a walk.
+SliceVerdict classify_slice_chars(const Grammar& g, const Top& top, const SliceAlphabet& alphabet);
 // The plain ASCII characters on which the top's DFA dies at once (candidates for `excluded`).
 Vocabulary::AsciiSet dead_plain_ascii(const Grammar& g, const Top& top);
 

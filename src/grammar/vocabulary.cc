@@ -99,6 +99,33 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
       rest.push_back(id);
     }
   }
+  // The non-ASCII characters of each slice token, as ids of distinct characters.
+  std::map<std::string, int32_t> char_ids;
+  slice_char_begin_.push_back(0);
+  for (int32_t id : slice_ids_) {
+    const std::string& b = token_bytes_[id];
+    for (size_t p = 0; p < b.size();) {
+      const unsigned char c = b[p];
+      const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      if (len > 1) {
+        auto [it, fresh] = char_ids.emplace(b.substr(p, len), static_cast<int32_t>(nonascii_chars_.size()));
+        if (fresh) nonascii_chars_.push_back(it->first);
+        slice_char_ids_.push_back(it->second);
+      }
+      p += len;
+    }
+    slice_char_begin_.push_back(static_cast<int32_t>(slice_char_ids_.size()));
+  }
+  char_token_begin_.assign(nonascii_chars_.size() + 1, 0);
+  for (int32_t c : slice_char_ids_) ++char_token_begin_[c + 1];
+  for (size_t c = 0; c < nonascii_chars_.size(); ++c) char_token_begin_[c + 1] += char_token_begin_[c];
+  char_tokens_.resize(slice_char_ids_.size());
+  {
+    std::vector<int32_t> fill(char_token_begin_.begin(), char_token_begin_.end() - 1);
+    for (size_t i = 0; i < slice_ids_.size(); ++i)
+      for (int32_t p = slice_char_begin_[i]; p < slice_char_begin_[i + 1]; ++p)
+        char_tokens_[fill[slice_char_ids_[p]]++] = slice_ids_[i];
+  }
   full_ = build_trie(token_bytes_, std::move(all));
   rest_ = build_trie(token_bytes_, std::move(rest));
   // Subtree maxima, children before parents (reverse preorder).
@@ -125,21 +152,37 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   }
 }
 
-std::shared_ptr<const std::vector<uint32_t>> Vocabulary::slice_mask_without(const AsciiSet& excluded, int k) const {
-  const auto key = std::make_pair(excluded, k);
+std::shared_ptr<const std::vector<uint32_t>> Vocabulary::slice_mask_without(const AsciiSet& excluded, int k,
+                                                                        const std::vector<int32_t>& dead_chars) const {
+  auto key = std::make_tuple(excluded, k, dead_chars);
   {
     std::lock_guard<std::mutex> lock(slice_without_mu_);
     auto it = slice_masks_without_.find(key);
     if (it != slice_masks_without_.end()) return it->second;
   }
+  if (!dead_chars.empty() && dead_chars.size() <= 256) {
+    // A few dead characters: the mask without them, less the tokens that hold one.
+    auto out = std::make_shared<std::vector<uint32_t>>(*slice_mask_without(excluded, k));
+    for (int32_t c : dead_chars)
+      for (int32_t p = char_token_begin_[c]; p < char_token_begin_[c + 1]; ++p)
+        (*out)[char_tokens_[p] >> 5] &= ~(1u << (char_tokens_[p] & 31));
+    std::lock_guard<std::mutex> lock(slice_without_mu_);
+    if (slice_masks_without_.size() < 1024) slice_masks_without_.emplace(std::move(key), out);
+    return out;
+  }
+  std::vector<uint8_t> dead(nonascii_chars_.size(), 0);
+  for (int32_t c : dead_chars) dead[c] = 1;
   auto out = std::make_shared<std::vector<uint32_t>>(n_mask_words(), 0);
   for (size_t i = 0; i < slice_ids_.size(); ++i) {
     const int32_t id = slice_ids_[i];
-    if (slice_chars_[id] <= k && (slice_ascii_[i][0] & excluded[0]) == 0 && (slice_ascii_[i][1] & excluded[1]) == 0)
-      (*out)[id >> 5] |= 1u << (id & 31);
+    if (slice_chars_[id] > k || (slice_ascii_[i][0] & excluded[0]) != 0 || (slice_ascii_[i][1] & excluded[1]) != 0) continue;
+    bool ok = true;
+    if (!dead_chars.empty())
+      for (int32_t p = slice_char_begin_[i]; p < slice_char_begin_[i + 1] && ok; ++p) ok = !dead[slice_char_ids_[p]];
+    if (ok) (*out)[id >> 5] |= 1u << (id & 31);
   }
   std::lock_guard<std::mutex> lock(slice_without_mu_);
-  if (slice_masks_without_.size() < 1024) slice_masks_without_.emplace(key, out);
+  if (slice_masks_without_.size() < 1024) slice_masks_without_.emplace(std::move(key), out);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace deepinfer::grammar {
@@ -82,8 +83,12 @@ class Vocabulary {
   // is accepted skips the subtrees whose value is <= k and whose characters avoid the set
   // ([^,"]+, [A-Za-z0-9 ]{1,32}, `.` with its dead code points).
   const std::vector<AsciiSet>& subtree_ascii() const { return subtree_ascii_; }
-  // The slice tokens of at most k characters none of which is in `excluded` (cached).
-  std::shared_ptr<const std::vector<uint32_t>> slice_mask_without(const AsciiSet& excluded, int k) const;
+  // The distinct non-ASCII characters of the slice tokens (UTF-8 bytes; ids index this list).
+  const std::vector<std::string>& slice_nonascii_chars() const { return nonascii_chars_; }
+  // The slice tokens of at most k characters none of which is in `excluded` or among the
+  // non-ASCII characters `dead_chars` (sorted ids of slice_nonascii_chars()). Cached.
+  std::shared_ptr<const std::vector<uint32_t>> slice_mask_without(const AsciiSet& excluded, int k,
+                                                                  const std::vector<int32_t>& dead_chars = {}) const;
 
  private:
   std::vector<std::string> token_bytes_;
@@ -98,7 +103,11 @@ class Vocabulary {
   uint64_t uid_;
   int32_t max_token_bytes_ = 0;
   mutable std::mutex slice_without_mu_;
-  mutable std::map<std::pair<AsciiSet, int>, std::shared_ptr<const std::vector<uint32_t>>> slice_masks_without_;
+  mutable std::map<std::tuple<AsciiSet, int, std::vector<int32_t>>, std::shared_ptr<const std::vector<uint32_t>>>
+      slice_masks_without_;
+  std::vector<std::string> nonascii_chars_;
+  std::vector<int32_t> slice_char_begin_, slice_char_ids_;  // per slice token: its non-ASCII character ids
+  std::vector<int32_t> char_token_begin_, char_tokens_;      // per non-ASCII character: the slice tokens holding it
   std::vector<int32_t> slice_ids_;          // the slice tokens
   std::vector<AsciiSet> slice_ascii_;       // per slice token (same order): its characters (AsciiSet)
 };

@@ -151,6 +151,12 @@ TEST(MaskTail, EquivalentStatesShareEntries) {
   ASSERT_TRUE(m.accept_bytes("\"https://a"));
   std::vector<uint32_t> mask(vocab()->n_mask_words());
   const Top top0 = m.current_tops().at(0);
+  // `.` kills a few code points (U+2028, U+2029): the ASCII-only verdict cannot decide the slice,
+  // the verdict over the vocabulary's characters can (the brute-force test above checks its masks).
+  EXPECT_FALSE(classify_slice(g->grammar(), top0).closed);
+  const SliceVerdict by_chars = classify_slice_chars(g->grammar(), top0, slice_alphabet(g->grammar().dfas[g->grammar().elements[top0.pos].arg], *vocab()));
+  EXPECT_TRUE(by_chars.closed);
+  EXPECT_EQ(by_chars.max_chars, Vocabulary::kSliceMaxChars);
   for (int i = 0; i < 40; ++i) {
     m.fill_next_token_bitmask(mask.data());
     ASSERT_TRUE(m.accept_bytes("abc/"));
@@ -159,6 +165,36 @@ TEST(MaskTail, EquivalentStatesShareEntries) {
   ASSERT_EQ(top0.pos, top1.pos);
   EXPECT_NE(top0.state, top1.state);  // a counter: each character is a new state
   EXPECT_EQ(g->mask_entry(top0.pos, top0.state).get(), g->mask_entry(top1.pos, top1.state).get());
+}
+
+TEST(MaskTail, SliceMaskWithoutDeadCharactersMatchesItsDefinition) {
+  const Vocabulary& v = *vocab();
+  const auto& chars = v.slice_nonascii_chars();
+  ASSERT_GT(chars.size(), 1000u);
+  for (size_t n_dead : {size_t{3}, size_t{400}}) {  // both ways of building the mask
+    std::vector<int32_t> dead;
+    for (size_t i = 0; i < n_dead; ++i) dead.push_back(static_cast<int32_t>(i * 7 % chars.size()));
+    std::sort(dead.begin(), dead.end());
+    dead.erase(std::unique(dead.begin(), dead.end()), dead.end());
+    Vocabulary::AsciiSet excluded{};
+    excluded[0] |= uint64_t{1} << ',';
+    const int k = 5;
+    const auto& got = *v.slice_mask_without(excluded, k, dead);
+    const auto& slice_k = v.slice_mask_up_to(k);
+    int n_kept = 0, n_dropped = 0;
+    for (int32_t t = 0; t < v.size(); ++t) {
+      const std::string& b = v.token_bytes(t);
+      bool want = bit(slice_k, t) && b.find(',') == std::string::npos;
+      bool has_dead = false;
+      for (int32_t c : dead) has_dead = has_dead || b.find(chars[c]) != std::string::npos;
+      if (want && has_dead) ++n_dropped;
+      want = want && !has_dead;
+      n_kept += want;
+      ASSERT_EQ(bit(got, t), want) << "token " << t << " '" << b << "' dead " << n_dead;
+    }
+    EXPECT_GT(n_kept, 1000);
+    EXPECT_GT(n_dropped, 0);
+  }
 }
 
 }  // namespace
