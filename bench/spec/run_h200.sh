@@ -9,14 +9,15 @@
 # table (markdown): mean TPOT, output throughput, acceptance length (mean tokens committed per
 # verification, bench_spec.h), draft time share, and TPOT / throughput relative to no
 # speculation at the same concurrency. Raw outputs stay in $WORK (default a temp dir).
-# Environment: BIN, INPUT_LEN (128), OUTPUT_LEN (128), NUM_PROMPTS (64), CONCURRENCY (1,64),
+# Environment: BIN, DEVICE (cuda; cpu only to try the script), INPUT_LEN (128), OUTPUT_LEN (128), NUM_PROMPTS (64), CONCURRENCY (1,64),
 # LIMIT (seconds per bench invocation, 240), ARGS (extra bench flags, e.g. --weight-format fp8).
 cd "$(dirname "$0")/../.."
 B=${BIN:-build-cuda/deepinfer}
 MODEL=${MODEL:-models/trained-v4}
 WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$WORK"
 CONC=${CONCURRENCY:-1,64}
-COMMON=(bench --device cuda --model "$MODEL" --max-model-len 512 --input-len "${INPUT_LEN:-128}"
+COMMON=(bench --device "${DEVICE:-cuda}" --model "$MODEL" --max-model-len 512 --input-len "${INPUT_LEN:-128}"
         --output-len "${OUTPUT_LEN:-128}" --num-prompts "${NUM_PROMPTS:-64}" --concurrency "$CONC"
         --no-overlap-table)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
