@@ -5,8 +5,9 @@
 //    MTP keys the forwards wrote, and 3 chained drafts at the fixture's positions, against the
 //    float64 reference and against Model::draft. Reference numerics on the fp32 per-sequence
 //    state (paged_kv off): per row max|diff| <= 1e-4 * max|ref| (as the CPU test); official on
-//    the paged FP8 KV cache: 1e-3 * max|ref| per row and one bf16 step per key value (the
-//    window keys' QAT rounding, see tests/model/test_mtp.cc), tokens equal.
+//    the paged bf16 KV cache (exactly the official rounding's values): 1e-3 * max|ref| per row
+//    and one bf16 step per key value (the window keys' QAT rounding, see
+//    tests/model/test_mtp.cc), tokens equal.
 //  * FP8 weights (official, FP8 cache) against the CPU with the same FP8-rounded weights
 //    (GpuModel::fp8_round_trip): the GPU quantises every projection's input per 1x128 block
 //    and the CPU does not, so the bound is looser: 1 - cosine per draft logits row <= the FP8
@@ -128,8 +129,11 @@ class GpuMtpGolden : public ::testing::TestWithParam<Numerics> {
     ids_ = testing::read_ids(*ref_, "input_ids");
     const bool official = GetParam() == Numerics::kOfficial;
     // Reference: the fp32 per-sequence state (no KV rounding at all); official: the paged
-    // FP8 cache (its entries are exactly the official rounding).
-    gpu_ = GpuModel::load(std::string(kGoldenMtp) + "/model", mtp_options(GetParam(), official, 0));
+    // bf16 cache, which holds the official rounding's values exactly (FP8-rounded NoPE dims and
+    // bf16 rope dims; indexer keys stay fp32). The FP8 cache is the FP8-weights test's.
+    GpuModelOptions o = mtp_options(GetParam(), official, 0);
+    if (official) o.kv_cache_dtype = KvCacheDtype::kBf16;
+    gpu_ = GpuModel::load(std::string(kGoldenMtp) + "/model", o);
     cpu_ = Model::load(std::string(kGoldenMtp) + "/model", {GetParam(), false});
   }
   std::vector<float> golden(const std::string& name) const {
