@@ -65,6 +65,7 @@ const SliceAlphabet& CompiledGrammar::alphabet(int32_t dfa) const {
 }
 
 std::shared_ptr<const MaskEntry> CompiledGrammar::compute_entry(int32_t pos, int32_t state) const {
+  ++n_computed_;
   auto entry = std::make_shared<MaskEntry>();
   entry->accepted.assign(vocab_->n_mask_words(), 0);
   StackPool pool;
@@ -127,10 +128,29 @@ std::shared_ptr<const MaskEntry> CompiledGrammar::equivalent_entry(int32_t pos, 
     candidates = it->second;
   }
   for (int32_t rep : candidates) {
-    if (!same_bounded_future(d, rep, state, vocab_->max_token_bytes(), kMaxFuturePairs)) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find((static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(rep));
-    if (it != cache_.end()) return it->second;
+    // Alike for every token: the whole entry is shared.
+    const bool all = vocab_->max_token_bytes() <= Vocabulary::kShortTokenBytes;
+    if (!same_bounded_future(d, rep, state, Vocabulary::kShortTokenBytes, kMaxFuturePairs)) continue;
+    std::shared_ptr<const MaskEntry> base;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find((static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(rep));
+      if (it != cache_.end()) base = it->second;
+    }
+    if (!base) continue;
+    if (all) return base;
+    // Alike for the short tokens: the representative's entry for those, a walk for the long ones.
+    auto entry = std::make_shared<MaskEntry>();
+    const auto& shorts = vocab_->short_token_mask();
+    entry->accepted.resize(base->accepted.size());
+    for (size_t w = 0; w < shorts.size(); ++w) entry->accepted[w] = base->accepted[w] & shorts[w];
+    for (int32_t t : base->uncertain)
+      if (static_cast<int>(vocab_->token_bytes(t).size()) <= Vocabulary::kShortTokenBytes) entry->uncertain.push_back(t);
+    StackPool pool;
+    walk_token_trie(grammar_, vocab_->long_trie(), pool, {{pos, state, kUnknownParent}}, entry->accepted.data(),
+                    &entry->uncertain);
+    for (uint32_t w : entry->accepted) entry->n_accepted += __builtin_popcount(w);
+    return entry;
   }
   return nullptr;
 }

@@ -5,11 +5,13 @@
 // byte and must be checked against the real stack (the XGrammar context-independent idea).
 // Entries are computed lazily on first use and shared by every matcher of this grammar; entries
 // of DFA elements that end their rule depend only on the DFA and are shared across grammars too
-// (a process-wide cache keyed by the automaton). States that no string of at most the longest
-// token's bytes tells apart (dfa_future.h: a length counter far from its limit) share one entry.
+// (a process-wide cache keyed by the automaton). States that no string of at most
+// Vocabulary::kShortTokenBytes bytes tells apart (dfa_future.h: a length counter far from its
+// limit) share the entry's part for the short tokens; only the few longer tokens are walked.
 // Thread-safety: all const methods may be called concurrently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,6 +46,8 @@ class CompiledGrammar {
   std::shared_ptr<const MaskEntry> mask_entry(int32_t pos, int32_t state) const;
   // Number of entries computed so far (for benchmarks and tests).
   size_t n_cached_entries() const;
+  // Entries computed from scratch (the others were shared from an equivalent state).
+  size_t n_computed_entries() const { return n_computed_.load(); }
   // Distances to acceptance (completion.h), computed on first use.
   const CompletionTables& completion() const;
 
@@ -52,6 +56,7 @@ class CompiledGrammar {
   std::shared_ptr<const Vocabulary> vocab_;
   std::vector<uint64_t> dfa_fingerprints_;
   mutable std::mutex mu_;
+  mutable std::atomic<size_t> n_computed_{0};
   mutable std::unordered_map<uint64_t, std::shared_ptr<const MaskEntry>> cache_;
   // States whose entries were computed, by (element position, future_signature): the candidates
   // an uncached state of the same element may share its entry with.

@@ -128,6 +128,14 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   }
   full_ = build_trie(token_bytes_, std::move(all));
   rest_ = build_trie(token_bytes_, std::move(rest));
+  std::vector<int32_t> longer;
+  short_mask_.assign(n_mask_words(), 0);
+  for (int32_t id = 0; id < size(); ++id) {
+    if (token_bytes_[id].empty() || is_stop_[id]) continue;
+    if (static_cast<int>(token_bytes_[id].size()) > kShortTokenBytes) longer.push_back(id);
+    else short_mask_[id >> 5] |= 1u << (id & 31);
+  }
+  long_ = build_trie(token_bytes_, std::move(longer));
   // Subtree maxima, children before parents (reverse preorder).
   const int32_t n = full_.n_nodes();
   subtree_slice_chars_.assign(n, 0);

@@ -50,6 +50,12 @@ class Vocabulary {
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
   // Bytes of the longest non-stop token (the deepest trie node).
   int32_t max_token_bytes() const { return max_token_bytes_; }
+  // Tokens of at most kShortTokenBytes bytes (a mask), and a trie of the longer ones (914 of
+  // DeepSeek-V3's 128k): a mask entry for the short tokens reads at most that many bytes of its
+  // automaton, so states alike that far share it and only the long tokens are walked per state.
+  static constexpr int kShortTokenBytes = 16;
+  const std::vector<uint32_t>& short_token_mask() const { return short_mask_; }
+  const TokenTrie& long_trie() const { return long_; }
   bool is_stop(int32_t id) const { return is_stop_[id] != 0; }
 
   // All non-empty, non-stop tokens.
@@ -94,7 +100,8 @@ class Vocabulary {
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> stop_tokens_;
   std::vector<uint8_t> is_stop_;
-  TokenTrie full_, rest_;
+  TokenTrie full_, rest_, long_;
+  std::vector<uint32_t> short_mask_;
   std::vector<uint32_t> slice_mask_;
   std::vector<std::vector<uint32_t>> slice_by_chars_;
   std::vector<uint8_t> subtree_slice_chars_;
