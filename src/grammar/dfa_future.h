@@ -1,14 +1,15 @@
 // Bounded future equivalence of DFA states: which states a token-mask computation cannot tell apart.
 //
 // A mask-cache entry for a stack top (DFA element, state) reads the DFA from that state along
-// byte strings of at most the vocabulary's longest token (token_walk.h: the trie walk, the slice
-// verdicts); after an accepting state it continues with the elements that follow, which do not
-// depend on the state. So two states a, b of one DFA have the same entry when no byte string w of
-// at most `depth` bytes tells them apart, i.e. after every such w both are dead, or both are live
-// with equal accept and has_out bits. Counter automata (maxLength 1024, `{0,99}` words, key
-// `^.{1,255}$`) have hundreds of states that differ only near their limit: every state farther
-// than `depth` bytes from it shares one entry, so a generation walks the trie a few times per
-// automaton instead of once per character count.
+// the bytes of each token (token_walk.h: the trie walk, the slice verdicts); after an accepting
+// state it continues with the elements that follow, which do not depend on the state. So two
+// states a, b of one DFA have the same entry for the tokens of at most `depth` bytes when no byte
+// string w of at most `depth` bytes tells them apart, i.e. after every such w both are dead, or
+// both are live with equal accept and has_out bits. Counter automata (maxLength 1024, `{0,99}`
+// words, key `^.{1,255}$`) have hundreds of states that differ only near their limit: every
+// state farther than `depth` characters from it shares those tokens' entry (CompiledGrammar uses
+// depth Vocabulary::kShortTokenBytes and walks the few longer tokens per state), so a
+// generation walks the trie a few times per automaton instead of once per character count.
 #pragma once
 
 #include <cstdint>
