@@ -219,19 +219,13 @@ std::vector<RunnerDraft> CudaRunner::draft_batch(std::span<const DraftRequest> r
     n = std::max(n, requests[i].n_drafts);
   }
   if (seqs.empty()) return out;
-  std::vector<DraftBlock> blocks = model_->draft(seqs, next, n);
-  const int64_t V = model_->config().vocab_size;
+  std::vector<std::vector<float>> prob;  // computed on the device: no logits copied back
+  std::vector<DraftBlock> blocks = model_->draft(seqs, next, n, &prob);
   for (size_t b = 0; b < blocks.size(); ++b) {
     RunnerDraft& d = out[size_t(at[b])];
     const int64_t keep = requests[size_t(at[b])].n_drafts;
     d.tokens.assign(blocks[b].tokens.begin(), blocks[b].tokens.begin() + keep);
-    for (int64_t i = 0; i < keep; ++i) {  // softmax of the row at its draft, in double
-      const float* row = blocks[b].logits.data() + i * V;
-      const double mx = *std::max_element(row, row + V);
-      double total = 0;
-      for (int64_t t = 0; t < V; ++t) total += std::exp(double(row[t]) - mx);
-      d.probability.push_back(float(std::exp(double(row[d.tokens[size_t(i)]]) - mx) / total));
-    }
+    d.probability.assign(prob[b].begin(), prob[b].begin() + keep);
   }
   return out;
 }

@@ -78,8 +78,8 @@ class CudaRunner final : public ModelRunner {
   // all_logits rows (kHost or kSample, as for any chunk); truncate() is GpuModel::truncate
   // (exact: the state is kept by position). Drafter: MTP-1 when CudaRunnerOptions::mtp
   // (GpuModel::draft, n_drafts chained steps, at most rollback_depth() + 1; probability[i] =
-  // the drafter's softmax probability of tokens[i], from its logits row in double, as
-  // CpuRunner), else "none" and draft() refuses (the engine's test drafter, or none).
+  // the drafter's softmax probability of tokens[i], computed on the device in fp32), else
+  // "none" and draft() refuses (the engine's test drafter, or none).
   // DSpark is not on the device (it needs the V4.1 backend).
   std::string drafter() const override;
   int64_t draft_length() const override;

@@ -289,8 +289,11 @@ class GpuModel {
   // end). Returns per sequence tokens [n], logits [n, V] and hidden [n, D] (hc_head output);
   // 1 <= n_drafts <= max(max_rollback + 1, 4). Changes no state a forward or a later draft
   // reads (the chain's keys go to per-sequence chain slots, not the ring).
+  // `probabilities` (optional): per sequence, the drafter's softmax probability of each draft
+  // token, computed on the device; the logits are then not copied to the host (logits and
+  // hidden stay empty: at V4's vocabulary they are most of a draft's cost).
   std::vector<DraftBlock> draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
-                                int64_t n_drafts);
+                                int64_t n_drafts, std::vector<std::vector<float>>* probabilities = nullptr);
   bool has_mtp() const;
   // Test instrumentation: host copy of the MTP key [head_dim] of `position` that a draft of
   // the live sequence would read (slot position % (W + max_rollback + 1); synchronises).

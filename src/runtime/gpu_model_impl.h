@@ -136,6 +136,7 @@ struct GpuMtp {
   int32_t* meta_host = nullptr;  // pinned
   int64_t meta_ints = 0;
   int32_t* tokens = nullptr;     // [max_sequences] the current draft step's input tokens
+  float* prob = nullptr;         // [max_sequences] the step's softmax probability of its draft
   int32_t* key_pos = nullptr;    // [rows] mtp_write_context: the RoPE position of each row's key
   ActScratch a;                  // kFp8: activation scratch for rows * n_hc rows of width max
   void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows

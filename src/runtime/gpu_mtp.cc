@@ -149,6 +149,7 @@ void GpuModel::Impl::init_mtp(const ModelWeights* hw) {
   g->hnorm_out = alloc(Bm * D);
   g->head_pre = alloc(Bm * hc);
   g->tokens = reinterpret_cast<int32_t*>(alloc(Bm));
+  g->prob = alloc(Bm);
   g->meta_ints = g->n_chain * (kDSections * Bm + Bm * W);
   g->meta = reinterpret_cast<int32_t*>(alloc(g->meta_ints));
   CUDA_CHECK(cudaMallocHost(&g->meta_host, g->meta_ints * sizeof(int32_t)));
@@ -292,7 +293,7 @@ void GpuModel::Impl::mtp_draft_step(int64_t b, const int32_t* sm) {
 bool GpuModel::has_mtp() const { return impl_->mtp != nullptr; }
 
 std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
-                                        int64_t n_drafts) {
+                                        int64_t n_drafts, std::vector<std::vector<float>>* probabilities) {
   Impl& m = *impl_;
   CHECK_KIND(kUnsupported, m.mtp != nullptr)
       << "GpuModel: draft() needs the MTP-1 drafter (GpuModelOptions::mtp)";
@@ -351,13 +352,21 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
                              stream));
   gather_rows_cuda(stream, g.streams, g.meta + kDStreamRow * Bm, B, hc * D, g.H);
   CUDA_CHECK(cudaMemcpyAsync(g.tokens, g.meta + kDNext * Bm, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
-  std::vector<float> logits(static_cast<size_t>(n_drafts * B * V)), hidden(static_cast<size_t>(n_drafts * B * D));
+  const bool host_logits = probabilities == nullptr;
+  std::vector<float> logits(host_logits ? static_cast<size_t>(n_drafts * B * V) : 0),
+      hidden(host_logits ? static_cast<size_t>(n_drafts * B * D) : 0), prob(static_cast<size_t>(n_drafts * B));
   std::vector<int32_t> tokens(static_cast<size_t>(n_drafts * B));
   for (int64_t j = 0; j < n_drafts; ++j) {
     m.mtp_draft_step(B, g.meta + j * per_step);
-    CUDA_CHECK(cudaMemcpyAsync(logits.data() + j * B * V, g.logits, B * V * sizeof(float), cudaMemcpyDeviceToHost,
-                               stream));
-    CUDA_CHECK(cudaMemcpyAsync(hidden.data() + j * B * D, g.h, B * D * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    if (host_logits) {
+      CUDA_CHECK(cudaMemcpyAsync(logits.data() + j * B * V, g.logits, B * V * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(hidden.data() + j * B * D, g.h, B * D * sizeof(float), cudaMemcpyDeviceToHost,
+                                 stream));
+    } else {
+      mtp_top_probability_cuda(stream, g.logits, B, V, g.prob);
+      CUDA_CHECK(cudaMemcpyAsync(prob.data() + j * B, g.prob, B * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    }
     CUDA_CHECK(cudaMemcpyAsync(tokens.data() + j * B, g.tokens, B * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
     // The next step continues from the block's own output streams.
     if (j + 1 < n_drafts) {
@@ -366,10 +375,15 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   m.work = saved;
+  if (probabilities != nullptr) probabilities->assign(static_cast<size_t>(B), {});
   for (int64_t i = 0; i < B; ++i) {
     DraftBlock& o = out[static_cast<size_t>(i)];
     for (int64_t j = 0; j < n_drafts; ++j) {
       o.tokens.push_back(tokens[j * B + i]);
+      if (!host_logits) {
+        (*probabilities)[static_cast<size_t>(i)].push_back(prob[j * B + i]);
+        continue;
+      }
       const float* row = logits.data() + (j * B + i) * V;
       o.logits.insert(o.logits.end(), row, row + V);
       const float* hrow = hidden.data() + (j * B + i) * D;

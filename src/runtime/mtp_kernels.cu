@@ -59,7 +59,38 @@ __global__ void shift_positions_kernel(const int32_t* positions, int64_t n_rows,
   if (r < n_rows) out[r] = max(positions[r] - shift, 0);
 }
 
+__global__ void top_probability_kernel(const float* logits, int64_t vocab, float* out) {
+  __shared__ float red[256];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float m = -INFINITY;
+  for (int64_t t = threadIdx.x; t < vocab; t += blockDim.x) m = fmaxf(m, row[t]);
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  float sum = 0.0f;
+  for (int64_t t = threadIdx.x; t < vocab; t += blockDim.x) sum += expf(row[t] - m);
+  red[threadIdx.x] = sum;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = 1.0f / red[0];
+}
+
 }  // namespace
+
+void mtp_top_probability_cuda(cudaStream_t s, const float* logits, int64_t n_rows, int64_t vocab, float* out) {
+  if (n_rows == 0) return;
+  CHECK_KIND(kUnsupported, n_rows < (int64_t{1} << 31)) << "mtp kernels: problem too large";
+  top_probability_kernel<<<static_cast<unsigned>(n_rows), 256, 0, s>>>(logits, vocab, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 void mtp_shift_positions_cuda(cudaStream_t s, const int32_t* positions, int64_t n_rows, int32_t shift,
                               int32_t* out) {

@@ -33,6 +33,10 @@ void mtp_key_store_cuda(cudaStream_t s, const float* kv, int64_t n_rows, int64_t
                         const int32_t* positions, const int32_t* slot, const int32_t* chunk_end,
                         int64_t shift, bool round_rope_bf16, float* ring, int64_t ring_len);
 
+// out[r] = 1 / sum_t exp(logits[r, t] - max_t logits[r, t]): the softmax probability of the row's
+// arg-max token (a greedy draft's own probability), fp32, one block per row.
+void mtp_top_probability_cuda(cudaStream_t s, const float* logits, int64_t n_rows, int64_t vocab, float* out);
+
 // out[r] = max(positions[r] - shift, 0) (the RoPE positions of the keys mtp_key_store_cuda
 // stores with that shift; rows with no key get position 0 and are not stored).
 void mtp_shift_positions_cuda(cudaStream_t s, const int32_t* positions, int64_t n_rows, int32_t shift,

@@ -23,7 +23,8 @@
 //  * MODEL_SPEC §E.17: the backbone's logits are bitwise the same with the drafter on (drafts
 //    interleaved) and off.
 //  * CUDA graph decode steps write the same keys and give the same drafts as eager ones
-//    (batch-invariant, bitwise); a batched draft equals one-by-one drafts (bitwise).
+//    (batch-invariant, bitwise); a batched draft equals one-by-one drafts (bitwise); the
+//    device-side draft probabilities (CudaRunner's) are the softmax of the logits (1e-5).
 //  * bad requests fail with Error.
 // Label cuda: needs a GPU.
 #include <gtest/gtest.h>
@@ -442,6 +443,42 @@ TEST(GpuMtp, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
     expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 3),
                       "batched graph-model draft vs one-by-one eager draft, sequence " + std::to_string(i));
   }
+}
+
+// The device-side probabilities (CudaRunner's path: no logits copied back) against the softmax
+// of the host logits of the same draft, in double: within 1e-5 (fp32 sums over 300 exps).
+TEST(GpuMtp, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {
+  const ModelConfig cfg = small_mtp_config();
+  const ModelWeights w = small_mtp_weights(cfg);
+  GpuModel g(cfg, w, mtp_options(Numerics::kOfficial, true, 3, /*batch_invariant=*/true));
+  std::vector<int64_t> seqs;
+  std::vector<int32_t> next;
+  for (int64_t i = 0; i < 3; ++i) {
+    seqs.push_back(g.new_sequence());
+    gpu_run(g, seqs.back(), random_tokens(4 + 9 * i, cfg.vocab_size, 70 + uint32_t(i)));
+    next.push_back(int32_t(7 * i + 3));
+  }
+  const std::vector<DraftBlock> full = g.draft(seqs, next, 3);
+  std::vector<std::vector<float>> prob;
+  const std::vector<DraftBlock> lean = g.draft(seqs, next, 3, &prob);
+  const int64_t V = cfg.vocab_size;
+  ASSERT_EQ(prob.size(), seqs.size());
+  double worst = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    EXPECT_EQ(lean[i].tokens, full[i].tokens);
+    EXPECT_TRUE(lean[i].logits.empty());
+    ASSERT_EQ(prob[i].size(), 3u);
+    for (int64_t j = 0; j < 3; ++j) {
+      const float* row = full[i].logits.data() + j * V;
+      const double mx = *std::max_element(row, row + V);
+      double total = 0;
+      for (int64_t t = 0; t < V; ++t) total += std::exp(double(row[t]) - mx);
+      const double want = std::exp(double(row[full[i].tokens[size_t(j)]]) - mx) / total;
+      worst = std::max(worst, std::abs(double(prob[i][size_t(j)]) - want));
+      EXPECT_NEAR(prob[i][size_t(j)], want, 1e-5) << "sequence " << i << " draft " << j;
+    }
+  }
+  std::printf("device draft probabilities: max |diff| %.3g against the host softmax\n", worst);
 }
 
 TEST(GpuMtp, BadRequestsFailCleanly) {
