@@ -43,13 +43,14 @@ const OptionGroups& bench_options() {
            {"seed", "S", "Seed of the prompts and the arrivals (default 0)."},
            {"no-warmup", "", "Skip the warm-up request (not recorded) before each run."},
        }},
-      {"Multi-turn chat (cli/bench_multiturn.h; in process)",
+      {"Multi-turn chat (cli/bench_multiturn.h)",
        {
            {"multi-turn", "N", "Conversations (--num-prompts, default 8) of N turns: turn k re-sends the "
                                "conversation so far (user messages of --input-len tokens, the model's replies of "
                                "--output-len) plus a new user message; at most --concurrency conversations at "
                                "once (default all). Runs prefix caching on and off (or the one asked for); "
-                               "reports TTFT p50/p99 and the prefix-cache hit rate."},
+                               "reports TTFT p50/p99 and the prefix-cache hit rate. With --base-url: text turns of "
+                               "--input-len words, the hit rate from the server's /metrics."},
            {"system-len", "N", "Multi-turn: a shared system prompt of N tokens before every conversation "
                                "(default 0)."},
        }},
@@ -217,10 +218,14 @@ int cmd_bench(int argc, char** argv) {
   Args args(argc, argv, 2, bench_options());
   const bool server = args.has("base-url");
   if (args.has("multi-turn")) {
-    CHECK(!server) << "--multi-turn runs the engine in this process; with --base-url it is not supported yet";
     EngineStartupNotes notes;
-    const EngineArgs base = engine_args(args, notes);
-    return bench_multiturn(args, base, notes);
+    if (!server) return bench_multiturn(args, engine_args(args, notes), notes);
+    refuse_for_server(args);
+    HttpTarget target = parse_base_url(args.get("base-url"));
+    target.endpoint = args.get("endpoint", target.endpoint);
+    if (const char* key = std::getenv("OPENAI_API_KEY")) target.api_key = key;
+    target.model = args.has("model") ? args.get("model") : first_served_model(target);
+    return bench_multiturn(args, EngineArgs{}, notes, &target);
   }
   CHECK(!args.has("system-len")) << "--system-len needs --multi-turn";
   const Slo slo = goodput_slo(args);

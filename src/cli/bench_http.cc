@@ -90,21 +90,32 @@ class Connection {
 
 std::string excerpt(const std::string& s) { return s.size() <= 300 ? s : s.substr(0, 300) + "..."; }
 
-// Handles one SSE event's data; returns false at [DONE].
+// Handles one SSE event's data; returns false at [DONE]. Appends the text to `reply`; reads the
+// usage chunk's completion, prompt and cached prompt token counts.
 bool on_event(const std::string& data, double at, RequestRecord& r, double& last, bool& started,
-              int64_t& arrivals, std::optional<int64_t>& usage_tokens) {
+              int64_t& arrivals, std::optional<int64_t>& usage_tokens, HttpReply& reply) {
   if (data == "[DONE]") return false;
   const Json j = Json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw std::runtime_error("not JSON in the stream: " + excerpt(data));
   if (j.contains("error")) throw std::runtime_error("error event: " + excerpt(j["error"].dump()));
   if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens")) {
-    usage_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+    const Json& u = j["usage"];
+    usage_tokens = u["completion_tokens"].get<int64_t>();
+    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer()) {
+      reply.prompt_tokens = u["prompt_tokens"].get<int64_t>();
+    }
+    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object() &&
+        u["prompt_tokens_details"].contains("cached_tokens") &&
+        u["prompt_tokens_details"]["cached_tokens"].is_number_integer()) {
+      reply.cached_tokens = u["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+    }
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return true;
   const Json& c = j["choices"][0];
   std::string text;
   if (c.contains("text") && c["text"].is_string()) text = c["text"].get<std::string>();
   if (text.empty()) return true;
+  reply.text += text;
   if (!started) {
     started = true;
     r.ttft_s = at - r.send_s;
@@ -116,7 +127,7 @@ bool on_event(const std::string& data, double at, RequestRecord& r, double& last
   return true;
 }
 
-std::string request_body(const HttpTarget& target, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+std::string request_body(const HttpTarget& target, const Json& prompt, int64_t max_tokens) {
   Json body = {{"model", target.model},
                {"prompt", prompt},
                {"max_tokens", max_tokens},
@@ -127,11 +138,12 @@ std::string request_body(const HttpTarget& target, const std::vector<int32_t>& p
   return body.dump();
 }
 
-// Runs one streaming request; fills r (ok or error). `now` gives seconds since the start.
+// Runs one streaming request; fills r (ok or error) and `reply`. `now` gives seconds since the
+// start. r.n_prompt_tokens is the prompt's length when it is token ids, else the usage's count.
 template <typename Now>
-void run_request(Connection& conn, const HttpTarget& target, const std::vector<int32_t>& prompt,
-                 int64_t max_tokens, RequestRecord& r, Now now) {
-  r.n_prompt_tokens = static_cast<int64_t>(prompt.size());
+void run_request(Connection& conn, const HttpTarget& target, const Json& prompt, int64_t max_tokens,
+                 RequestRecord& r, Now now, HttpReply& reply) {
+  r.n_prompt_tokens = prompt.is_array() ? static_cast<int64_t>(prompt.size()) : 0;
   const std::string body = request_body(target, prompt, max_tokens);
   try {
     r.send_s = now();
@@ -163,7 +175,7 @@ void run_request(Connection& conn, const HttpTarget& target, const std::vector<i
           pos = eol + 1;
           if (line.rfind("data:", 0) != 0) continue;
           const size_t start = line.size() > 5 && line[5] == ' ' ? 6 : 5;
-          done = !on_event(line.substr(start), at, r, last, started, arrivals, usage_tokens);
+          done = !on_event(line.substr(start), at, r, last, started, arrivals, usage_tokens, reply);
         }
       }
     }
@@ -172,6 +184,7 @@ void run_request(Connection& conn, const HttpTarget& target, const std::vector<i
     conn.finish();
     r.e2el_s = (started ? last : now()) - r.send_s;
     r.n_output_tokens = usage_tokens.value_or(arrivals);
+    if (!prompt.is_array() && reply.prompt_tokens) r.n_prompt_tokens = *reply.prompt_tokens;
     r.ok = started;
     if (!started) r.error = "the stream ended without any text";
   } catch (const std::exception& e) {
@@ -233,7 +246,8 @@ HttpRun run_http_traffic(const HttpTarget& target, const Traffic& traffic, bool 
   if (warmup) {
     Connection conn(target);
     RequestRecord r;
-    run_request(conn, target, traffic.prompts.front(), traffic.output_len, r, now);
+    HttpReply reply;
+    run_request(conn, target, Json(traffic.prompts.front()), traffic.output_len, r, now, reply);
     CHECK(r.ok) << "the warm-up request to " << target.host << ":" << target.port << target.path_prefix
                 << target.endpoint << " failed: " << r.error;
   }
@@ -259,13 +273,41 @@ HttpRun run_http_traffic(const HttpTarget& target, const Traffic& traffic, bool 
         }
         const double wait = traffic.arrival_s[i] - since_start();
         if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-        run_request(conn, target, traffic.prompts[i], traffic.output_len, run.records[i], since_start);
+        HttpReply reply;
+        run_request(conn, target, Json(traffic.prompts[i]), traffic.output_len, run.records[i], since_start, reply);
       }
     });
   }
   for (auto& t : threads) t.join();
   run.duration_s = since_start();
   return run;
+}
+
+HttpReply http_text_completion(const HttpTarget& target, const std::string& prompt, int64_t max_tokens,
+                               RequestRecord& record) {
+  const auto t0 = Clock::now();
+  auto now = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  Connection conn(target);
+  HttpReply reply;
+  run_request(conn, target, Json(prompt), max_tokens, record, now, reply);
+  return reply;
+}
+
+std::string http_get(const HttpTarget& target, const std::string& path) {
+  const std::string where = "http://" + target.host + ":" + target.port + target.path_prefix + path;
+  std::string body;
+  int status = 0;
+  try {
+    Connection conn(target);
+    auto& parser = conn.send(http::verb::get, path, "");
+    status = parser.get().result_int();
+    while (conn.read_some(body)) {
+    }
+  } catch (const std::exception& e) {
+    THROW(kInvalidInput) << "cannot reach " << where << ": " << e.what();
+  }
+  CHECK(status == 200) << where << " answered HTTP " << status << ": " << excerpt(body);
+  return body;
 }
 
 }  // namespace deepinfer

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,20 @@ struct HttpRun {
 
 // One warm-up request (not recorded) first when `warmup`.
 HttpRun run_http_traffic(const HttpTarget& target, const Traffic& traffic, bool warmup);
+
+// What a streamed completion sent besides its timing: the text, and the usage chunk's prompt
+// tokens and usage.prompt_tokens_details.cached_tokens (unset when the server sent none).
+struct HttpReply {
+  std::string text;
+  std::optional<int64_t> prompt_tokens, cached_tokens;
+};
+
+// One streaming completion of a text prompt on its own connection (bench --multi-turn); fills
+// `record` (its clock starts at the send; n_prompt_tokens from the usage) and returns the reply.
+HttpReply http_text_completion(const HttpTarget& target, const std::string& prompt, int64_t max_tokens,
+                               RequestRecord& record);
+
+// GET <prefix><path>: the body of a 200 answer. Throws kInvalidInput naming the URL otherwise.
+std::string http_get(const HttpTarget& target, const std::string& path);
 
 }  // namespace deepinfer

@@ -6,14 +6,17 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/bench_engine.h"
+#include "cli/bench_http.h"
 #include "cli/bench_metrics.h"
 #include "cli/startup_summary.h"
 
@@ -150,6 +153,122 @@ MultiTurnRun run_multiturn(const EngineArgs& args, const MultiTurnConfig& c, con
 
 namespace {
 
+// Random text of n words, one of a few common English words each (about one token per word with
+// DeepSeek's tokenizer), each after a space.
+std::string random_words(std::mt19937_64& gen, int64_t n) {
+  static const char* kWords[] = {"time", "year", "people", "way",   "day",   "man",  "thing", "woman",
+                                 "life", "child", "world", "school", "state", "family", "student", "group",
+                                 "country", "problem", "hand", "part", "place", "case", "week", "company"};
+  std::string s;
+  for (int64_t i = 0; i < n; ++i) {
+    s += ' ';
+    s += kWords[gen() % (sizeof(kWords) / sizeof(kWords[0]))];
+  }
+  return s;
+}
+
+// The sum over label sets of a counter or gauge in Prometheus text (-1: absent).
+double metric_value(const std::string& text, const std::string& name) {
+  double total = -1;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if (next != ' ' && next != '{') continue;
+    const size_t sp = line.rfind(' ');
+    try {
+      total = std::max(total, 0.0) + std::stod(line.substr(sp + 1));
+    } catch (const std::logic_error&) {
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+MultiTurnRun run_multiturn_http(const HttpTarget& target, const MultiTurnConfig& c) {
+  CHECK(c.conversations >= 1 && c.turns >= 1 && c.input_len >= 1 && c.output_len >= 1 && c.system_len >= 0 &&
+        c.concurrency >= 0)
+      << "bench --multi-turn: conversations, turns, --input-len and --output-len must be >= 1";
+  MultiTurnRun run;
+  run.backend = "http://" + target.host + ":" + target.port + target.path_prefix + target.endpoint + " (" +
+                target.model + ")";
+  std::mt19937_64 system_gen(c.seed);
+  const std::string system = random_words(system_gen, c.system_len);
+  std::vector<std::vector<std::string>> users(size_t(c.conversations));
+  for (size_t i = 0; i < users.size(); ++i) {
+    std::mt19937_64 gen(c.seed + 1000003 * (i + 1));
+    for (int64_t t = 0; t < c.turns; ++t) users[i].push_back(random_words(gen, c.input_len));
+  }
+  if (c.warmup) {
+    std::mt19937_64 gen(c.seed ^ 0x5eed5eed5eedULL);
+    RequestRecord r;
+    http_text_completion(target, random_words(gen, c.input_len), c.output_len, r);
+    CHECK(r.ok) << "the warm-up request to " << run.backend << " failed: " << r.error;
+  }
+  const std::string before = http_get(target, "/metrics");
+  run.records.resize(size_t(c.conversations * c.turns));
+  const auto t0 = Clock::now();
+  auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  std::mutex mu;
+  size_t next = 0;
+  double end = 0;
+  const int64_t workers = c.concurrency > 0 ? std::min(c.concurrency, c.conversations) : c.conversations;
+  std::vector<std::thread> threads;
+  for (int64_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      while (true) {
+        size_t i;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (next == users.size()) return;
+          i = next++;
+        }
+        std::string history = system;
+        for (int64_t t = 0; t < c.turns; ++t) {
+          TurnRecord& tr = run.records[i * size_t(c.turns) + size_t(t)];
+          tr.conversation = int64_t(i);
+          tr.turn = t + 1;
+          history += users[i][size_t(t)];
+          RequestRecord r;
+          const double sent = now();
+          const HttpReply reply = http_text_completion(target, history, c.output_len, r);
+          tr.ok = r.ok;
+          tr.error = r.error;
+          tr.n_prompt_tokens = r.n_prompt_tokens;
+          tr.n_cached_tokens = reply.cached_tokens.value_or(0);
+          tr.n_output_tokens = r.n_output_tokens;
+          tr.ttft_s = r.ttft_s;
+          tr.e2el_s = r.e2el_s;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            end = std::max(end, sent + r.e2el_s);
+          }
+          if (!r.ok) break;
+          history += reply.text;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  run.duration_s = end;
+  const std::string after = http_get(target, "/metrics");
+  auto delta = [&](const char* name) {
+    const double a = metric_value(after, name), b = metric_value(before, name);
+    return a < 0 || b < 0 ? int64_t(0) : int64_t(a - b);
+  };
+  run.lookup_tokens = delta("vllm:prefix_cache_queries_total");
+  run.hit_tokens = delta("vllm:prefix_cache_hits_total");
+  run.query_tokens = delta("deepinfer_prefix_cache_query_tokens_total");
+  run.lookups = delta("deepinfer_prefix_cache_queries_total");
+  run.block_tokens = int64_t(std::max(0.0, metric_value(after, "deepinfer_prefix_cache_block_tokens")));
+  run.prefix_caching = run.block_tokens > 0 || run.lookup_tokens > 0;
+  return run;
+}
+
+namespace {
+
 struct RunSummary {
   int64_t n_ok = 0, n_failed = 0, prompt_tokens = 0, cached_tokens = 0;
   Stat ttft, ttft_later, e2el;
@@ -237,7 +356,8 @@ std::string table_row(const MultiTurnRun& run) {
 
 }  // namespace
 
-int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartupNotes& notes) {
+int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartupNotes& notes,
+                    const HttpTarget* server) {
   MultiTurnConfig c;
   c.turns = args.get_int("multi-turn", 0);
   c.conversations = args.get_int("num-prompts", c.conversations);
@@ -259,7 +379,9 @@ int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartu
     CHECK(!args.has(name)) << "--" << name << " does not apply to --multi-turn (a closed loop of conversations)";
   }
   std::vector<bool> modes;
-  if (args.has("enable-prefix-caching")) {
+  if (server != nullptr) {
+    modes = {true};  // the server's own configuration
+  } else if (args.has("enable-prefix-caching")) {
     modes = {true};
   } else if (args.has("no-enable-prefix-caching")) {
     modes = {false};
@@ -275,7 +397,7 @@ int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartu
   for (bool on : modes) {
     EngineArgs a = base;
     a.enable_prefix_caching = on;
-    MultiTurnRun run = run_multiturn(a, c, &notes);
+    MultiTurnRun run = server != nullptr ? run_multiturn_http(*server, c) : run_multiturn(a, c, &notes);
     const RunSummary s = summarize_run(run);
     std::printf("============ Multi-turn (prefix caching %s) ============\n", run.prefix_caching ? "on" : "off");
     std::printf("%-40s %s\n", "Backend:", run.backend.c_str());
@@ -300,7 +422,7 @@ int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartu
   std::ostringstream table;
   table << "\nBackend: " << runs.front().backend << "; " << c.conversations << " conversations x " << c.turns
         << " turns, system " << c.system_len << " + user " << c.input_len << " + reply " << c.output_len
-        << " tokens per turn, " << (c.concurrency > 0 ? c.concurrency : c.conversations)
+        << (server != nullptr ? " words" : " tokens") << " per turn, " << (c.concurrency > 0 ? c.concurrency : c.conversations)
         << " conversations at once, seed " << c.seed << "\n\n"
         << "| prefix caching | requests | prompt tokens | hit rate | of ideal | TTFT p50 ms | TTFT p99 ms | "
            "TTFT p50 turns>=2 ms | TTFT p99 turns>=2 ms | E2EL p50 ms | duration s |\n"

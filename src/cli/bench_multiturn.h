@@ -1,4 +1,4 @@
-// `deepinfer bench --multi-turn N` (in process): chat-like traffic that re-sends conversations,
+// `deepinfer bench --multi-turn N` (in process, or --base-url: run_multiturn_http): chat-like traffic that re-sends conversations,
 // to measure automatic prefix caching (issue 18).
 //
 // Workload: --num-prompts conversations of N turns each. Turn k's prompt is the shared system
@@ -31,6 +31,7 @@ namespace deepinfer {
 
 class Args;
 struct EngineStartupNotes;
+struct HttpTarget;
 
 struct MultiTurnConfig {
   int64_t conversations = 8;
@@ -69,8 +70,21 @@ struct MultiTurnRun {
 MultiTurnRun run_multiturn(const EngineArgs& args, const MultiTurnConfig& config,
                            const EngineStartupNotes* startup = nullptr);
 
-// `deepinfer bench --multi-turn N ...` after cmd_bench parsed the engine options into `base`.
-// Returns the exit status (1 when any request failed).
-int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartupNotes& notes);
+// The same workload against a running server (bench --base-url, cli/bench_http.h), as text:
+// user messages of --input-len random common words (about one token each), the history re-sent
+// as the text the server streamed back, through streaming completions with a string prompt.
+// Per request: prompt and cached tokens from the usage chunk (prompt_tokens_details.
+// cached_tokens; 0 when the server sends none). The run's counters are the deltas of the
+// server's /metrics over it (vllm:prefix_cache_queries_total / _hits_total, and
+// deepinfer_prefix_cache_query_tokens_total / _block_tokens where the server has them), so no
+// other traffic may reach the server meanwhile. prefix_caching: the server reports a block size
+// or counted queries.
+MultiTurnRun run_multiturn_http(const HttpTarget& target, const MultiTurnConfig& config);
+
+// `deepinfer bench --multi-turn N ...` after cmd_bench parsed the engine options into `base`,
+// or with `server` against it (one run, the server's configuration). Returns the exit status
+// (1 when any request failed).
+int bench_multiturn(const Args& args, const EngineArgs& base, const EngineStartupNotes& notes,
+                    const HttpTarget* server = nullptr);
 
 }  // namespace deepinfer

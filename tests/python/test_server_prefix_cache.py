@@ -252,6 +252,37 @@ def test_bench_multi_turn_hit_rate_matches_records():
             assert rec["cached_tokens"] % block == 0
 
 
+def test_bench_multi_turn_against_the_server(server, block):
+    """--base-url: text turns; the hit rate is the server's /metrics delta, which must equal the
+    records' cached / prompt tokens (from each response's usage)."""
+    turns, convs, words, reply = 3, 2, block + 30, 6
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "run.jsonl")
+        r = subprocess.run([binary(), "bench", "--base-url", f"http://127.0.0.1:{server.port}",
+                            "--multi-turn", str(turns), "--num-prompts", str(convs), "--input-len", str(words),
+                            "--output-len", str(reply), "--seed", "4", "--save-result", path],
+                           capture_output=True, text=True, timeout=900, env=dict(os.environ, OPENAI_API_KEY=API_KEY))
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs = [json.loads(line) for line in open(path)]
+    assert len(runs) == 1
+    run = runs[0]
+    assert run["prefix_caching"] and run["prefix_cache_block_tokens"] == block
+    recs = run["records"]
+    assert len(recs) == turns * convs and all(rec["ok"] for rec in recs)
+    prompt = sum(rec["prompt_tokens"] for rec in recs)
+    cached = sum(rec["cached_tokens"] for rec in recs)
+    assert run["prefix_cache_lookup_tokens"] == prompt
+    assert run["prefix_cache_hit_tokens"] == cached
+    assert run["hit_rate"] == pytest.approx(cached / prompt, abs=1e-12)
+    by_key = {(rec["conversation"], rec["turn"]): rec for rec in recs}
+    for (c, t), rec in by_key.items():
+        assert rec["cached_tokens"] % block == 0
+        assert rec["cached_tokens"] <= ideal_hit(rec["prompt_tokens"], block)
+        if t > 1:
+            assert rec["prompt_tokens"] > by_key[(c, t - 1)]["prompt_tokens"]
+    assert cached > 0  # later turns re-send text that tokenizes to the earlier prompt's blocks
+
+
 # ------------------------------------------------------------------ Python LLM
 
 
