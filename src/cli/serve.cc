@@ -161,7 +161,8 @@ int cmd_serve(int argc, char** argv) {
   options.default_thinking = thinking == "on";
   const std::string dir = engine_args.model_dir;
   options.model_name = args.get("served-model-name",
-                                dir.empty() ? "deepinfer-tiny" : std::filesystem::path(dir).filename().string());
+                                selects_builtin_model(dir) ? builtin_model_label(dir)
+                                                           : std::filesystem::path(dir).filename().string());
 
   // Bound before the model loads: an address in use is reported at once.
   server::ListeningSocket listener(options.host, options.port);
@@ -169,7 +170,7 @@ int cmd_serve(int argc, char** argv) {
   // The engine's tokenizer (it lives as long as the engine, which outlives the server).
   const recipe::Tokenizer* tokenizer = engine->tokenizer();
   CHECK_KIND(kNotFound, tokenizer != nullptr)
-      << "serving needs a tokenizer: " << (dir.empty() ? tiny_tokenizer_path() : dir + "/tokenizer.json")
+      << "serving needs a tokenizer: " << (selects_builtin_model(dir) ? tiny_tokenizer_path() : dir + "/tokenizer.json")
       << " does not exist (give --tokenizer PATH)";
   print_startup_summary(engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_choice.note));
   const ModelConfig& config = engine->model_config();
