@@ -130,13 +130,14 @@ struct EngineArgs {
   // Automatic prefix caching (engine/prefix_cache_state.h; issue 18): a request whose first
   // tokens match a cached block chain (same model, numerics and batch-invariance) starts from
   // the cached state, with the logits a cold run gives. On by default where the backend
-  // supports it (the CPU backend; elsewhere it is off whatever this says). CLI:
+  // supports it (CPU and CUDA: ModelRunner::supports_prefix_state; elsewhere it is off
+  // whatever this says). CLI:
   // --enable-prefix-caching / --no-enable-prefix-caching.
   bool enable_prefix_caching = true;
   // Tokens per cached block: 128 is a multiple of every V4 / V4.1 compress ratio (4, 128;
   // 2, 1), of the default state block (64) and V4's window (128). Any value >= 1 is exact.
   int64_t prefix_cache_block_tokens = 128;
-  // Host memory the cached states may hold; least recently used blocks not in use go first.
+  // Memory the cached states may hold (host memory on the CPU, device memory on CUDA); least recently used blocks not in use go first.
   int64_t prefix_cache_bytes = int64_t(1) << 30;
   uint64_t dummy_seed = 0;             // seed of the --dummy-weights random weights
   // Budgets of each structured-output compilation (grammar/budget.h): a constraint over them

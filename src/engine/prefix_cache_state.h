@@ -1,5 +1,5 @@
 // PrefixStateCache: automatic prefix caching in the engine (issue 18), on a runner with
-// prefix states (ModelRunner::supports_prefix_state: the CPU backend).
+// prefix states (ModelRunner::supports_prefix_state: the CPU and CUDA backends).
 //
 // Design (copy on hit): between steps, when a request's state stands at a block boundary
 // (prepare() of a chunk starting at a multiple of block_tokens), the runner exports the

@@ -230,6 +230,16 @@ std::vector<RunnerDraft> CudaRunner::draft_batch(std::span<const DraftRequest> r
   return out;
 }
 
+std::shared_ptr<const PrefixState> CudaRunner::export_prefix(int64_t sequence, const PrefixState* parent) {
+  ICHECK(!in_launch_.load()) << "CudaRunner: export_prefix() while a launch() call runs";
+  return model_->export_prefix(sequence, parent);
+}
+
+int64_t CudaRunner::import_prefix(std::span<const PrefixState* const> chain) {
+  ICHECK(!in_launch_.load()) << "CudaRunner: import_prefix() while a launch() call runs";
+  return model_->import_prefix(chain);
+}
+
 void CudaRunner::truncate(int64_t sequence, int64_t n_tokens) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: truncate() with a launched step uncollected";
   model_->truncate(sequence, n_tokens);
@@ -254,6 +264,11 @@ void CudaRunner::launch(std::span<const RunnerChunk> chunks, std::span<const Row
   const int64_t n = n_launched_.load();
   ICHECK(n - n_collected_.load() < 2) << "CudaRunner: two launched steps are not collected yet";
   CHECK(!chunks.empty()) << "CudaRunner: launch without chunks";
+  in_launch_.store(true);
+  struct LaunchScope {
+    std::atomic<bool>& flag;
+    ~LaunchScope() { flag.store(false); }
+  } launch_scope{in_launch_};
   Slot& s = *slots_[n % 2];
   const Slot* prev = n > 0 ? slots_[(n - 1) % 2].get() : nullptr;
   int64_t n_out = 0;

@@ -89,6 +89,14 @@ class CudaRunner final : public ModelRunner {
   std::vector<RunnerDraft> draft_batch(std::span<const DraftRequest> requests) override;
   int64_t rollback_depth() const override;
   void truncate(int64_t sequence, int64_t n_tokens) override;
+  // Prefix caching (engine/prefix_cache_state.h): GpuModel::export_prefix / import_prefix
+  // (runtime/gpu_prefix_state.cc: device copies on the model's stream, pieces in device
+  // memory). Allowed while launched steps are uncollected (their writes are ordered before
+  // the copies on the stream: the engine's overlapped loop exports between launches), refused
+  // while a launch() call runs. A piece of another runner or model layout is refused.
+  bool supports_prefix_state() const override { return true; }
+  std::shared_ptr<const PrefixState> export_prefix(int64_t sequence, const PrefixState* parent) override;
+  int64_t import_prefix(std::span<const PrefixState* const> chain) override;
   // GpuModel::host_waits(): forwards whose staging slot made the host wait for the device
   // (0 in the engine's launch / collect loop).
   int64_t host_waits() const;
@@ -104,6 +112,7 @@ class CudaRunner final : public ModelRunner {
   std::unique_ptr<Sampling> sampling_;
   std::unique_ptr<Slot> slots_[2];  // launch n uses slots_[n % 2]
   std::atomic<int64_t> n_launched_{0}, n_collected_{0};
+  std::atomic<bool> in_launch_{false};  // a launch() call is running (prefix states refused)
   RunnerCapacity capacity_;
   std::string name_;
   double busy_seconds_ = 0;

@@ -120,6 +120,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "ops/kv_cache/kv_cache.h"
+#include "runtime/model_runner.h"
 #include "tensor/tensor.h"
 
 namespace deepinfer {
@@ -298,6 +299,22 @@ class GpuModel {
   // Test instrumentation: host copy of the MTP key [head_dim] of `position` that a draft of
   // the live sequence would read (slot position % (W + max_rollback + 1); synchronises).
   std::vector<float> mtp_key(int64_t sequence, int64_t position) const;
+
+  // Prefix caching (gpu_prefix_state.cc; CudaRunner's ModelRunner::export_prefix /
+  // import_prefix). export_prefix: the live sequence's state at its n_tokens as a piece
+  // after `parent` (null: from 0; else a piece of this model's layout ending at or before
+  // n_tokens, exported from a prefix of the same tokens), copied on stream() into device
+  // memory the piece owns (freed, stream-ordered, when the last reference goes): per layer
+  // that owns them the compressed entries and index keys positions [begin, end) appended,
+  // in the cache format they live in, and whole the state per position at `end` (the window
+  // entries a later query or rollback reads, compressor rings, MTP ring and streams, Engram
+  // token ring). import_prefix: a new sequence (blocks taken from the pools) holding the end
+  // of `chain` (pieces oldest first, each the parent of the next), so its next forward
+  // computes what the exporting sequence's would have. Both enqueue device-to-device copies
+  // only (no host synchronisation); a piece of another layout (layers, numerics, formats,
+  // paging, rollback depth, drafter) is refused naming the difference.
+  std::shared_ptr<const PrefixState> export_prefix(int64_t sequence, const PrefixState* parent);
+  int64_t import_prefix(std::span<const PrefixState* const> chain);
 
   // Runs the chunks (each sequence at most once), advancing each sequence. Returns host fp32
   // logits [n_out, V]: for each chunk in order, all its rows (all_logits) or its last row.

@@ -142,6 +142,15 @@ struct GpuMtp {
   void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows
 };
 
+// Prefix pieces' link to the model's stream (gpu_prefix_state.cc): pieces hold it weakly
+// and free their memory on it while the model lives, synchronously after.
+struct GpuPrefixArena;
+// A byte range of one sequence's state in the model's pools (gpu_prefix_state.cc).
+struct GpuStateRange {
+  uint8_t* at = nullptr;
+  int64_t bytes = 0;
+};
+
 struct GpuModel::Impl {
   // host == nullptr: dummy weights from seed.
   Impl(ModelConfig config, const ModelWeights* host, uint64_t seed, const GpuModelOptions& options);
@@ -402,6 +411,15 @@ struct GpuModel::Impl {
   int64_t graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const;
   void enqueue_forward();
   void run_decode_graph(int64_t bucket);
+
+  // Prefix caching (gpu_prefix_state.cc): the arena is made on the first export. The byte
+  // ranges of sequence `seq`'s state that positions [begin, end) appended (compressed
+  // entries and index keys of the layers owning them) and that it keeps per position at n
+  // tokens (window entries, compressor rings, MTP ring and streams, Engram token ring); the
+  // paged ones through the sequence's block tables (its columns must hold blocks).
+  std::shared_ptr<GpuPrefixArena> prefix_arena;
+  std::vector<GpuStateRange> appended_ranges(int64_t seq, int64_t begin, int64_t end) const;
+  std::vector<GpuStateRange> boundary_ranges(int64_t seq, int64_t n) const;
 
   // MTP-1 (gpu_mtp.cc; null when GpuModelOptions::mtp is off). init_mtp: weights (host mtp.0,
   // or random for dummy weights), state and scratch, at construction. mtp_write_context: inside
