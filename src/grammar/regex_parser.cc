@@ -63,6 +63,9 @@ class RegexParser {
       if (!(g & 2)) parts.push_back(star(any_char()));
       parts.push_back(body);
       if (!(g & 1)) parts.push_back(star(any_char()));
+      // Python's `$` also matches before a final "\n" (ECMA's only at the end): under kWide
+      // (either meaning) an end-anchored branch may be followed by one. kNarrow needs the end.
+      if ((g & 1) && flavor_ == RegexFlavor::kWide) parts.push_back(opt(chr('\n')));
       alts.push_back(seq(std::move(parts)));
     }
     return alt(std::move(alts));

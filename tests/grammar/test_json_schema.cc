@@ -36,6 +36,12 @@ TEST(JsonSchema, AcceptReject) {
       {R"({"type":"string","enum":["a",1]})", {"\"a\""}, {"1"}},
       {R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"boolean"}},"required":["b"],"additionalProperties":false})",
        {"{\"b\":true}", "{\"a\":1,\"b\":false}"}, {"{}", "{\"a\":1}", "{\"b\":true,\"c\":1}", "{\"b\":1}"}},
+      // Python's `$` matches before a final newline: the key "a\n" matches ^.+$ for Python's
+      // jsonschema (its value must be an integer) but not for ECMA (any value). The engine
+      // narrows to what both accept: such a key is neither a pattern key nor an additional one
+      // (issue 17: Github_medium/o36591 through the engine had {"...\n": <number>}).
+      {R"({"type":"object","patternProperties":{"^.+$":{"type":"integer"}}})",
+       {"{\"ab\":1}", "{\"\":\"s\"}"}, {"{\"ab\":\"s\"}", "{\"a\\n\":\"s\"}", "{\"a\\n\":2}"}},
       {R"({"type":"object","properties":{"a":{"type":"integer"}}})",
        {"{}", "{\"a\":1}", "{\"a\":1,\"zz\":[null]}", "{\"q\":{}}"}, {"{\"a\":\"s\"}", "{\"a\":1,\"a\":2}"}},
       {R"({"type":"object","patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":{"type":"string"}})",

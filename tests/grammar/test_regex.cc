@@ -69,6 +69,15 @@ TEST(Regex, FlavoursNarrowAndWide) {
   Dfa narrow_not_word = build_dfa(*parse_regex("^\\W$", RegexMode::kSearch, RegexFlavor::kNarrow), "t");
   EXPECT_TRUE(narrow_not_word.matches("-"));
   EXPECT_FALSE(narrow_not_word.matches("é"));
+  // `$`: ECMA at the end only, Python also before a final "\n".
+  Dfa narrow_end = build_dfa(*parse_regex("^a+$", RegexMode::kSearch, RegexFlavor::kNarrow), "t");
+  Dfa wide_end = build_dfa(*parse_regex("^a+$|b$", RegexMode::kSearch, RegexFlavor::kWide), "t");
+  EXPECT_TRUE(narrow_end.matches("aa"));
+  EXPECT_FALSE(narrow_end.matches("aa\n"));
+  EXPECT_TRUE(wide_end.matches("aa"));
+  EXPECT_TRUE(wide_end.matches("aa\n"));
+  EXPECT_TRUE(wide_end.matches("xb\n"));
+  EXPECT_FALSE(wide_end.matches("aa\n\n"));
 }
 
 TEST(Regex, UnsupportedFeaturesAreNamed) {
