@@ -82,8 +82,8 @@ Tensor convert_to_f32(const Tensor& t, const std::string& name) {
   return out;
 }
 
-Tensor dequant_fp8_block(const Tensor& q, const Tensor& scale, int64_t block_n, int64_t block_k,
-                         const std::string& name) {
+void check_fp8_block_pair(const Tensor& q, const Tensor& scale, int64_t block_n, int64_t block_k,
+                          const std::string& name) {
   CHECK(q.dtype() == DType::F8_E4M3 && q.dim() == 2)
       << "tensor '" << name << "' is " << q.str() << ", expected a 2-D F8_E4M3 weight";
   ICHECK(block_n > 0 && block_k > 0);
@@ -93,6 +93,28 @@ Tensor dequant_fp8_block(const Tensor& q, const Tensor& scale, int64_t block_n, 
       << "scale of tensor '" << name << "' has shape " << shape_str(scale.shape())
       << ", expected " << shape_str(expected) << " for weight " << shape_str(q.shape()) << " and "
       << block_n << "x" << block_k << " blocks";
+  CHECK(scale.dtype() == DType::F8_E8M0 || scale.dtype() == DType::F32 || scale.dtype() == DType::BF16)
+      << "scale tensor of '" << name << "' has dtype " << dtype_name(scale.dtype())
+      << ", expected F8_E8M0, F32 or BF16";
+}
+
+void check_fp4_pair(const Tensor& packed, const Tensor& scale, const std::string& name) {
+  CHECK((packed.dtype() == DType::I8 || packed.dtype() == DType::U8) && packed.dim() == 2)
+      << "tensor '" << name << "' is " << packed.str()
+      << ", expected a 2-D I8/U8 weight of packed FP4 pairs";
+  const int64_t n = packed.size(0), k = 2 * packed.size(1);
+  const Shape expected = {n, ceil_div(k, kFp4Block)};
+  CHECK(scale.dtype() == DType::F8_E8M0 && scale.shape() == expected)
+      << "scale of FP4 tensor '" << name << "' is " << scale.str() << ", expected F8_E8M0"
+      << shape_str(expected) << " (one scale per " << kFp4Block << " of the " << k
+      << " unpacked columns)";
+}
+
+Tensor dequant_fp8_block(const Tensor& q, const Tensor& scale, int64_t block_n, int64_t block_k,
+                         const std::string& name) {
+  check_fp8_block_pair(q, scale, block_n, block_k, name);
+  const int64_t n = q.size(0), k = q.size(1);
+  const Shape expected = {ceil_div(n, block_n), ceil_div(k, block_k)};
   const Tensor s = scale_to_f32(scale, name);
   Tensor out = Tensor::empty(DType::F32, q.shape());
   const auto& table = e4m3_values();
@@ -122,15 +144,9 @@ bool is_fp4_pair(const Tensor& weight, const Tensor& scale) {
 }
 
 Tensor dequant_fp4(const Tensor& packed, const Tensor& scale, const std::string& name) {
-  CHECK((packed.dtype() == DType::I8 || packed.dtype() == DType::U8) && packed.dim() == 2)
-      << "tensor '" << name << "' is " << packed.str()
-      << ", expected a 2-D I8/U8 weight of packed FP4 pairs";
+  check_fp4_pair(packed, scale, name);
   const int64_t n = packed.size(0), k = 2 * packed.size(1);
   const Shape expected = {n, ceil_div(k, kFp4Block)};
-  CHECK(scale.dtype() == DType::F8_E8M0 && scale.shape() == expected)
-      << "scale of FP4 tensor '" << name << "' is " << scale.str() << ", expected F8_E8M0"
-      << shape_str(expected) << " (one scale per " << kFp4Block << " of the " << k
-      << " unpacked columns)";
   Tensor out = Tensor::empty(DType::F32, {n, k});
   const auto& fp4 = e2m1_table();
   const auto& e8m0 = e8m0_values();

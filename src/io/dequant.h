@@ -25,6 +25,12 @@ Tensor dequant_fp8_block(const Tensor& q, const Tensor& scale, int64_t block_n, 
 // 4-7), scale F8_E8M0 [N, ceil(K/32)]. W[i, j] = e2m1(c[i, j]) * 2^(scale[i, j/32] - 127).
 Tensor dequant_fp4(const Tensor& packed, const Tensor& scale, const std::string& name);
 
+// The shape / dtype checks of dequant_fp8_block and dequant_fp4 alone (no values read): an
+// Error naming the tensor as those functions throw it. For loaders that convert later.
+void check_fp8_block_pair(const Tensor& q, const Tensor& scale, int64_t block_n, int64_t block_k,
+                          const std::string& name);
+void check_fp4_pair(const Tensor& packed, const Tensor& scale, const std::string& name);
+
 // True if (weight, scale) look like the FP4 layout above (I8/U8 weight, 2-D, scale
 // with the same rows and ceil(2*cols/32) columns).
 bool is_fp4_pair(const Tensor& weight, const Tensor& scale);

@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "base/logging.h"
@@ -95,10 +96,26 @@ struct Job {
   size_t bytes = 0;
 };
 
-Tensor convert_plain(const std::string& native, const std::string& origin, const Tensor& t) {
+// What convert_plain_tensor turns `t` into, with its checks on the dtype.
+DType plain_result_dtype(const std::string& native, const std::string& origin, const Tensor& t) {
   if (ends_with(native, ".tid2eid")) {
     CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64)
         << "tensor '" << origin << "' has dtype " << dtype_name(t.dtype()) << ", expected I32 or I64";
+    return DType::I32;
+  }
+  if (is_float(t.dtype())) return DType::F32;
+  CHECK(t.dtype() != DType::F8_E4M3)
+      << "FP8 tensor '" << origin << "' has no scale tensor (expected '"
+      << (ends_with(native, ".weight") ? stem(native, ".weight") + ".scale" : native + ".scale")
+      << "' or its HF name '*.weight_scale_inv')";
+  return t.dtype();
+}
+
+}  // namespace
+
+Tensor convert_plain_tensor(const std::string& native, const std::string& origin, const Tensor& t) {
+  const DType to = plain_result_dtype(native, origin, t);
+  if (ends_with(native, ".tid2eid")) {
     Tensor out = Tensor::empty(DType::I32, t.shape());
     for (int64_t i = 0; i < t.numel(); ++i) {
       int64_t v = 0;
@@ -114,15 +131,9 @@ Tensor convert_plain(const std::string& native, const std::string& origin, const
     }
     return out;
   }
-  if (is_float(t.dtype())) return convert_to_f32(t, origin);
-  CHECK(t.dtype() != DType::F8_E4M3)
-      << "FP8 tensor '" << origin << "' has no scale tensor (expected '"
-      << (ends_with(native, ".weight") ? stem(native, ".weight") + ".scale" : native + ".scale")
-      << "' or its HF name '*.weight_scale_inv')";
+  if (to == DType::F32) return convert_to_f32(t, origin);
   return t.clone();
 }
-
-}  // namespace
 
 WeightStore WeightStore::load(const std::string& path, const ModelConfig& config,
                               const LoadOptions& options) {
@@ -133,12 +144,18 @@ WeightStore WeightStore::load(const Checkpoint& checkpoint, const ModelConfig& c
                               const LoadOptions& options) {
   std::map<std::string, Tensor> views;
   for (const std::string& name : checkpoint.names()) views.emplace(name, checkpoint.tensor(name));
-  return from_tensors(views, config, checkpoint.path(), options);
+  return build(views, config, checkpoint.path(), options, true);
 }
 
 WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tensors,
                                       const ModelConfig& config, const std::string& source,
                                       const LoadOptions& options) {
+  return build(tensors, config, source, options, false);
+}
+
+WeightStore WeightStore::build(const std::map<std::string, Tensor>& tensors,
+                               const ModelConfig& config, const std::string& source,
+                               const LoadOptions& options, bool mapped) {
   WeightStore store;
   store.source_ = source;
   std::vector<std::string> all_names;
@@ -224,7 +241,7 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
   for (const Job& job : jobs) total_bytes += job.bytes;
   const bool show = options.progress == LoadOptions::Progress::kOn ||
                     (options.progress == LoadOptions::Progress::kAuto && ::isatty(STDERR_FILENO));
-  ProgressBar bar(show, total_bytes, jobs.size());
+  ProgressBar bar(show && !options.defer, total_bytes, jobs.size());
   auto put = [&](const std::string& native, Tensor tensor, const std::string& origin) {
     auto [it, inserted] =
         store.entries_.emplace(native, Entry{std::move(tensor), origin == native ? "" : origin});
@@ -232,10 +249,43 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
                     << (it->second.origin.empty() ? native : it->second.origin) << "' and '"
                     << origin << "' both map to '" << native << "'";
   };
+  auto defer = [&](const Job& job, StoredTensor::Kind kind) {
+    auto st = std::make_shared<StoredTensor>();
+    st->kind = kind;
+    st->native = job.native;
+    st->origin = job.origin;
+    st->weight = job.weight;
+    st->scale = job.scale;
+    st->scale_origin = job.scale_origin;
+    st->mapped = mapped;
+    if (kind == StoredTensor::Kind::kPlain) {
+      st->shape = job.weight.shape();
+      st->dtype = plain_result_dtype(job.native, job.origin, job.weight);
+    } else if (kind == StoredTensor::Kind::kFp8) {
+      st->block_n = config.quant.weight_block_n;
+      st->block_k = config.quant.weight_block_k;
+      check_fp8_block_pair(job.weight, job.scale, st->block_n, st->block_k, job.origin);
+      st->shape = job.weight.shape();
+    } else {
+      check_fp4_pair(job.weight, job.scale, job.origin);
+      st->shape = {job.weight.size(0), 2 * job.weight.size(1)};
+    }
+    auto [it, inserted] = store.entries_.emplace(
+        job.native, Entry{Tensor(), job.origin == job.native ? "" : job.origin, false, st});
+    CHECK(inserted) << "checkpoint '" << source << "': tensors '"
+                    << (it->second.origin.empty() ? job.native : it->second.origin) << "' and '"
+                    << job.origin << "' both map to '" << job.native << "'";
+  };
   for (const Job& job : jobs) {
+    if (options.defer && job.kind != JobKind::kRaw && job.kind != JobKind::kHfExperts) {
+      defer(job, job.kind == JobKind::kFp8   ? StoredTensor::Kind::kFp8
+                 : job.kind == JobKind::kFp4 ? StoredTensor::Kind::kFp4
+                                             : StoredTensor::Kind::kPlain);
+      continue;
+    }
     switch (job.kind) {
       case JobKind::kPlain:
-        put(job.native, convert_plain(job.native, job.origin, job.weight), job.origin);
+        put(job.native, convert_plain_tensor(job.native, job.origin, job.weight), job.origin);
         break;
       case JobKind::kRaw:
         put(job.native, job.weight, job.origin);
@@ -260,7 +310,7 @@ WeightStore WeightStore::from_tensors(const std::map<std::string, Tensor>& tenso
     }
     bar.advance(job.bytes);
   }
-  bar.finish();
+  if (!options.defer) bar.finish();
   return store;
 }
 
@@ -272,20 +322,48 @@ WeightStore::Entry& WeightStore::lookup(const std::string& name, const Shape& ex
       << "missing tensor '" << name << "' in checkpoint '" << source_ << "'";
   Entry& e = it->second;
   const std::string origin = e.origin.empty() ? "" : " (checkpoint tensor '" + e.origin + "')";
-  CHECK(e.tensor.shape() == expected) << "tensor '" << name << "'" << origin << " has shape "
-                                      << shape_str(e.tensor.shape()) << ", expected "
-                                      << shape_str(expected);
-  CHECK(e.tensor.dtype() == dtype) << "tensor '" << name << "'" << origin << " has dtype "
-                                   << dtype_name(e.tensor.dtype()) << ", expected "
-                                   << dtype_name(dtype);
+  const Shape& shape = e.stored ? e.stored->shape : e.tensor.shape();
+  const DType have = e.stored ? e.stored->dtype : e.tensor.dtype();
+  CHECK(shape == expected) << "tensor '" << name << "'" << origin << " has shape "
+                           << shape_str(shape) << ", expected " << shape_str(expected);
+  CHECK(have == dtype) << "tensor '" << name << "'" << origin << " has dtype "
+                       << dtype_name(have) << ", expected " << dtype_name(dtype);
   return e;
 }
 
 Tensor WeightStore::take(const std::string& name, const Shape& expected,
                          std::optional<DType> dtype) {
   Entry& e = lookup(name, expected, dtype);
+  ICHECK(!e.stored) << "WeightStore::take('" << name << "') on a deferred store: use take_stored";
   e.taken = true;
   return e.tensor;
+}
+
+StoredTensor WeightStore::take_stored(const std::string& name, const Shape& expected,
+                                     std::optional<DType> dtype) {
+  Entry& e = lookup(name, expected, dtype);
+  e.taken = true;
+  if (e.stored) return *e.stored;
+  StoredTensor st;
+  st.native = name;
+  st.origin = e.origin.empty() ? name : e.origin;
+  st.weight = e.tensor;
+  st.shape = e.tensor.shape();
+  st.dtype = e.tensor.dtype();
+  return st;
+}
+
+const StoredTensor* WeightStore::deferred(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : it->second.stored.get();
+}
+
+size_t WeightStore::largest_stored_bytes() const {
+  size_t out = 0;
+  for (const auto& [name, e] : entries_) {
+    if (e.stored) out = std::max(out, e.stored->weight.nbytes() + e.stored->scale.nbytes());
+  }
+  return out;
 }
 
 Tensor WeightStore::take_optional(const std::string& name, const Shape& expected,

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,7 +41,34 @@ struct LoadOptions {
   enum class Progress { kAuto, kOn, kOff };
   // kAuto: a progress bar on stderr only when stderr is a terminal.
   Progress progress = Progress::kAuto;
+  // Deferred (the streaming GPU loader, runtime/gpu_weight_stream.h): names, pairing and
+  // every check that needs no values run as above, but plain / block-FP8 / FP4 tensors are
+  // not converted: each entry keeps its StoredTensor (take_stored) and its values are
+  // converted later, a row range at a time (io/weight_stream.h). Engram tables stay views and
+  // fused HF experts (float) are converted at load, as without defer.
+  bool defer = false;
 };
+
+// One tensor of a deferred WeightStore: where its stored form is and what it converts to.
+struct StoredTensor {
+  enum class Kind { kPlain, kFp8, kFp4 };
+  Kind kind = Kind::kPlain;
+  std::string native;  // native name
+  std::string origin;  // checkpoint name of the weight
+  Tensor weight;       // the stored values (a view of the mapped checkpoint when `mapped`)
+  Tensor scale;        // kFp8 / kFp4: the stored scales
+  std::string scale_origin;
+  Shape shape;               // of the converted tensor
+  DType dtype = DType::F32;  // of the converted tensor (I32 for tid2eid, F32 for floats, else as stored)
+  int64_t block_n = 0, block_k = 0;  // kFp8: the checkpoint's block grid
+  // weight / scale are views of a mapped checkpoint file (their pages may be released after
+  // use, io/weight_stream.h); false for tensors the store owns.
+  bool mapped = false;
+};
+
+// The plain conversion of one tensor (F32 from floats; tid2eid to I32, checking the ids; other
+// integer tensors copied; an FP8 tensor without scale is an Error naming its scale).
+Tensor convert_plain_tensor(const std::string& native, const std::string& origin, const Tensor& t);
 
 class WeightStore {
  public:
@@ -56,6 +84,8 @@ class WeightStore {
   static WeightStore from_tensors(const std::map<std::string, Tensor>& tensors,
                                   const ModelConfig& config, const std::string& source = "memory",
                                   const LoadOptions& options = {});
+  // The largest stored tensor (weight + scale bytes) of a deferred store; 0 otherwise.
+  size_t largest_stored_bytes() const;
 
   bool has(const std::string& name) const { return entries_.count(name) != 0; }
   // The tensor `name`, marked as taken. Throws kNotFound "missing tensor 'NAME'" if absent,
@@ -70,6 +100,13 @@ class WeightStore {
                        std::optional<DType> dtype = std::nullopt);
   // Read access without marking as taken; throws kNotFound if absent.
   const Tensor& peek(const std::string& name) const;
+  // take() for any store, deferred or not: the same checks (against the converted shape and
+  // dtype), marks the tensor taken and returns how it is stored (a tensor the store holds
+  // converted is a kPlain StoredTensor of itself, mapped = false).
+  StoredTensor take_stored(const std::string& name, const Shape& expected,
+                           std::optional<DType> dtype = std::nullopt);
+  // The StoredTensor of a deferred entry (kept as stored, not converted); null otherwise.
+  const StoredTensor* deferred(const std::string& name) const;
 
   // All native names, sorted.
   std::vector<std::string> names() const;
@@ -91,7 +128,10 @@ class WeightStore {
     Tensor tensor;
     std::string origin;  // checkpoint name, if different from the native name
     bool taken = false;
+    std::shared_ptr<const StoredTensor> stored;  // deferred entries (tensor undefined)
   };
+  static WeightStore build(const std::map<std::string, Tensor>& tensors, const ModelConfig& config,
+                           const std::string& source, const LoadOptions& options, bool mapped);
   Entry& lookup(const std::string& name, const Shape& expected, std::optional<DType> dtype);
 
   std::map<std::string, Entry> entries_;

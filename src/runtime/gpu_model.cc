@@ -21,6 +21,7 @@
 #include "ops/rope/rope.h"
 #include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model_impl.h"
+#include "runtime/gpu_weight_stream.h"
 
 namespace deepinfer {
 namespace {
@@ -44,7 +45,9 @@ float* GpuModel::Impl::state_alloc(int64_t n_floats) {
 
 const float* GpuModel::Impl::f32(const float* host, int64_t n, float mean, float std) {
   float* d = alloc(n);
-  if (host != nullptr) {
+  if (GpuWeightStream* ws = GpuWeightStream::owner_of(host)) {  // a streamed checkpoint tensor
+    ws->upload_f32(host, n, d, ctx.stream());
+  } else if (host != nullptr) {
     CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
   } else {
     fill_uniform_f32(ctx.stream(), d, n, mean, std, seed * 1000003 + ++fill_counter);
@@ -86,6 +89,10 @@ DeviceLinear GpuModel::Impl::linear(const float* host, int64_t n, int64_t k, flo
 }
 
 void GpuModel::Impl::upload_fp8(const float* host, int64_t n, int64_t k, uint8_t* q, float* s) {
+  if (GpuWeightStream* ws = GpuWeightStream::owner_of(host)) {  // a streamed checkpoint tensor
+    ws->upload_fp8(host, n, k, q, s, ctx.stream());
+    return;
+  }
   std::vector<float> copy(host, host + n * k);
   std::vector<uint8_t> codes(n * k);
   std::vector<float> grid(ceil_div64(n, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock));
@@ -121,7 +128,9 @@ std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const T
     if (host.empty()) fill_uniform_f32(ctx.stream(), all, n_experts * n * k, 0.0f, std,
                                        seed * 1000003 + ++fill_counter);
     for (int64_t e = 0; e < n_experts; ++e) {
-      if (!host.empty()) {
+      if (GpuWeightStream* ws = host.empty() ? nullptr : GpuWeightStream::owner_of(host[e]->raw())) {
+        ws->upload_f32(host[e]->raw(), n * k, all + e * n * k, ctx.stream());
+      } else if (!host.empty()) {
         CUDA_CHECK(cudaMemcpy(all + e * n * k, host[e]->f32(), n * k * sizeof(float),
                               cudaMemcpyHostToDevice));
       }
@@ -247,8 +256,11 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   states.resize(L);
   bool any_indexer = false, any_latent_keys = false;
   int64_t min_score_ratio = 0;  // smallest ratio of a scoring layer
+  // Streamed checkpoint weights (runtime/gpu_weight_stream.h): the stream converts every
+  // tensor itself, routed experts included (as CheckpointExperts would).
+  GpuWeightStream* streamed = host ? GpuWeightStream::owner_of(hw->embed.raw()) : nullptr;
   std::unique_ptr<CheckpointExperts> ckpt;
-  if (fp8() && host && !opt.expert_checkpoint.empty()) {
+  if (fp8() && host && !streamed && !opt.expert_checkpoint.empty()) {
     ckpt = std::make_unique<CheckpointExperts>(opt.expert_checkpoint, cfg);
   }
   for (int64_t l = 0; l < L; ++l) {
@@ -523,6 +535,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (opt.mtp) init_mtp(hw);  // MTP-1 drafter (gpu_mtp.cc)
   seq_tokens.assign(opt.max_sequences, -1);
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+  if (streamed) streamed->finish(ctx.stream());
 }
 
 GpuModel::Impl::~Impl() {
@@ -542,12 +555,20 @@ GpuModel::GpuModel(ModelConfig config, uint64_t seed, const GpuModelOptions& opt
 
 GpuModel::~GpuModel() = default;
 
+GpuModel::GpuModel(ModelConfig config, const GpuWeightStream& stream, const GpuModelOptions& options)
+    : GpuModel(std::move(config), stream.weights(), options) {}
+
 std::unique_ptr<GpuModel> GpuModel::load(const std::string& dir, const GpuModelOptions& options) {
   const ModelConfig config = load_model_config(dir);
-  auto source = open_checkpoint_weights(dir, config);
-  const ModelWeights weights = load_model_weights(config, *source);
   GpuModelOptions opt = options;
   if (opt.expert_checkpoint.empty()) opt.expert_checkpoint = dir;
+  if (!config.is_v41()) {  // tensor by tensor from the mapped files (gpu_weight_stream.h)
+    const GpuWeightStream stream(dir, config);
+    return std::make_unique<GpuModel>(config, stream, opt);
+  }
+  // V4.1: host fp32 weights (its Engram reads host tensors; GpuWeightStream refuses it).
+  auto source = open_checkpoint_weights(dir, config);
+  const ModelWeights weights = load_model_weights(config, *source);
   return std::make_unique<GpuModel>(config, weights, opt);
 }
 

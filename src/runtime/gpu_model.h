@@ -127,6 +127,8 @@ namespace deepinfer {
 
 enum class WeightFormat { kF32, kFp8 };
 
+class GpuWeightStream;  // runtime/gpu_weight_stream.h
+
 // Routed-expert implementation of the MoE block.
 //  * kGrouped: kFp8: moe_experts_fp8_cuda (src/ops/moe/moe_grouped_cuda.h): alignment,
 //    grouped FP8 GEMMs over all experts, SwiGLU + quantisation and the combine on the device;
@@ -237,7 +239,13 @@ class GpuModel {
   GpuModel(const GpuModel&) = delete;
   GpuModel& operator=(const GpuModel&) = delete;
 
-  // Loads config.json + weights (any checkpoint form the CPU loader reads) and uploads them.
+  // Streams a checkpoint's tensors to the device as they are taken (runtime/gpu_weight_stream.h:
+  // no host fp32 model; routed experts as stored / FP4 converted exactly, whatever
+  // expert_checkpoint says). `stream` must outlive the construction only.
+  GpuModel(ModelConfig config, const GpuWeightStream& stream, const GpuModelOptions& options);
+
+  // Loads config.json + weights (any checkpoint form the CPU loader reads) and uploads them:
+  // DeepSeek-V4 through GpuWeightStream (tensor by tensor), V4.1 through host fp32 weights.
   static std::unique_ptr<GpuModel> load(const std::string& dir, const GpuModelOptions& options);
 
   // Replaces every tensor that kFp8 stores as FP8 by its FP8 block round trip

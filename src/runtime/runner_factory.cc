@@ -10,6 +10,7 @@
 #include "runtime/cpu_runner.h"
 #ifdef DEEPINFER_CUDA
 #include "runtime/cuda_runner.h"
+#include "runtime/gpu_weight_stream.h"
 #endif
 
 namespace deepinfer {
@@ -132,6 +133,15 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       return std::make_unique<CudaRunner>(config, args.dummy_seed, o);
     }
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
+  }
+  if (!builtin(args) && !args.dummy_weights && !v41) {
+    // A DeepSeek-V4 checkpoint goes to the device tensor by tensor (no host fp32 model; FP8
+    // codes as stored, FP4 experts converted exactly; runtime/gpu_weight_stream.h).
+    const GpuWeightStream stream(args.model_dir, family);
+    o.max_context = context(family);
+    o.expert_checkpoint = args.model_dir;
+    use_mtp(stream.weights().has_mtp);
+    return std::make_unique<CudaRunner>(family, stream.weights(), o);
   }
   Source s = open_source(args);
   o.max_context = context(s.config);

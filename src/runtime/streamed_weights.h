@@ -1,0 +1,72 @@
+// StreamedWeights: a checkpoint's ModelWeights whose tensors are placeholders, for loaders that
+// convert each tensor only when it goes to the device (runtime/gpu_weight_stream.h), never
+// building the host fp32 model.
+//
+// The checkpoint is opened as a deferred WeightStore (io/weight_loader.h LoadOptions::defer:
+// names, pairing, dtype / shape checks, nothing converted), then load_model_weights runs over
+// it as for the CPU, so every check of the eager path (missing, wrong shape or dtype,
+// unexpected tensors, MTP detection) applies unchanged. Each tensor it takes is a placeholder:
+// a Tensor of the converted dtype and shape whose data pointer lies in an address range
+// reserved PROT_NONE (no memory behind it: touching it faults at once instead of reading
+// garbage), one disjoint span per tensor, so pointer arithmetic inside a tensor (e.g. a group
+// of wo_a) still identifies it. find() maps any pointer inside a span back to its tensor's
+// StoredTensor and element offset; owner_of() finds the StreamedWeights whose range holds a
+// pointer (a process-wide registry, so the pointers can travel inside a plain ModelWeights).
+// Tensors the store holds converted (Engram tables kept as views, fused HF experts) are handed
+// out as they are, not as placeholders.
+//
+// Thread-safety: construction and find() from any thread once built; owner_of is guarded.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "io/model_config.h"
+#include "io/weight_loader.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+class StreamedWeights {
+ public:
+  // Opens `path` (Checkpoint::open) and builds the placeholder ModelWeights. Throws the
+  // loaders' Errors naming the tensor for a bad checkpoint.
+  StreamedWeights(const std::string& path, const ModelConfig& config);
+  ~StreamedWeights();
+  StreamedWeights(const StreamedWeights&) = delete;
+  StreamedWeights& operator=(const StreamedWeights&) = delete;
+
+  const ModelWeights& weights() const { return weights_; }
+  const std::string& path() const { return path_; }
+
+  struct Where {
+    const StoredTensor* tensor = nullptr;
+    int64_t offset = 0;  // elements from the tensor's first one
+  };
+  // The placeholder tensor holding `p`, or nullopt.
+  std::optional<Where> find(const void* p) const;
+  bool contains(const void* p) const;
+  static StreamedWeights* owner_of(const void* p);
+
+  // Stored bytes (weight + scale) of all placeholder tensors, and the largest one.
+  size_t stored_bytes() const { return stored_bytes_; }
+  size_t largest_stored_bytes() const { return largest_stored_bytes_; }
+  size_t placeholders() const { return spans_.size(); }
+
+ private:
+  class Source;
+  Tensor placeholder(StoredTensor st);
+
+  std::string path_;
+  WeightStore store_;
+  uint8_t* base_ = nullptr;
+  size_t reserved_ = 0, used_ = 0;
+  std::map<uintptr_t, std::unique_ptr<StoredTensor>> spans_;  // span start -> tensor
+  size_t stored_bytes_ = 0, largest_stored_bytes_ = 0;
+  ModelWeights weights_;
+};
+
+}  // namespace deepinfer
