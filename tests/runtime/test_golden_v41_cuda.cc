@@ -16,6 +16,29 @@
 //    fp32 order noise separates it from the plain state); reference numerics against mlx
 //    with a looser one (bf16 storage rounds every K=V entry: argmax equal at >= 90% of
 //    positions, cosine >= 0.999 at >= 90%), numbers printed.
+//    Every rule also bounds the worst position: official cosine >= 0.99 everywhere;
+//    reference bf16: a position below 0.999 (or with another argmax) must come at or after
+//    the first position where the GPU's discrete choices (record_decisions: experts, indexer
+//    picks) differ from the CPU reference's (= mlx's) on that sequence alone, so a low
+//    position is a discrete flip, never a numeric defect. Why such positions exist (measured:
+//    the H200 at 874cbdc against the CPU with a throwaway program, not a test):
+//      - reference bf16: the CPU reference forward with the window and compressed K=V rounded
+//        to bf16 gives, vs mlx, base a min cos 0.846984 (positions 41, 53), base b -0.096952
+//        (argmax 75/80, 10 positions below 0.999 from position 7 on), deep b 0.469813
+//        (positions 20, 76), dspark_quant a 0.985708, r2only b 0.998826: the H200's bf16
+//        paged numbers (0.846985, -0.096952, 0.469813, 0.985703, 0.998826). bf16 storage
+//        swaps near-tied top-k members; nothing in the paged path differs.
+//      - official: the CPU official path with its K=V also rounded to bf16 is bitwise
+//        unchanged (the values are exact); with 4-ulp noise on the attention output (another
+//        summation order) base b gives 34/80 within 1e-4, min cos 0.999281 in 4 of 12 seeds
+//        (a threshold crossed at position 10) and base a 71/80, min cos 0.99999977: the
+//        H200's paged base b (34/80, 0.999281) and chunks of 7 (70/80, 0.99999975). Hence
+//        the loose within-1e-4 rule for official numerics only.
+//  * Batch invariance (the class of bug a 90% rule could hide): with batch_invariant, two
+//    sequences of different texts run interleaved (different chunk sizes, joint and single
+//    forwards, a third sequence freed in between so paged blocks are reused with stale
+//    entries) give bitwise the logits each gives alone, on the plain fp32 state and the bf16
+//    paged cache, in both numerics, at every position.
 //  * The `engram` model (Engram before layers 1 and 4; its reference is mlx's backbone with
 //    this repository's NumPy Engram, README there) runs every part above through GpuEngram,
 //    the n-gram history built on the device (chunks of 1 read every earlier token from the
@@ -28,6 +51,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -137,6 +161,8 @@ void expect_loose(const std::vector<float>& ours, const std::vector<float>& ref,
   print_stats(what, s);
   EXPECT_GE(s.argmax_equal * 20, s.rows * 19) << what;
   EXPECT_GE(s.within * 10, s.rows * 9) << what;
+  // The worst position measured: 0.999281 (base, bf16 paged, sequence b; header).
+  EXPECT_GE(s.min_cos, 0.99) << what << ": a position far outside FP4 threshold noise";
 }
 
 // bf16 storage of every K=V entry (reference numerics): argmax at >= 90%, cosine >= 0.999 at
@@ -186,6 +212,60 @@ std::pair<std::vector<float>, std::vector<float>> cpu_logits(const std::string& 
     return std::vector<float>(l.f32(), l.f32() + l.numel());
   };
   return {one(ta), one(tb)};
+}
+
+// The first position where the two traces' choices differ (each row compared as a set:
+// experts or picks), -1 when none does, over positions [0, n).
+int64_t first_choice_difference(const DecisionTrace& x, const DecisionTrace& y, int64_t n) {
+  int64_t first = -1;
+  auto scan = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t w) {
+    if (a.empty() || b.empty() || w == 0) return;
+    for (int64_t p = 0; p < n && (first < 0 || p < first); ++p) {
+      std::vector<int32_t> ra(a.begin() + p * w, a.begin() + (p + 1) * w);
+      std::vector<int32_t> rb(b.begin() + p * w, b.begin() + (p + 1) * w);
+      std::sort(ra.begin(), ra.end());
+      std::sort(rb.begin(), rb.end());
+      if (ra != rb) first = p;
+    }
+  };
+  for (size_t l = 0; l < x.experts.size() && l < y.experts.size(); ++l) {
+    scan(x.experts[l], y.experts[l], x.top_k);
+    scan(x.picks[l], y.picks[l], x.index_topk);
+  }
+  return first;
+}
+
+// A full prefill of `tokens` alone on `gpu` with its choices recorded, against `ref` (mlx):
+// every position with cosine < 0.999 or another argmax must come at or after the first
+// position where the GPU chose differently from the CPU reference forward (`cpu`, whose
+// logits are mlx's to 1e-4): with the same choices up to a position, only bf16 storage
+// rounding separates the two, so a low position before any flip would be a numeric defect.
+void expect_flips_explain(GpuModel& gpu, Model& cpu, const std::vector<int32_t>& tokens,
+                          const std::vector<float>& ref, const std::string& what) {
+  const int64_t S = static_cast<int64_t>(tokens.size()), V = gpu.config().vocab_size;
+  DecisionTrace mine(gpu.config(), S);
+  gpu.record_decisions(&mine);
+  const std::vector<float> ours = run_chunked(gpu, tokens, tokens.size());
+  gpu.record_decisions(nullptr);
+  const testing::RecordedForward theirs = testing::record_forward(cpu, tokens);
+  const int64_t first = first_choice_difference(mine, theirs.trace, S);
+  ASSERT_EQ(ours.size(), ref.size()) << what;
+  int64_t n_low = 0, first_low = -1;
+  for (int64_t p = 0; p < S; ++p) {
+    const std::vector<float> a(ours.begin() + p * V, ours.begin() + (p + 1) * V);
+    const std::vector<float> b(ref.begin() + p * V, ref.begin() + (p + 1) * V);
+    const RowStats st = row_stats(a, b, V);
+    if (st.min_cos >= 0.999 && st.argmax_equal == 1) continue;
+    ++n_low;
+    if (first_low < 0) first_low = p;
+    EXPECT_TRUE(first >= 0 && p >= first)
+        << what << ": position " << p << " (cos " << st.min_cos
+        << ") with no earlier change of a discrete choice";
+  }
+  std::printf("  %-52s first choice difference at %3lld; %lld positions below 0.999 / other "
+              "argmax, the first at %lld\n",
+              what.c_str(), static_cast<long long>(first), static_cast<long long>(n_low),
+              static_cast<long long>(first_low));
 }
 
 class GoldenV41Cuda : public ::testing::TestWithParam<std::string> {
@@ -247,6 +327,83 @@ TEST_P(GoldenV41Cuda, Bf16PagedCache) {
     auto gpu = GpuModel::load(bf16, o);
     check_scenarios(*gpu, tokens, tokens_b, read_f32(*r, "logits_reference"),
                     read_f32(*r, "logits_reference_b"), "reference bf16 paged", expect_bf16_close);
+    auto cpu = Model::load(bf16, {Numerics::kReference, false});
+    expect_flips_explain(*gpu, *cpu, tokens, read_f32(*r, "logits_reference"),
+                         "reference bf16 paged, sequence a alone");
+    expect_flips_explain(*gpu, *cpu, tokens_b, read_f32(*r, "logits_reference_b"),
+                         "reference bf16 paged, sequence b alone");
+  }
+}
+
+// Header, "Batch invariance": A (chunks of 5) and B (chunks of 3, another text) interleaved
+// -- joint forwards and forwards of one of them, a third sequence prefilled first and freed
+// at step 6 -- against each alone in the same chunks, bitwise at every position. Paged blocks
+// of 8 entries, so tables interleave and reuse the freed sequence's blocks.
+TEST_P(GoldenV41Cuda, BatchedMatchesAloneBitwise) {
+  auto r = ref();
+  const auto ta = read_ids(*r, "input_ids"), tb = read_ids(*r, "input_ids_b");
+  const std::string bf16 = (dir() / "bf16").string();
+  struct Path {
+    const char* name;
+    bool paged;
+    Numerics numerics;
+  };
+  for (const Path& path : {Path{"plain reference", false, Numerics::kReference},
+                           Path{"plain official", false, Numerics::kOfficial},
+                           Path{"bf16 paged reference", true, Numerics::kReference},
+                           Path{"bf16 paged official", true, Numerics::kOfficial}}) {
+    SCOPED_TRACE(path.name);
+    GpuModelOptions o = v41_options();
+    o.paged_kv = path.paged;
+    if (path.paged) {
+      o.kv_cache_dtype = KvCacheDtype::kBf16;
+      o.kv_block_size = 8;
+    }
+    o.numerics = path.numerics;
+    o.batch_invariant = true;
+    const size_t ca = 5, cb = 3;
+    auto alone = [&](const std::vector<int32_t>& t, size_t chunk) {
+      auto m = GpuModel::load(bf16, o);
+      return run_chunked(*m, t, chunk);
+    };
+    const auto la = alone(ta, ca), lb = alone(tb, cb);
+
+    auto m = GpuModel::load(bf16, o);
+    const int64_t V = m->config().vocab_size;
+    const int64_t c = m->new_sequence();
+    const std::vector<int32_t> tc(tb.rbegin(), tb.rbegin() + 40);
+    GpuChunk cc{c, tc, false};
+    m->forward(std::span<const GpuChunk>(&cc, 1));
+    const int64_t a = m->new_sequence(), b = m->new_sequence();
+    std::vector<float> oa, ob;
+    size_t pa = 0, pb = 0;
+    for (int step = 0; pa < ta.size() || pb < tb.size(); ++step) {
+      if (step == 6) m->free_sequence(c);  // its blocks go back to the free list
+      std::vector<GpuChunk> chunks;
+      size_t na = 0, nb = 0;
+      if (pa < ta.size() && step % 3 != 1) {
+        na = std::min(ca, ta.size() - pa);
+        chunks.push_back({a, std::span<const int32_t>(ta.data() + pa, na), true});
+      }
+      if (pb < tb.size() && step % 3 != 0) {
+        nb = std::min(cb, tb.size() - pb);
+        chunks.push_back({b, std::span<const int32_t>(tb.data() + pb, nb), true});
+      }
+      if (chunks.empty()) continue;
+      Tensor l = m->forward(chunks);
+      oa.insert(oa.end(), l.f32(), l.f32() + na * V);
+      ob.insert(ob.end(), l.f32() + na * V, l.f32() + (na + nb) * V);
+      pa += na;
+      pb += nb;
+    }
+    ASSERT_EQ(oa.size(), la.size());
+    ASSERT_EQ(ob.size(), lb.size());
+    EXPECT_EQ(std::memcmp(oa.data(), la.data(), la.size() * sizeof(float)), 0)
+        << path.name << ": sequence A interleaved differs from A alone";
+    EXPECT_EQ(std::memcmp(ob.data(), lb.data(), lb.size() * sizeof(float)), 0)
+        << path.name << ": sequence B interleaved differs from B alone";
+    print_stats(std::string(path.name) + ": A interleaved vs alone", row_stats(oa, la, V));
+    print_stats(std::string(path.name) + ": B interleaved vs alone", row_stats(ob, lb, V));
   }
 }
 
