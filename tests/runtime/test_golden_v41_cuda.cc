@@ -9,14 +9,15 @@
 //    the same fp32 weights).
 //  * Official numerics (FP8 window, FP4 x e4m3 compressed entries, FP4 index keys and
 //    queries), plain state, against the CPU backend's official path on the same weights: the
-//    CPU test's loose rule (FP4 rounding thresholds amplify fp32 order noise): argmax equal at
-//    >= 95% of positions and >= 90% of positions within the bound, in every scenario.
+//    rule (FP4 rounding thresholds amplify fp32 order noise): argmax equal at >= 95% of
+//    positions and cosine >= 0.999 at every position, in every scenario.
 //  * The bf16 paged cache (kv_cache_dtype bf16): official numerics against the CPU official
 //    path with the same loose rule (the FP8 / FP4 x e4m3 values are exact in bf16, so only
 //    fp32 order noise separates it from the plain state); reference numerics against mlx
 //    with a looser one (bf16 storage rounds every K=V entry: argmax equal at >= 90% of
 //    positions, cosine >= 0.999 at >= 90%), numbers printed.
-//    Every rule also bounds the worst position: official cosine >= 0.99 everywhere;
+//    Official numerics: argmax at >= 95% and cosine >= 0.999 at EVERY position (within 1e-4
+//    printed only, see below). Every rule bounds the worst position;
 //    reference bf16: a position below 0.999 (or with another argmax) must come at or after
 //    the first position where the GPU's discrete choices (record_decisions: experts, indexer
 //    picks) differ from the CPU reference's (= mlx's) on that sequence alone, so a low
@@ -33,7 +34,7 @@
 //        summation order) base b gives 34/80 within 1e-4, min cos 0.999281 in 4 of 12 seeds
 //        (a threshold crossed at position 10) and base a 71/80, min cos 0.99999977: the
 //        H200's paged base b (34/80, 0.999281) and chunks of 7 (70/80, 0.99999975). Hence
-//        the loose within-1e-4 rule for official numerics only.
+//        no within-1e-4 assertion for official numerics.
 //  * Batch invariance (the class of bug a 90% rule could hide): with batch_invariant, two
 //    sequences of different texts run interleaved (different chunk sizes, joint and single
 //    forwards, a third sequence freed in between so paged blocks are reused with stale
@@ -153,16 +154,19 @@ void print_stats(const std::string& what, const RowStats& s) {
               static_cast<long long>(s.within), static_cast<long long>(s.cos_ok), s.min_cos);
 }
 
-// The CPU test's rule for official numerics: argmax equal at >= 95% of positions, >= 90% of
-// positions within the 1e-4 bound.
+// The rule for official numerics: argmax equal at >= 95% of positions, cosine >= 0.999 at
+// every position (header).
 void expect_loose(const std::vector<float>& ours, const std::vector<float>& ref, int64_t V,
                   const std::string& what) {
   const RowStats s = row_stats(ours, ref, V);
   print_stats(what, s);
   EXPECT_GE(s.argmax_equal * 20, s.rows * 19) << what;
-  EXPECT_GE(s.within * 10, s.rows * 9) << what;
-  // The worst position measured: 0.999281 (base, bf16 paged, sequence b; header).
-  EXPECT_GE(s.min_cos, 0.99) << what << ": a position far outside FP4 threshold noise";
+  // Within 1e-4 is printed, not asserted: one FP4 / top-k threshold crossed by fp32 order
+  // noise moves every later position by up to ~1e-3 (base bf16 paged b: 34/80, reproduced on
+  // the CPU, header); the exact check of these paths is BatchedMatchesAloneBitwise. Every
+  // position's cosine is bounded instead: worst measured 0.999281 (that run; plain state
+  // 0.999925).
+  EXPECT_GE(s.min_cos, 0.999) << what << ": a position outside FP4 threshold noise";
 }
 
 // bf16 storage of every K=V entry (reference numerics): argmax at >= 90%, cosine >= 0.999 at
