@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/logging.h"
 
 namespace deepinfer {
 
@@ -44,8 +45,17 @@ void PrefixStateCache::offer(int64_t sequence, std::span<const int32_t> tokens, 
   std::shared_ptr<const void> parent;
   const int64_t parent_blocks = cache_.deepest(prefix, n_blocks, &parent);
   if (parent_blocks == n_blocks) return;  // cached already
-  std::shared_ptr<const PrefixState> piece =
-      runner_.export_prefix(sequence, parent ? static_cast<const PrefixState*>(parent.get()) : nullptr);
+  std::shared_ptr<const PrefixState> piece;
+  try {
+    piece = runner_.export_prefix(sequence, parent ? static_cast<const PrefixState*>(parent.get()) : nullptr);
+  } catch (const Error& e) {
+    // No memory for the piece (CUDA: device memory outside the runner's pools): this
+    // boundary is not cached; the request itself is unaffected.
+    if (e.kind() != ErrorKind::kResourceExhausted) throw;
+    if (!warned_no_memory_) LOG(WARNING) << "prefix caching: a state is not cached: " << e.what();
+    warned_no_memory_ = true;
+    return;
+  }
   const int64_t bytes = piece->bytes;
   cache_.insert(prefix, n_blocks, parent_blocks, std::move(piece), bytes);
 }

@@ -38,7 +38,8 @@ class PrefixStateCache {
   // Drops request `id`'s pending hit (it ended or was preempted).
   void forget(int64_t id) { pending_.erase(id); }
   // The state of `sequence` stands after the first n_tokens of `tokens`: caches it when
-  // n_tokens is a block boundary not cached yet.
+  // n_tokens is a block boundary not cached yet (skipped, logged once, when the runner has
+  // no memory for the piece: kResourceExhausted).
   void offer(int64_t sequence, std::span<const int32_t> tokens, int64_t n_tokens);
 
   const PrefixCache& index() const { return cache_; }
@@ -52,6 +53,7 @@ class PrefixStateCache {
   PrefixCache cache_;
   std::unordered_map<int64_t, PrefixHit> pending_;  // by scheduler id
   int64_t lookup_tokens_ = 0;
+  bool warned_no_memory_ = false;  // an export found no memory (logged once)
 };
 
 // The prefix-cache salt of a model on a runner: model config, weights' origin, numerics and
