@@ -274,7 +274,7 @@ const OptionGroup kPrefixCacheOptionGroup = {
     {
         {"enable-prefix-caching", "",
          "Reuse the cached state of a prompt's leading 128-token blocks (the default where the backend "
-         "supports it: cpu today); the logits are those of a cold run."},
+         "supports it: cpu and cuda); the logits are those of a cold run."},
         {"no-enable-prefix-caching", "", "Compute every prompt from its first token."},
     }};
 

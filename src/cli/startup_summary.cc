@@ -136,7 +136,8 @@ StartupSummary engine_startup_summary(const std::string& command, const EngineAr
   s.speculative = speculative_in_effect(args, engine);
   s.prefix_cache = engine.prefix_caching()
                        ? "on, blocks of " + std::to_string(args.prefix_cache_block_tokens) + " tokens, up to " +
-                             gib(double(args.prefix_cache_bytes)) + " of host memory"
+                             gib(double(args.prefix_cache_bytes)) +
+                             (engine.runner().name().rfind("cuda", 0) == 0 ? " of device memory" : " of host memory")
                        : args.enable_prefix_caching ? "off (the " + engine.runner().name() + " backend has none yet)"
                                                     : "off (--no-enable-prefix-caching)";
   if (args.speculative_method == "auto" && engine.speculative_tokens() == 0 && args.device != "cpu") {
