@@ -2,7 +2,8 @@
 // device prefix states, runtime/gpu_prefix_state.cc), the engine-level counterpart of
 // test_prefix_cache.cc: a request served from the cache gives bitwise the logits of a cold
 // run (batch-invariant) for hits ending at block boundaries, ratio-4 / ratio-128 (V4) and
-// ratio-2 (V4.1) group boundaries and mid-window, in FP8 and bf16 KV, fp32 and FP8 weights;
+// ratio-2 (V4.1) group boundaries and mid-window, in FP8 and bf16 KV, fp32 and FP8 weights,
+// eager and with decode steps replayed as CUDA graphs;
 // a re-sent prompt hits every full block; eviction under a small cache budget and preemption
 // under a small state pool never change an output. Label cuda: needs a GPU.
 #include <gtest/gtest.h>
@@ -27,9 +28,10 @@ struct GpuSetup {
   Numerics numerics = Numerics::kOfficial;
   bool fp8_weights = false;
   std::string kv = "auto";  // official: fp8, reference: bf16
+  bool graphs = false;       // decode steps replay CUDA graphs
   std::string name() const {
     return std::string(v41 ? "v41 " : "v4 ") + numerics_name(numerics) + (fp8_weights ? " fp8 weights" : "") +
-           " kv " + kv;
+           " kv " + kv + (graphs ? " cuda graphs" : "");
   }
 };
 
@@ -45,6 +47,7 @@ std::unique_ptr<ModelRunner> cuda_runner(const GpuSetup& s, int64_t max_sequence
   o.fp8_weights = s.fp8_weights;
   o.kv_cache_dtype = s.kv;
   o.batch_invariant = true;
+  o.cuda_graphs = s.graphs;
   return std::make_unique<CudaRunner>(cfg, weights, o);
 }
 
@@ -136,6 +139,7 @@ TEST(EngineCudaPrefix, V4HitsAreExactAtEveryAlignment) {
   check_exact({false, Numerics::kOfficial, true, "auto"}, 8, 300, true);   // FP8 weights
   check_exact({false, Numerics::kReference, false, "auto"}, 6, 300, true);  // bf16 KV
   check_exact({false, Numerics::kOfficial, false, "bf16"}, 7, 140, false);
+  check_exact({false, Numerics::kOfficial, false, "auto", true}, 8, 300, true);  // CUDA graphs
 }
 
 // V4.1 small model (fp32 weights, bf16 paged KV): ratio-2 and ratio-1 sources, reuse layers.
