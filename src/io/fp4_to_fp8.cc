@@ -55,6 +55,20 @@ Fp8BlockWeight fp4_to_fp8_block(const Tensor& packed, const Tensor& scale,
   }
   float mag[16];
   for (int c = 0; c < 16; ++c) mag[c] = e2m1_to_f32(static_cast<uint8_t>(c));
+  // The conversion of each (offset, code) pair for the offsets formed in fp32, computed once
+  // (the same arithmetic as per element; a table lookup in the loop below).
+  constexpr int kOffsets = kMaxOffsetBits - kTinyOffset + 1;
+  std::vector<uint8_t> tab_code(kOffsets * 16), tab_exact(kOffsets * 16);
+  std::vector<float> tab_value(kOffsets * 16);
+  for (int o = 0; o < kOffsets; ++o) {
+    for (int c = 0; c < 16; ++c) {
+      const float value = std::ldexp(mag[c], o + kTinyOffset);  // exact: normal fp32 or zero
+      const uint8_t code = f32_to_e4m3(value);
+      tab_code[o * 16 + c] = code;
+      tab_exact[o * 16 + c] = e4m3_to_f32(code) == value;
+      tab_value[o * 16 + c] = value;
+    }
+  }
 
   // One task per 128-row block; first inexact element and count of rounded values per task.
   std::vector<Inexact> first(n_nb);
@@ -84,9 +98,10 @@ Fp8BlockWeight fp4_to_fp8_block(const Tensor& packed, const Tensor& scale,
                 code = (c & 8) ? 0x80 : 0x00;  // rounds to a signed zero
                 exact = (c & 7) == 0;
               } else {
-                value = std::ldexp(mag[c], offset);  // exact: a normal fp32 value or zero
-                code = f32_to_e4m3(value);
-                exact = e4m3_to_f32(code) == value;
+                const int t = (offset - kTinyOffset) * 16 + c;
+                value = tab_value[t];
+                code = tab_code[t];
+                exact = tab_exact[t] != 0;
               }
               q[i * k + j] = code;
               if (!exact) {

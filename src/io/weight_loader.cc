@@ -361,7 +361,9 @@ const StoredTensor* WeightStore::deferred(const std::string& name) const {
 size_t WeightStore::largest_stored_bytes() const {
   size_t out = 0;
   for (const auto& [name, e] : entries_) {
-    if (e.stored) out = std::max(out, e.stored->weight.nbytes() + e.stored->scale.nbytes());
+    if (!e.stored) continue;
+    const StoredTensor& t = *e.stored;
+    out = std::max(out, t.weight.nbytes() + (t.scale.defined() ? t.scale.nbytes() : 0));
   }
   return out;
 }

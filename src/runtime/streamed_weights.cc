@@ -105,7 +105,7 @@ Tensor StreamedWeights::placeholder(StoredTensor st) {
                                      << "' taken twice (placeholder range exhausted)";
   uint8_t* p = base_ + used_;
   used_ += bytes;
-  const size_t stored = st.weight.nbytes() + st.scale.nbytes();
+  const size_t stored = st.weight.nbytes() + (st.scale.defined() ? st.scale.nbytes() : 0);
   stored_bytes_ += stored;
   largest_stored_bytes_ = std::max(largest_stored_bytes_, stored);
   const DType dtype = st.dtype;
