@@ -176,9 +176,16 @@ void GpuWeightStream::upload_f32(const void* host, int64_t n, void* device, void
   const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(staging_->half) / (rb * align)) * align;
   for (int64_t b = r0; b < r1;) {
     const int64_t e = std::min(r1, b / align * align + per);
-    uint8_t* buf = acquire(static_cast<size_t>((e - b) * rb));
-    convert_range(t, b, e, buf);
-    submit(static_cast<uint8_t*>(device) + (b - r0) * rb, static_cast<size_t>((e - b) * rb), stream);
+    const size_t bytes = static_cast<size_t>((e - b) * rb);
+    uint8_t* dst = static_cast<uint8_t*>(device) + (b - r0) * rb;
+    if (bytes <= staging_->half) {
+      convert_range(t, b, e, acquire(bytes));
+      submit(dst, bytes, stream);
+    } else {  // one block row wider than a staging half: through host memory, in pieces
+      std::vector<uint8_t> tmp(bytes);
+      convert_range(t, b, e, tmp.data());
+      stage(tmp.data(), bytes, dst, stream);
+    }
     const StoredRows sr = stored_rows_slice(t, b, e);
     account(static_cast<double>(sr.weight.nbytes() + (sr.scale.defined() ? sr.scale.nbytes() : 0)),
             static_cast<double>((e - b) * rb));

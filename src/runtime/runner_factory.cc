@@ -11,6 +11,7 @@
 #ifdef DEEPINFER_CUDA
 #include "runtime/cuda_runner.h"
 #include "runtime/gpu_weight_stream.h"
+#include "runtime/streamed_weights.h"
 #endif
 
 namespace deepinfer {
@@ -142,6 +143,13 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     o.expert_checkpoint = args.model_dir;
     use_mtp(stream.weights().has_mtp);
     return std::make_unique<CudaRunner>(family, stream.weights(), o);
+  }
+  if (!builtin(args) && !args.dummy_weights) {  // V4.1: through host fp32 weights for now
+    const double need = host_fp32_load_bytes(args.model_dir), have = host_memory_available();
+    CHECK_KIND(kResourceExhausted, have < 0 || need <= have)
+        << "engine: DeepSeek-V4.1 checkpoints load on device cuda through host fp32 weights for now "
+           "(the streaming loader takes DeepSeek-V4 only): " << args.model_dir << " needs about "
+        << need / 1e9 << " GB of host memory, " << have / 1e9 << " GB are available";
   }
   Source s = open_source(args);
   o.max_context = context(s.config);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <vector>
 
@@ -131,6 +132,29 @@ std::optional<StreamedWeights::Where> StreamedWeights::find(const void* p) const
   if (off >= static_cast<size_t>(shape_numel(t.shape)) * elem && !(off == 0)) return std::nullopt;
   ICHECK(off % elem == 0) << "StreamedWeights: pointer inside an element of '" << t.origin << "'";
   return Where{&t, static_cast<int64_t>(off / elem)};
+}
+
+double host_fp32_load_bytes(const std::string& path) {
+  const Checkpoint ckpt = Checkpoint::open(path);
+  double total = 0;
+  for (const std::string& name : ckpt.names()) {
+    const TensorInfo& t = ckpt.info(name);
+    if (t.dtype == DType::F8_E8M0 || name.find(".engram.embed.") != std::string::npos) continue;
+    const bool packed = t.dtype == DType::I8 || t.dtype == DType::U8;
+    total += packed ? 8.0 * static_cast<double>(t.nbytes) : 4.0 * static_cast<double>(shape_numel(t.shape));
+  }
+  return total;
+}
+
+double host_memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024.0;
+  }
+  return -1;
 }
 
 StreamedWeights* StreamedWeights::owner_of(const void* p) {

@@ -30,6 +30,14 @@
 
 namespace deepinfer {
 
+// What the host path (load_model_weights over the eager WeightStore) would hold for the
+// checkpoint at `path`, from its headers only: 4 bytes per converted element (FP4 weights
+// unpack to two elements per byte; scales are consumed; Engram tables stay mapped and are not
+// counted). For refusing a checkpoint that cannot load that way before trying.
+double host_fp32_load_bytes(const std::string& path);
+// MemAvailable of /proc/meminfo in bytes (-1 if unknown).
+double host_memory_available();
+
 class StreamedWeights {
  public:
   // Opens `path` (Checkpoint::open) and builds the placeholder ModelWeights. Throws the

@@ -7,6 +7,8 @@
 //    take several, FP8 chunks on the 128-row block grid) gives bitwise the eager fp32 tensor;
 //    ranges off the grid are refused;
 //  * releasing a range's mapped pages keeps the values (they fault back in from the file);
+//  * host_fp32_load_bytes (the runner factory's refusal of V4.1 checkpoints too large for the
+//    host path) is exactly what the eager store holds;
 //  * bad checkpoints fail at construction naming the tensor, with the eager loader's messages
 //    (a wrong shape, a missing tensor, an unexpected one, an FP8 weight without its scale).
 #include <gtest/gtest.h>
@@ -216,6 +218,18 @@ TEST(StreamedWeights, OffGridRangesAreRefusedAndReleaseKeepsValues) {
   EXPECT_THROW(store.take(fp8->native, fp8->shape), Error);
   EXPECT_THROW(store.take_stored(fp8->native, {1, 2}), Error);
   EXPECT_EQ(store.take_stored(fp8->native, fp8->shape).origin, fp8->origin);
+}
+
+TEST(StreamedWeights, HostFp32EstimateIsWhatTheEagerStoreHolds) {
+  for (const char* sub : {"mixed_quant/native", "mixed_quant/hf", "csa/hf"}) {
+    const std::string dir = (kGolden / sub).string();
+    const ModelConfig cfg = load_model_config(dir);
+    WeightStore store = WeightStore::load(dir, cfg, LoadOptions{LoadOptions::Progress::kOff});
+    double held = 0;
+    for (const std::string& n : store.names()) held += static_cast<double>(store.peek(n).nbytes());
+    EXPECT_EQ(host_fp32_load_bytes(dir), held) << dir;
+  }
+  EXPECT_GT(host_memory_available(), 0);
 }
 
 // A modified copy of the native mixed_quant checkpoint in a temporary directory.
