@@ -12,7 +12,7 @@
 // names and shapes come from load_model_weights itself (a recording source), so the file has
 // exactly what the loader asks for. Values are scaled so that a forward stays finite.
 //
-// Then: the CUDA runtime and cuBLASLt are warmed up by a small dummy model, VmHWM is reset to
+// Then: the CUDA runtime and cuBLASLt are warmed up by a small golden model, VmHWM is reset to
 // the current resident set (writing 5 to /proc/self/clear_refs; where that is refused the
 // baseline is the earlier peak, which the writer keeps small), the checkpoint is streamed into
 // a kFp8 GpuModel, and the growth of the peak is asserted to be at most
@@ -35,6 +35,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/checkpoint.h"
@@ -277,10 +278,14 @@ TEST(GpuStreamRss, FullSizeV4FlashTensorsLoadWithBoundedHostMemory) {
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  uint64_t seed = 1;
-  for (const auto& [file, entries] : shards) {
-    write_shard(dir.path() / file, entries, seed++);
-    if (HasFatalFailure()) return;
+  {  // one thread per shard
+    std::vector<std::thread> writers;
+    uint64_t seed = 1;
+    for (const auto& [file, entries] : shards) {
+      writers.emplace_back([&, path = dir.path() / file, seed = seed++] { write_shard(path, entries, seed); });
+    }
+    for (std::thread& t : writers) t.join();
+    if (HasFailure()) return;
   }
   {
     std::ofstream idx(dir.path() / "model.safetensors.index.json");
@@ -293,17 +298,17 @@ TEST(GpuStreamRss, FullSizeV4FlashTensorsLoadWithBoundedHostMemory) {
               dir.path().c_str());
 
   // 2. Warm up the CUDA runtime and cuBLASLt (their host memory is not the loader's).
-  {
-    ModelConfig small = load_model_config("tests/data/golden/swa/hf");
+  {  // (a golden model, itself streamed: the goldens have a hash-routed layer, which dummy
+     // weights do not support)
     GpuModelOptions o;
     o.max_sequences = 1;
     o.max_context = 64;
     o.max_batch_tokens = 8;
     o.weight_format = WeightFormat::kFp8;
-    GpuModel warm(small, 7, o);
+    auto warm = GpuModel::load("tests/data/golden/mixed_quant/native", o);
     const std::vector<int32_t> tok{1, 2, 3};
-    GpuChunk c{warm.new_sequence(), tok, false};
-    (void)warm.forward({&c, 1});
+    GpuChunk c{warm->new_sequence(), tok, false};
+    (void)warm->forward({&c, 1});
   }
 
   // 3. Stream it, measuring the peak resident set.
