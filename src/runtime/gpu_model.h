@@ -176,7 +176,8 @@ struct GpuModelOptions {
   // 128x128 block FP8, an inexact one fails the construction naming the tensor; block FP8 as
   // stored) instead of being re-quantised from the host fp32 experts (which are then not
   // read). Experts stored otherwise still come from the host. GpuModel::load sets it to its
-  // directory; empty: none. The count of converted experts is logged.
+  // directory; empty: none. The count of converted experts is logged. Unused with streamed
+  // weights (GpuWeightStream converts the stored experts itself, the same way).
   std::string expert_checkpoint;
   // How many positions truncate() may roll a sequence back (speculative verification of up
   // to this many drafts). 0 (default): no rollback, and the state is sized exactly as
