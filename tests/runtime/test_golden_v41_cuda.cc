@@ -169,14 +169,27 @@ void expect_loose(const std::vector<float>& ours, const std::vector<float>& ref,
   EXPECT_GE(s.min_cos, 0.999) << what << ": a position outside FP4 threshold noise";
 }
 
-// bf16 storage of every K=V entry (reference numerics): argmax at >= 90%, cosine >= 0.999 at
-// >= 90% of positions.
+// bf16 storage of every K=V entry (reference numerics): argmax at >= 90% of positions. The
+// share of positions at cosine >= 0.999 is printed, not asserted: bf16 keys swap near-tied
+// top-k members and every later position moves (base, sequence b: 70 of 80 on the H200 and
+// 70 of 80 on the CPU with its K=V rounded to bf16, min cos -0.097 on both). What is asserted
+// per position is expect_flips_explain (each low position comes after a changed choice), and
+// BatchedMatchesAloneBitwise ties the batched runs to the alone ones.
 void expect_bf16_close(const std::vector<float>& ours, const std::vector<float>& ref, int64_t V,
                        const std::string& what) {
   const RowStats s = row_stats(ours, ref, V);
   print_stats(what, s);
   EXPECT_GE(s.argmax_equal * 10, s.rows * 9) << what;
-  EXPECT_GE(s.cos_ok * 10, s.rows * 9) << what;
+}
+
+// Whether ours' argmax is, in `ref`, within `tie` * max|ref| of ref's own maximum (a near tie
+// that rounding may flip without any defect).
+bool argmax_is_near_tie(const std::vector<float>& ours, const std::vector<float>& ref, double tie) {
+  const auto mine = std::max_element(ours.begin(), ours.end()) - ours.begin();
+  const float top = *std::max_element(ref.begin(), ref.end());
+  float scale = 0;
+  for (float v : ref) scale = std::max(scale, std::fabs(v));
+  return top - ref[mine] <= tie * scale;
 }
 
 // Every scenario of the header (full, chunks of 1 / 7 / 64, batched a and b) against `ref` /
@@ -259,7 +272,9 @@ void expect_flips_explain(GpuModel& gpu, Model& cpu, const std::vector<int32_t>&
     const std::vector<float> a(ours.begin() + p * V, ours.begin() + (p + 1) * V);
     const std::vector<float> b(ref.begin() + p * V, ref.begin() + (p + 1) * V);
     const RowStats st = row_stats(a, b, V);
-    if (st.min_cos >= 0.999 && st.argmax_equal == 1) continue;
+    // An argmax flip at a near tie (the reference's margin under 1e-3 of max|ref|; measured:
+    // flips at cos 0.999996-0.9999996 with no changed choice) is rounding, not a defect.
+    if (st.min_cos >= 0.999 && (st.argmax_equal == 1 || argmax_is_near_tie(a, b, 1e-3))) continue;
     ++n_low;
     if (first_low < 0) first_low = p;
     EXPECT_TRUE(first >= 0 && p >= first)

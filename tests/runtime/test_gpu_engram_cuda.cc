@@ -208,7 +208,7 @@ std::vector<float> random_streams(std::mt19937_64& rng, int64_t count) {
 }
 
 std::mt19937_64 seeded() {
-  uint64_t seed = std::random_device{}();
+  uint64_t seed = 20261202;  // fixed, so a failure reproduces; DEEPINFER_TEST_SEED explores others
   if (const char* env = std::getenv("DEEPINFER_TEST_SEED")) seed = std::strtoull(env, nullptr, 10);
   std::printf("[seed %llu]\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
@@ -254,7 +254,10 @@ TEST(GpuEngram, Fp32MatchesTheCpuEngramBlockInBothPlacements) {
           moved = std::max(moved, std::fabs(double(ref[i]) - x0[i]));
         }
         EXPECT_LE(err, 1e-5 * scale) << "max|gpu - cpu| " << err << ", max|X| " << scale;
-        EXPECT_GT(moved, 1e-3 * scale) << "the update must be visible";
+        bool any_live = false;
+        for (int64_t r = 0; r < n; ++r) any_live = any_live || hist[r * mg] >= 0;
+        // A batch of dead rows only (possible at n = 1) keeps its streams: checked below.
+        if (any_live) EXPECT_GT(moved, 1e-3 * scale) << "the update must be visible";
         for (int64_t r = 0; r < n; ++r) {
           if (hist[r * mg] >= 0) continue;
           EXPECT_EQ(0, std::memcmp(&dev[r * width], &x0[r * width], width * 4))
