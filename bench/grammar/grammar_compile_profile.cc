@@ -1,9 +1,11 @@
 // grammar_compile_profile: compile time of JSON schemas without a vocabulary (front end + automata,
 // i.e. build_grammar), for profiling the compile tail with perf.
 //
-//   grammar_compile_profile [--repeat N] schema.json...
+//   grammar_compile_profile [--repeat N] [--fingerprint] schema.json...
 // Prints one line per schema: path, best and first time (ms) over N compilations, the budget's
-// states, and the error if it is refused. Process-wide automaton memos stay warm after the first
+// states, and the error if it is refused; --fingerprint adds a hash of the grammar's automata
+// (their fingerprints, in order) and rule count, to check that a faster build gives the same
+// automata. Process-wide automaton memos stay warm after the first
 // compilation of a schema, so "first" is the cold time and "best" the warm one.
 #include <chrono>
 #include <cstdio>
@@ -19,10 +21,15 @@ using namespace deepinfer::grammar;
 
 int main(int argc, char** argv) {
   int repeat = 1;
+  bool fingerprint = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--repeat" && i + 1 < argc) {
       repeat = std::stoi(argv[++i]);
+      continue;
+    }
+    if (a == "--fingerprint") {
+      fingerprint = true;
       continue;
     }
     std::ifstream in(a);
@@ -34,10 +41,15 @@ int main(int argc, char** argv) {
     double first = 0, best = 1e18;
     CompileUsage usage;
     std::string error;
+    uint64_t fp = 0;
     for (int r = 0; r < repeat; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       try {
-        build_grammar(spec, &usage);
+        Grammar g = build_grammar(spec, &usage);
+        if (fingerprint && r == 0) {
+          fp = static_cast<uint64_t>(g.n_rules()) * 0x9E3779B97F4A7C15ull;
+          for (const Dfa& d : g.dfas) fp = (fp ^ d.fingerprint() ^ d.n_classes) * 1099511628211ull;
+        }
       } catch (const Error& e) {
         error = e.what();
       }
@@ -45,8 +57,9 @@ int main(int argc, char** argv) {
       if (r == 0) first = ms;
       best = std::min(best, ms);
     }
-    std::printf("%s first %.2f best %.2f states %lld %s\n", a.c_str(), first, best,
-                static_cast<long long>(usage.states), error.substr(0, 120).c_str());
+    std::printf("%s first %.2f best %.2f states %lld", a.c_str(), first, best, static_cast<long long>(usage.states));
+    if (fingerprint) std::printf(" fp %016llx", static_cast<unsigned long long>(fp));
+    std::printf(" %s\n", error.substr(0, 120).c_str());
   }
   return 0;
 }

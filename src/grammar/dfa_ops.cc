@@ -176,13 +176,18 @@ Dfa finish_dfa(Dfa d) {
 Dfa trim_dfa(const Dfa& d) {
   const int32_t n = d.n_states(), nc = d.n_classes;
   if (n == 0) return Dfa{};
-  // Reverse reachability from accepting states.
-  std::vector<std::vector<int32_t>> rev(n);
-  for (int32_t s = 0; s < n; ++s) {
-    const int32_t* r = row_of(d, s);
-    for (int32_t k = 0; k < nc; ++k) {
-      int32_t t = r[k];
-      if (t != kDead && (rev[t].empty() || rev[t].back() != s)) rev[t].push_back(s);
+  // Reverse reachability from accepting states, over the reversed edges in one flat (CSR) array.
+  std::vector<int32_t> first(static_cast<size_t>(n) + 1, 0);
+  for (int32_t t : d.next)
+    if (t != kDead) ++first[t + 1];
+  for (int32_t s = 0; s < n; ++s) first[s + 1] += first[s];
+  std::vector<int32_t> rev(first[n]);
+  {
+    std::vector<int32_t> fill(first.begin(), first.end() - 1);
+    for (int32_t s = 0; s < n; ++s) {
+      const int32_t* r = row_of(d, s);
+      for (int32_t k = 0; k < nc; ++k)
+        if (r[k] != kDead) rev[fill[r[k]]++] = s;
     }
   }
   std::vector<uint8_t> live(n, 0);
@@ -192,8 +197,8 @@ Dfa trim_dfa(const Dfa& d) {
   while (!work.empty()) {
     int32_t s = work.back();
     work.pop_back();
-    for (int32_t p : rev[s])
-      if (!live[p]) { live[p] = 1; work.push_back(p); }
+    for (int32_t i = first[s]; i < first[s + 1]; ++i)
+      if (!live[rev[i]]) { live[rev[i]] = 1; work.push_back(rev[i]); }
   }
   if (!live[d.start]) return Dfa{};
   // Forward reachability over live states, renumbering from the start.
@@ -234,22 +239,49 @@ Dfa minimize_dfa(const Dfa& d) {
   for (int32_t s = 0; s < n; ++s) cls[s] = d.accept[s];
   int32_t n_cls = 0;
   ScopedBytes work(static_cast<int64_t>(n) * static_cast<int64_t>(4 * nc + 64));
+  // Moore rounds: a state's signature is (its class, its successors' classes); new classes are
+  // numbered in order of their first state. Signatures live in one flat array, found through an
+  // open-addressing table of state indices (no allocation per state or round).
+  const int32_t w = nc + 1;
+  std::vector<int32_t> sig(static_cast<size_t>(n) * w);
+  std::vector<uint64_t> hash(n);
+  size_t cap = 16;
+  while (cap < 2 * static_cast<size_t>(n)) cap *= 2;
+  std::vector<int32_t> table(cap);
+  std::vector<int32_t> next_cls(n);
   for (int round = 0; round < 32; ++round) {
     budget_tick();
-    std::unordered_map<std::string, int32_t> sig_ids;
-    std::vector<int32_t> next_cls(n);
-    std::string sig;
     for (int32_t s = 0; s < n; ++s) {
-      sig.assign(reinterpret_cast<const char*>(&cls[s]), 4);
+      int32_t* g = &sig[static_cast<size_t>(s) * w];
       const int32_t* r = row_of(d, s);
+      g[0] = cls[s];
+      uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(cls[s]);
       for (int32_t k = 0; k < nc; ++k) {
-        int32_t c = r[k] == kDead ? -1 : cls[r[k]];
-        sig.append(reinterpret_cast<const char*>(&c), 4);
+        const int32_t c = r[k] == kDead ? -1 : cls[r[k]];
+        g[k + 1] = c;
+        h = (h ^ static_cast<uint32_t>(c)) * 0x100000001B3ull;
       }
-      auto [it, fresh] = sig_ids.emplace(sig, static_cast<int32_t>(sig_ids.size()));
-      next_cls[s] = it->second;
+      hash[s] = h ^ (h >> 29);
     }
-    int32_t count = static_cast<int32_t>(sig_ids.size());
+    std::fill(table.begin(), table.end(), -1);
+    int32_t count = 0;
+    for (int32_t s = 0; s < n; ++s) {
+      const int32_t* g = &sig[static_cast<size_t>(s) * w];
+      size_t slot = hash[s] & (cap - 1);
+      for (;; slot = (slot + 1) & (cap - 1)) {
+        const int32_t rep = table[slot];
+        if (rep < 0) {
+          table[slot] = s;
+          next_cls[s] = count++;
+          break;
+        }
+        if (hash[rep] == hash[s] &&
+            std::equal(g, g + w, &sig[static_cast<size_t>(rep) * w])) {
+          next_cls[s] = next_cls[rep];
+          break;
+        }
+      }
+    }
     cls.swap(next_cls);
     if (count == n_cls) break;
     n_cls = count;
