@@ -168,8 +168,10 @@ struct Nfa {
     return from;
   }
 
+  mutable std::vector<int32_t> work;  // closure's stack, kept between calls
+
   void closure(std::vector<int32_t>& set, std::vector<uint8_t>& mark) const {
-    std::vector<int32_t> work(set);
+    work.assign(set.begin(), set.end());
     for (int32_t s : set) mark[s] = 1;
     while (!work.empty()) {
       int32_t s = work.back();

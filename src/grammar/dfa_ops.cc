@@ -131,14 +131,11 @@ Dfa finish_dfa(Dfa d) {
   const int32_t n = d.n_states(), nc = d.n_classes;
   if (n > 0 && nc > 1) {
     // Column hashes row by row (cache-friendly), then an exact comparison of equal hashes.
-    std::vector<uint64_t> h(nc, 0x9E3779B97F4A7C15ull);
+    // (Only a filter: equal hashes are compared exactly, so a cheap multiply-add hash will do.)
+    std::vector<uint32_t> h(nc, 0x9E3779B9u);
     for (int32_t s = 0; s < n; ++s) {
       const int32_t* row = row_of(d, s);
-      for (int32_t k = 0; k < nc; ++k) {
-        uint64_t x = h[k] ^ (static_cast<uint64_t>(static_cast<uint32_t>(row[k])) + 0x632BE59BD9B4E019ull * (s + 1));
-        x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29;
-        h[k] = x;
-      }
+      for (int32_t k = 0; k < nc; ++k) h[k] = h[k] * 0x01000193u + static_cast<uint32_t>(row[k]);
     }
     auto same_column = [&](int32_t p, int32_t q) {
       for (int32_t s = 0; s < n; ++s)
@@ -318,19 +315,30 @@ std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
   d.start = a.start;
   d.next.assign(static_cast<size_t>(na + nb) * nc, kDead);
   d.accept.assign(na + nb, 0);
+  // Each joint class's column in a and in b (no byte_class lookup per cell).
+  std::vector<int32_t> ka(nc), kb(nc), b_start(nc);
+  for (int32_t k = 0; k < nc; ++k) {
+    ka[k] = a.byte_class[reps[k]];
+    kb[k] = b.byte_class[reps[k]];
+    b_start[k] = row_of(b, b.start)[kb[k]];
+  }
   for (int32_t s = 0; s < na; ++s) {
     d.accept[s] = a.accept[s] && b.accept[b.start];
+    const int32_t* r = row_of(a, s);
+    int32_t* out = &d.next[static_cast<size_t>(s) * nc];
     for (int32_t k = 0; k < nc; ++k) {
-      const int32_t t = a.at(s, reps[k]), u = b.at(b.start, reps[k]);
-      if (t != kDead) d.next[static_cast<size_t>(s) * nc + k] = t;
-      else if (a.accept[s] && u != kDead) d.next[static_cast<size_t>(s) * nc + k] = na + u;
+      const int32_t t = r[ka[k]], u = b_start[k];
+      if (t != kDead) out[k] = t;
+      else if (a.accept[s] && u != kDead) out[k] = na + u;
     }
   }
   for (int32_t s = 0; s < nb; ++s) {
     d.accept[na + s] = b.accept[s];
+    const int32_t* r = row_of(b, s);
+    int32_t* out = &d.next[static_cast<size_t>(na + s) * nc];
     for (int32_t k = 0; k < nc; ++k) {
-      const int32_t t = b.at(s, reps[k]);
-      if (t != kDead) d.next[static_cast<size_t>(na + s) * nc + k] = na + t;
+      const int32_t t = r[kb[k]];
+      if (t != kDead) out[k] = na + t;
     }
   }
   // Both parts are trimmed and B is non-empty, so every state still reaches acceptance (B's
