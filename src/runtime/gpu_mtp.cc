@@ -41,6 +41,7 @@
 #include "ops/sampling/sampling_cuda.h"
 #include "runtime/gpu_model.h"
 #include "runtime/gpu_model_impl.h"
+#include "runtime/gpu_mtp_trace.h"
 #include "runtime/mtp_kernels.h"
 #include "runtime/ring_store.h"
 
@@ -57,7 +58,23 @@ constexpr int64_t kMinChain = 4;
 enum DraftSection : int { kDPos, kDSlot, kDLo, kDRow0, kDStep, kDStepEnd, kDZero, kDStreamRow, kDNext,
                           kDSections };
 
+// Test instrumentation (gpu_mtp_trace.h): the installed trace and the step draft() runs now.
+GpuMtpTrace* g_trace = nullptr;
+int64_t g_trace_step_now = -1;
+
+// Records row 0 of a device array of n floats (or int32 ids) under `name` when tracing this step.
+template <typename T>
+void trace_row(cudaStream_t stream, const char* name, const T* dev, int64_t n) {
+  if (g_trace == nullptr || g_trace_step_now != g_trace->step) return;
+  std::vector<T> host(static_cast<size_t>(n));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+  g_trace->values[name] = std::vector<float>(host.begin(), host.end());
+}
+
 }  // namespace
+
+void set_gpu_mtp_trace(GpuMtpTrace* trace) { g_trace = trace; }
 
 void GpuModel::Impl::init_mtp(const ModelWeights* hw) {
   CHECK_KIND(kUnsupported, !cfg.is_v41())
@@ -170,12 +187,18 @@ void GpuModel::Impl::mtp_input(int64_t n, const int32_t* tokens_dev, const float
   cudaStream_t stream = ctx.stream();
   const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
   const float eps = static_cast<float>(cfg.rms_norm_eps);
+  trace_row(stream, "h_in", streams_in, hc * D);
   embedding_cuda(stream, embed, tokens_dev, n, D, 1, g.e);
   rms_norm_cuda(stream, g.e, g.enorm, n, D, D, eps, g.e);
+  trace_row(stream, "e", g.e, D);
   lin(g.e_proj, g.e, n, g.ep, g.a);
+  trace_row(stream, "ep", g.ep, D);
   rms_norm_cuda(stream, streams_in, g.hnorm, n * hc, D, D, eps, g.hn);
+  trace_row(stream, "hn", g.hn, hc * D);
   lin(g.h_proj, g.hn, n * hc, g.hp, g.a);
+  trace_row(stream, "hp", g.hp, hc * D);
   mtp_input_add_cuda(stream, g.ep, g.hp, n, hc, D, Z);
+  trace_row(stream, "z_in", Z, hc * D);
 }
 
 void GpuModel::Impl::mtp_write_context() {
@@ -224,12 +247,18 @@ void GpuModel::Impl::mtp_draft_step(int64_t b, const int32_t* sm) {
   hc_mix_cuda(ctx, g.Z, b, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, hp, mix_scratch, pre, post, comb);
   hc_collapse_cuda(stream, g.Z, pre, b, hc, D, u);
   rms_norm_cuda(stream, u, w.attn_norm, b, D, D, eps, x);
+  trace_row(stream, "x_attn", x, D);
   lin(w.wq_a, x, b, q_r, g.a);
+  trace_row(stream, "q_r", q_r, Rq);
   rms_norm_cuda(stream, q_r, w.q_norm, b, Rq, Rq, eps, q_r);
+  trace_row(stream, "q_rn", q_r, Rq);
   lin(w.wq_b, q_r, b, q, g.a);
   if (cfg.traits.per_head_q_norm) rms_norm_cuda(stream, q, nullptr, b * H, d, d, eps, q);
+  trace_row(stream, "q", q, H * d);
   lin(w.wkv, x, b, kv, g.a);
+  trace_row(stream, "kv_raw", kv, d);
   rms_norm_cuda(stream, kv, w.kv_norm, b, d, d, eps, kv);
+  trace_row(stream, "kv", kv, d);
   rope_cuda(stream, q, pos, b, H, d, r, inv_freq_main);
   rope_cuda(stream, kv, pos, b, 1, d, r, inv_freq_main);
   if (official) fp8_roundtrip_rows_cuda(stream, kv, b, d, d - r, cfg.traits.window_fp8_block);
@@ -253,6 +282,7 @@ void GpuModel::Impl::mtp_draft_step(int64_t b, const int32_t* sm) {
   ap.window = W;
   sparse_attention_cuda(stream, ap);
   rope_cuda(stream, o, pos, b, H, d, r, inv_freq_main, /*inverse=*/true);
+  trace_row(stream, "o", o, H * d);
   for (int64_t grp = 0; grp < G; ++grp) {  // grouped output projection
     CUDA_CHECK(cudaMemcpy2DAsync(og, gw * sizeof(float), o + grp * gw, H * d * sizeof(float), gw * sizeof(float),
                                  b, cudaMemcpyDeviceToDevice, stream));
@@ -261,32 +291,45 @@ void GpuModel::Impl::mtp_draft_step(int64_t b, const int32_t* sm) {
                                  b, cudaMemcpyDeviceToDevice, stream));
   }
   lin(w.wo_b, zz, b, y, g.a);
+  trace_row(stream, "y_attn", y, D);
   hc_expand_cuda(stream, g.Z, y, post, comb, b, hc, D, g.Z2);
   std::swap(g.Z, g.Z2);
+  trace_row(stream, "z_attn", g.Z, hc * D);
   // FFN site: score routing with the bias, shared expert, grouped routed experts.
   hc_mix_cuda(ctx, g.Z, b, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, hp, mix_scratch, pre, post, comb);
   hc_collapse_cuda(stream, g.Z, pre, b, hc, D, u);
   rms_norm_cuda(stream, u, w.ffn_norm, b, D, D, eps, x);
+  trace_row(stream, "x_ffn", x, D);
   lin(w.gate, x, b, router, g.a);
+  trace_row(stream, "router", router, cfg.n_routed_experts);
   route_cuda(stream, router, b, w.bias, nullptr, g.tokens,
              RouterParams{cfg.n_routed_experts, cfg.n_experts_per_tok, static_cast<float>(cfg.routed_scaling_factor)},
              route_ids, route_w);
+  trace_row(stream, "route_ids", route_ids, cfg.n_experts_per_tok);
+  trace_row(stream, "route_w", route_w, cfg.n_experts_per_tok);
   lin(w.sw1, x, b, sg, g.a);
   lin(w.sw3, x, b, sv, g.a);
   swiglu_cuda(stream, sg, sv, nullptr, b, Is, static_cast<float>(cfg.swiglu_limit));
+  trace_row(stream, "shared_act", sg, Is);
   lin(w.sw2, sg, b, ysh, g.a);
+  trace_row(stream, "y_shared", ysh, D);
   const MoeExpertsShape shape = moe_shape(b);
   if (fp8()) {
     moe_experts_fp8_cuda(stream, shape, x, route_ids, route_w, w.experts, ysh, g.moe_ws, y);
   } else {
     moe_experts_f32_cuda(stream, shape, x, route_ids, route_w, w.experts_f32, ysh, g.moe_ws, y);
   }
+  trace_row(stream, "y_moe", y, D);
   hc_expand_cuda(stream, g.Z, y, post, comb, b, hc, D, g.Z2);
   std::swap(g.Z, g.Z2);
+  trace_row(stream, "z_out", g.Z, hc * D);
   // Head: the MTP's own hc_head and norm, the backbone's head; the chain's next token.
   hc_head_cuda(ctx, g.Z, b, g.hc_head.fn, g.hc_head.base, g.hc_head.scale, hp, mix_scratch, g.head_pre, g.h);
+  trace_row(stream, "h", g.h, D);
   rms_norm_cuda(stream, g.h, g.norm, b, D, D, eps, g.hnorm_out);
+  trace_row(stream, "h_norm", g.hnorm_out, D);
   lin(head, g.hnorm_out, b, g.logits, g.a);
+  trace_row(stream, "logits", g.logits, V);
   argmax_rows_cuda(stream, g.logits, b, V, g.tokens);
 }
 
@@ -357,7 +400,9 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
       hidden(host_logits ? static_cast<size_t>(n_drafts * B * D) : 0), prob(static_cast<size_t>(n_drafts * B));
   std::vector<int32_t> tokens(static_cast<size_t>(n_drafts * B));
   for (int64_t j = 0; j < n_drafts; ++j) {
+    g_trace_step_now = j;
     m.mtp_draft_step(B, g.meta + j * per_step);
+    g_trace_step_now = -1;
     if (host_logits) {
       CUDA_CHECK(cudaMemcpyAsync(logits.data() + j * B * V, g.logits, B * V * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream));
