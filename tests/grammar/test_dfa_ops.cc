@@ -4,7 +4,9 @@
 // combination of the operands' answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -138,6 +140,156 @@ TEST(DfaOps, TablesStayInByteClasses) {
   EXPECT_TRUE(with_null.matches("\"\\n\\u001f\xc3\xa9\""));  // escapes and raw UTF-8
   EXPECT_FALSE(with_null.matches("nul"));
   EXPECT_LT(with_null.n_classes, 40);
+}
+
+
+// ---- minimize_dfa / trim_dfa / finish_dfa against plain references (the library's versions use
+// flat tables, CSR reverse edges and a hash filter; these are the straightforward forms).
+namespace plain {
+
+Dfa finish(Dfa d) {
+  const int32_t n = d.n_states(), nc = d.n_classes;
+  auto col_eq = [&](int32_t p, int32_t q) {
+    for (int32_t s = 0; s < n; ++s)
+      if (d.next[s * nc + p] != d.next[s * nc + q]) return false;
+    return true;
+  };
+  std::vector<int32_t> reps, merged(nc);
+  for (int32_t k = 0; k < nc; ++k) {
+    int32_t f = -1;
+    for (size_t r = 0; r < reps.size() && f < 0; ++r)
+      if (col_eq(reps[r], k)) f = static_cast<int32_t>(r);
+    if (f < 0) { f = static_cast<int32_t>(reps.size()); reps.push_back(k); }
+    merged[k] = f;
+  }
+  if (n > 0 && reps.size() < static_cast<size_t>(nc)) {
+    std::vector<int32_t> next;
+    for (int32_t s = 0; s < n; ++s)
+      for (int32_t r : reps) next.push_back(d.next[s * nc + r]);
+    d.next = next;
+    for (auto& c : d.byte_class) c = static_cast<uint8_t>(merged[c]);
+    d.n_classes = static_cast<int32_t>(reps.size());
+  }
+  d.has_out.assign(n, 0);
+  for (int32_t s = 0; s < n; ++s)
+    for (int32_t k = 0; k < d.n_classes; ++k)
+      if (d.next[s * d.n_classes + k] != kDead) d.has_out[s] = 1;
+  return d;
+}
+
+Dfa trim(const Dfa& d) {
+  const int32_t n = d.n_states(), nc = d.n_classes;
+  if (n == 0) return Dfa{};
+  std::vector<uint8_t> live(d.accept.begin(), d.accept.end());
+  for (bool grew = true; grew;) {  // fixpoint: live if some successor is live
+    grew = false;
+    for (int32_t s = 0; s < n; ++s)
+      for (int32_t k = 0; k < nc && !live[s]; ++k)
+        if (d.next[s * nc + k] != kDead && live[d.next[s * nc + k]]) live[s] = grew = true;
+  }
+  if (!live[d.start]) return Dfa{};
+  std::vector<int32_t> id(n, -1), order{d.start};
+  id[d.start] = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    for (int32_t k = 0; k < nc; ++k) {
+      int32_t t = d.next[order[i] * nc + k];
+      if (t != kDead && live[t] && id[t] < 0) { id[t] = static_cast<int32_t>(order.size()); order.push_back(t); }
+    }
+  Dfa out;
+  out.byte_class = d.byte_class;
+  out.n_classes = nc;
+  for (int32_t s : order) {
+    out.accept.push_back(d.accept[s]);
+    for (int32_t k = 0; k < nc; ++k) {
+      int32_t t = d.next[s * nc + k];
+      out.next.push_back(t != kDead && live[t] ? id[t] : kDead);
+    }
+  }
+  return finish(out);
+}
+
+// Moore rounds with string signatures, at most 32 (as the library), then the quotient, trimmed.
+Dfa minimize(const Dfa& d) {
+  const int32_t n = d.n_states(), nc = d.n_classes;
+  if (n <= 1 || n > 3000) return d;
+  std::vector<int32_t> cls(d.accept.begin(), d.accept.end());
+  int32_t n_cls = 0;
+  for (int round = 0; round < 32; ++round) {
+    std::map<std::string, int32_t> ids;
+    std::vector<int32_t> next_cls(n);
+    for (int32_t s = 0; s < n; ++s) {
+      std::string sig = std::to_string(cls[s]);
+      for (int32_t k = 0; k < nc; ++k) sig += "," + std::to_string(d.next[s * nc + k] == kDead ? -1 : cls[d.next[s * nc + k]]);
+      next_cls[s] = ids.emplace(sig, static_cast<int32_t>(ids.size())).first->second;
+    }
+    cls = next_cls;
+    const int32_t count = static_cast<int32_t>(ids.size());
+    if (count == n_cls) break;
+    n_cls = count;
+    if (round == 31) return d;
+  }
+  if (n_cls == n) return d;
+  Dfa out;
+  out.byte_class = d.byte_class;
+  out.n_classes = nc;
+  out.next.assign(static_cast<size_t>(n_cls) * nc, kDead);
+  out.accept.assign(n_cls, 0);
+  for (int32_t s = 0; s < n; ++s) {
+    out.accept[cls[s]] = d.accept[s];
+    for (int32_t k = 0; k < nc; ++k)
+      out.next[cls[s] * nc + k] = d.next[s * nc + k] == kDead ? kDead : cls[d.next[s * nc + k]];
+  }
+  out.start = cls[d.start];
+  return trim(out);
+}
+
+}  // namespace plain
+
+void expect_same(const Dfa& x, const Dfa& y, const std::string& what) {
+  EXPECT_EQ(x.start, y.start) << what;
+  EXPECT_EQ(x.n_classes, y.n_classes) << what;
+  EXPECT_EQ(x.byte_class, y.byte_class) << what;
+  EXPECT_EQ(x.next, y.next) << what;
+  EXPECT_EQ(x.accept, y.accept) << what;
+  EXPECT_EQ(x.has_out, y.has_out) << what;
+}
+
+// Random automata with many equivalent and dead states: a random base automaton in 1-3 copies
+// whose transitions go to a random copy of the base target (copies are equivalent), columns
+// drawn from few values (so classes merge), sparse accepting states.
+TEST(DfaOpsPlain, MinimizeTrimFinishEqualPlainOnRandomAutomata) {
+  std::mt19937 rng(1234);
+  int merged = 0;  // automata that minimisation shrinks (the test must exercise merging)
+  for (int iter = 0; iter < 300; ++iter) {
+    const int32_t m = 1 + static_cast<int32_t>(rng() % 60), nc = 1 + static_cast<int32_t>(rng() % 12);
+    const int32_t copies = 1 + static_cast<int32_t>(rng() % 3), n = m * copies;
+    Dfa d;
+    d.n_classes = nc;
+    for (int b = 0; b < 256; ++b) d.byte_class[b] = static_cast<uint8_t>(rng() % nc);
+    std::vector<int32_t> base(static_cast<size_t>(m) * nc);
+    std::vector<uint8_t> base_accept(m);
+    for (int32_t s = 0; s < m; ++s) {
+      base_accept[s] = rng() % 4 == 0;
+      for (int32_t k = 0; k < nc; ++k) base[s * nc + k] = rng() % 3 == 0 ? kDead : static_cast<int32_t>(rng() % m);
+    }
+    for (int32_t s = 0; s < n; ++s) {
+      d.accept.push_back(base_accept[s % m]);
+      for (int32_t k = 0; k < nc; ++k) {
+        const int32_t t = base[(s % m) * nc + k];
+        d.next.push_back(t == kDead ? kDead : t + m * static_cast<int32_t>(rng() % copies));
+      }
+    }
+    d.start = static_cast<int32_t>(rng() % n);
+    d = plain::finish(d);
+    const std::string what = "iter " + std::to_string(iter);
+    expect_same(finish_dfa(d), plain::finish(d), what + " finish");
+    expect_same(trim_dfa(d), plain::trim(d), what + " trim");
+    const Dfa t = trim_dfa(d);
+    expect_same(minimize_dfa(t), plain::minimize(t), what + " minimize");
+    expect_same(minimize_dfa(d), plain::minimize(d), what + " minimize untrimmed");
+    merged += plain::minimize(t).n_states() < t.n_states();
+  }
+  EXPECT_GT(merged, 30);
 }
 
 }  // namespace
