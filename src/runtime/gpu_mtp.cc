@@ -24,6 +24,8 @@
 //  * rollback: everything is kept by position, and a draft writes only its chain slots (never
 //    the ring), so it changes no state a later forward or draft reads; truncate() needs
 //    nothing here (the next forward rewrites the keys from the new length - 1 on).
+//  * test instrumentation: with a GpuMtpTrace installed (gpu_mtp_trace.h), one draft step's
+//    row 0 is copied to the host after every stage (synchronising); off, trace_row returns at once.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -17,6 +17,9 @@
 //    fp32 projections untouched) and the size of the noise on the CPU alone (emulated vs plain
 //    drafter; emulated under summation-order and +-1 / 16-ulp input changes), measured and
 //    printed.
+//  * FP8 localisation (Fp8StagesAgainstTheEmulation, golden_mtp, FP8 and bf16 KV cache): the
+//    backbone's logits, the MTP's inputs and keys, and every stage of the first draft step fed
+//    the GPU's own traced input (gpu_mtp_trace.h), GPU vs the CPU under the emulation.
 //  * models/trained-v4 (its trained MTP drafter from drafter.safetensors via the index), fp32
 //    reference numerics: chained drafts (3) at several positions of a prompt vs Model::draft,
 //    1e-4 * max|ref| per row, tokens equal. Skipped when the model is absent.
