@@ -289,6 +289,25 @@ namespace {
 Dfa build_dfa_uncached(const Expr& e, const std::string& what) {
   if (e.kind == ExprKind::kAutomaton) return *e.dfa;
   if ((e.kind != ExprKind::kSeq && e.kind != ExprKind::kAlt) || !has_automaton(e)) return build_dfa_nfa(e, what);
+  if (e.kind == ExprKind::kSeq && !e.children.empty()) {
+    // The concat_dfa fold of the loop below, in runs over one table (concat_run_dfa); a part
+    // that conflicts is joined through the NFA and starts the next run.
+    std::vector<Dfa> parts;
+    parts.reserve(e.children.size());
+    for (const auto& c : e.children) parts.push_back(build_dfa(*c, what));
+    while (true) {
+      size_t used = 0;
+      Dfa acc = concat_run_dfa(parts, used);
+      if (used == parts.size()) return acc;
+      std::vector<Dfa> rest;
+      rest.reserve(parts.size() - used);
+      rest.push_back(build_dfa_nfa(*seq({automaton(std::make_shared<const Dfa>(std::move(acc))),
+                                         automaton(std::make_shared<const Dfa>(std::move(parts[used])))}),
+                                   what));
+      for (size_t i = used + 1; i < parts.size(); ++i) rest.push_back(std::move(parts[i]));
+      parts = std::move(rest);
+    }
+  }
   std::optional<Dfa> acc;
   for (const auto& c : e.children) {
     Dfa part = build_dfa(*c, what);

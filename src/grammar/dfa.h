@@ -64,6 +64,11 @@ Dfa union_dfa(const Dfa& a, const Dfa& b, const std::string& what);
 // A·B without an NFA when deterministic: no accepting state of A has a live byte that B's start
 // also uses; std::nullopt on such a conflict.
 std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b);
+// The left fold of concat_dfa over parts[0], parts[1], ... in one table (no copy of the growing
+// prefix per step), up to the first part that conflicts: returns the fold's automaton over
+// parts[0..used) (used >= 1, parts[0] itself when used == 1), equal to the fold's result
+// state for state (test_dfa_ops). An empty part empties the result, as in the fold.
+Dfa concat_run_dfa(const std::vector<Dfa>& parts, size_t& used);
 // Removes states that cannot reach acceptance and renumbers; an empty language gives an empty Dfa.
 Dfa trim_dfa(const Dfa& d);
 // `unit` repeated [min, max] times (max == kUnbounded: no bound). `unit` must be prefix-free (no

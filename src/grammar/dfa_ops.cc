@@ -4,6 +4,7 @@
 // (intersection, difference, union), deterministic concatenation, counted repetition of a
 // prefix-free unit.
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -343,6 +344,86 @@ std::optional<Dfa> concat_dfa(const Dfa& a, const Dfa& b) {
   }
   // Both parts are trimmed and B is non-empty, so every state still reaches acceptance (B's
   // start copy may be unreachable, which is harmless).
+  return finish_dfa(std::move(d));
+}
+
+Dfa concat_run_dfa(const std::vector<Dfa>& parts, size_t& used) {
+  ICHECK(!parts.empty());
+  used = 1;
+  if (parts.size() == 1) return parts[0];
+  // Joint byte classes of all parts (numbered by first byte), so no step re-expands the table.
+  std::array<uint8_t, 256> cls{};
+  int32_t nc = 1;
+  std::vector<int16_t> pair_id(256 * 256, -1);
+  for (const Dfa& p : parts) {
+    int32_t count = 0;
+    std::array<uint8_t, 256> refined{};
+    for (int c = 0; c < 256; ++c) {
+      int16_t& k = pair_id[cls[c] * 256 + p.byte_class[c]];
+      if (k < 0) k = static_cast<int16_t>(count++);
+      refined[c] = static_cast<uint8_t>(k);
+    }
+    for (int c = 0; c < 256; ++c) pair_id[cls[c] * 256 + p.byte_class[c]] = -1;
+    cls = refined;
+    nc = count;
+  }
+  std::vector<uint8_t> rep(nc);  // one byte per joint class
+  for (int c = 255; c >= 0; --c) rep[cls[c]] = static_cast<uint8_t>(c);
+  // Part 0 copied in, then each further part appended as concat_dfa(acc, part) would.
+  const Dfa& first = parts[0];
+  if (first.empty()) {
+    used = parts.size();
+    return Dfa{};
+  }
+  Dfa d;
+  d.byte_class = cls;
+  d.n_classes = nc;
+  d.start = first.start;
+  int64_t total = 0;
+  for (const Dfa& p : parts) total += p.n_states();
+  ScopedBytes work(total * nc * static_cast<int64_t>(sizeof(int32_t)) + total);
+  d.next.reserve(static_cast<size_t>(total) * nc);
+  d.accept.reserve(total);
+  auto append = [&](const Dfa& p, int32_t offset) {
+    for (int32_t s = 0; s < p.n_states(); ++s) {
+      const int32_t* r = row_of(p, s);
+      for (int32_t k = 0; k < nc; ++k) {
+        const int32_t t = r[p.byte_class[rep[k]]];
+        d.next.push_back(t == kDead ? kDead : offset + t);
+      }
+      d.accept.push_back(p.accept[s]);
+    }
+  };
+  append(first, 0);
+  for (; used < parts.size(); ++used) {
+    const Dfa& b = parts[used];
+    if (b.empty()) {  // concat_dfa: an empty operand empties the rest of the fold
+      used = parts.size();
+      return Dfa{};
+    }
+    const int32_t na = d.n_states();
+    std::vector<int32_t> b_start(nc);
+    for (int32_t k = 0; k < nc; ++k) b_start[k] = row_of(b, b.start)[b.byte_class[rep[k]]];
+    bool conflict = false;
+    for (int32_t s = 0; s < na && !conflict; ++s) {
+      if (!d.accept[s]) continue;
+      const int32_t* r = &d.next[static_cast<size_t>(s) * nc];
+      for (int32_t k = 0; k < nc; ++k)
+        if (r[k] != kDead && b_start[k] != kDead) { conflict = true; break; }
+    }
+    if (conflict) break;
+    budget_states(na + b.n_states());  // what concat_dfa charges for this step
+    const bool b_nullable = b.accept[b.start];
+    for (int32_t s = 0; s < na; ++s) {
+      if (!d.accept[s]) continue;
+      int32_t* r = &d.next[static_cast<size_t>(s) * nc];
+      for (int32_t k = 0; k < nc; ++k)
+        if (r[k] == kDead && b_start[k] != kDead) r[k] = na + b_start[k];
+      d.accept[s] = b_nullable;
+    }
+    append(b, na);
+  }
+  if (used == 1) return parts[0];  // the first step conflicts: the fold has not touched parts[0]
   return finish_dfa(std::move(d));
 }
 

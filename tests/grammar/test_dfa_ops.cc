@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -290,6 +291,41 @@ TEST(DfaOpsPlain, MinimizeTrimFinishEqualPlainOnRandomAutomata) {
     merged += plain::minimize(t).n_states() < t.n_states();
   }
   EXPECT_GT(merged, 30);
+}
+
+
+// concat_run_dfa (build_dfa's sequences) against the left fold of concat_dfa it replaces: the
+// same automaton, state for state, and the same stopping point at the first conflicting part.
+TEST(DfaOpsPlain, ConcatRunEqualsTheConcatFold) {
+  int long_runs = 0, conflicts = 0, empties = 0;
+  for (uint32_t seed = 0; seed < 400; ++seed) {
+    RandomExpr gen(5000 + seed);
+    std::vector<Dfa> parts;
+    for (int i = 0, n = 1 + gen.pick(5); i < n; ++i) {
+      ExprPtr p, w;
+      gen.make(gen.pick(3), p, w);
+      parts.push_back(gen.pick(25) == 0 ? Dfa{} : build_dfa_plain(*p, "part"));
+    }
+    size_t used = 0;
+    const Dfa run = concat_run_dfa(parts, used);
+    Dfa acc = parts[0];
+    size_t ref_used = 1;
+    for (; ref_used < parts.size(); ++ref_used) {
+      std::optional<Dfa> joined = concat_dfa(acc, parts[ref_used]);
+      if (!joined) break;
+      acc = std::move(*joined);
+    }
+    if (acc.empty()) ref_used = parts.size();  // an empty fold never stops
+    const std::string what = "seed " + std::to_string(seed);
+    EXPECT_EQ(used, ref_used) << what;
+    expect_same(run, acc, what);
+    long_runs += used >= 3;
+    conflicts += used < parts.size();
+    empties += run.empty();
+  }
+  EXPECT_GT(long_runs, 40);
+  EXPECT_GT(conflicts, 40);
+  EXPECT_GT(empties, 10);
 }
 
 }  // namespace
