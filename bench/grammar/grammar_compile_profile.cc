@@ -48,7 +48,15 @@ int main(int argc, char** argv) {
         Grammar g = build_grammar(spec, &usage);
         if (fingerprint && r == 0) {
           fp = static_cast<uint64_t>(g.n_rules()) * 0x9E3779B97F4A7C15ull;
-          for (const Dfa& d : g.dfas) fp = (fp ^ d.fingerprint() ^ d.n_classes) * 1099511628211ull;
+          auto mix = [&](uint64_t v) { fp = (fp ^ v) * 1099511628211ull; };
+          for (const Dfa& d : g.dfas) {  // every field, independent of Dfa::fingerprint
+            mix(d.start);
+            mix(d.n_classes);
+            for (uint8_t c : d.byte_class) mix(c);
+            for (int32_t v : d.next) mix(static_cast<uint32_t>(v));
+            for (uint8_t a : d.accept) mix(a);
+            for (uint8_t o : d.has_out) mix(o + 2);
+          }
         }
       } catch (const Error& e) {
         error = e.what();

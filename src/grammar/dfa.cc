@@ -204,8 +204,17 @@ uint64_t Dfa::fingerprint() const {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(static_cast<uint64_t>(start));
+  mix(static_cast<uint64_t>(n_classes));
   for (uint8_t c : byte_class) mix(c);
-  for (int32_t v : next) mix(static_cast<uint32_t>(v));
+  // The table in four independent FNV lanes (one multiply chain would bound the speed), the
+  // lanes and the length folded in at the end.
+  uint64_t lane[4] = {h, h ^ 0x9E3779B97F4A7C15ull, h ^ 0xC2B2AE3D27D4EB4Full, h ^ 0x165667B19E3779F9ull};
+  const size_t n = next.size(), n4 = n & ~size_t{3};
+  for (size_t i = 0; i < n4; i += 4)
+    for (int j = 0; j < 4; ++j) lane[j] = (lane[j] ^ static_cast<uint32_t>(next[i + j])) * 1099511628211ull;
+  for (size_t i = n4; i < n; ++i) lane[0] = (lane[0] ^ static_cast<uint32_t>(next[i])) * 1099511628211ull;
+  for (uint64_t l : lane) mix(l);
+  mix(n);
   for (uint8_t a : accept) mix(a + 7);
   return h;
 }
