@@ -67,24 +67,35 @@ TEST(ResolveDevice, Fp32AndEagerOnlyOnRequest) {
   EXPECT_EQ(a.kv_cache_dtype, "bf16");
 }
 
-TEST(ResolveDevice, V41StaysOnTheCpuUnlessCudaIsAsked) {
+TEST(ResolveDevice, V41UsesCudaWithFp32Weights) {
+  // V4.1 runs on the CUDA backend with fp32 weights only so far (issue 14 phase 1): auto
+  // picks cuda when a GPU is there, but never FP8 weights.
   EngineArgs a = args_for("tiny-v4.1");
   const std::string why = resolve_device({}, 1, a);
-  EXPECT_EQ(a.device, "cpu");
+  EXPECT_EQ(a.device, "cuda") << why;
   EXPECT_EQ(a.weight_format, "fp32");
-  EXPECT_FALSE(a.cuda_graphs);
-  EXPECT_NE(why.find("V4.1"), std::string::npos) << why;
+  EXPECT_TRUE(a.cuda_graphs);
   // A config-only V4.1 directory is recognised from its config.json.
   EngineArgs dir = args_for(config_only_dir("v41", kRoot + "/models/trained-v41/config.json"), true);
   resolve_device({}, 1, dir);
-  EXPECT_EQ(dir.device, "cpu");
-  // An explicit --device cuda is passed on (the runner refuses V4.1 with its own message).
-  DeviceRequest cuda;
-  cuda.device = "cuda";
+  EXPECT_EQ(dir.device, "cuda");
+  EXPECT_EQ(dir.weight_format, "fp32");
+  // No GPU: cpu, as for V4.
+  EngineArgs none = args_for("tiny-v4.1");
+  resolve_device({}, 0, none);
+  EXPECT_EQ(none.device, "cpu");
+  // An explicit --weight-format fp8 is passed on (the runner refuses it for V4.1 by name).
+  DeviceRequest fp8;
+  fp8.device = "cuda";
+  fp8.weight_format = "fp8";
   EngineArgs b = args_for("tiny-v4.1");
-  resolve_device(cuda, 1, b);
+  resolve_device(fp8, 1, b);
   EXPECT_EQ(b.device, "cuda");
   EXPECT_EQ(b.weight_format, "fp8");
+  // V4 on the same request gets FP8 weights by default.
+  EngineArgs v4 = args_for("tiny");
+  resolve_device({}, 1, v4);
+  EXPECT_EQ(v4.weight_format, "fp8");
 }
 
 TEST(ResolveDevice, ExplicitCpuWins) {
