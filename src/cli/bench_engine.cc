@@ -13,18 +13,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-EngineRequest make_request(const std::string& id, const std::vector<int32_t>& prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt = prompt;
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
-
 void warm_up(Engine& engine, const Traffic& traffic) {
-  engine.add_request(make_request("warmup", traffic.prompts.front(), traffic.output_len));
+  engine.add_request(bench_request("warmup", traffic.prompts.front(), traffic.output_len));
   while (engine.has_unfinished()) engine.step();
 }
 
@@ -60,7 +50,7 @@ EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, boo
       RequestRecord& r = run.records[next];
       r.n_prompt_tokens = static_cast<int64_t>(traffic.prompts[next].size());
       r.send_s = now();
-      engine.add_request(make_request(std::to_string(next), traffic.prompts[next], traffic.output_len));
+      engine.add_request(bench_request(std::to_string(next), traffic.prompts[next], traffic.output_len));
       ++in_flight;
       ++next;
     }
@@ -95,6 +85,16 @@ EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, boo
   run.duration_s = end;
   run.spec_summary = format_spec_summary(spec_delta(engine.stats(), before));
   return run;
+}
+
+EngineRequest bench_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
 }
 
 }  // namespace deepinfer

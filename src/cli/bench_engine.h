@@ -12,6 +12,7 @@
 namespace deepinfer {
 
 struct EngineArgs;
+struct EngineRequest;
 
 struct EngineRun {
   std::vector<RequestRecord> records;  // one per prompt, in order
@@ -29,6 +30,9 @@ struct EngineStartupNotes {
 // first when `warmup`. max_num_seqs is the traffic's max_concurrency when it has one.
 // With `startup` the startup summary is printed once the engine is loaded. Speculative
 // counters exclude the warm-up.
+// A benchmark request: greedy, max_tokens tokens, EOS ignored (every request runs to its length).
+EngineRequest bench_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens);
+
 EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup,
                              const EngineStartupNotes* startup = nullptr);
 

@@ -12,6 +12,8 @@
 
 #include "base/error.h"
 #include "cli/args.h"
+#include "cli/bench_engine.h"
+#include "cli/bench_traffic.h"
 #include "engine/engine.h"
 #include "model/tiny_model.h"
 
@@ -24,30 +26,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double percentile(std::vector<double> v, double p) {
+// The nearest-rank p-quantile (p in [0, 1]) of this table (bench_metrics.h percentile() is
+// numpy's interpolated one, in percent).
+double nearest_rank(std::vector<double> v, double p) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * double(v.size() - 1) + 0.5));
   return v[i];
-}
-
-std::vector<int32_t> random_prompt(std::mt19937_64& gen, int64_t n, int64_t vocab) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  // Ids below 100000: ordinary tokens of the real tokenizer (no specials), so the detokenizer
-  // does the same work as for text.
-  const uint64_t range = static_cast<uint64_t>(std::min<int64_t>(vocab, 100000));
-  for (auto& t : p) t = static_cast<int32_t>(gen() % range);
-  return p;
-}
-
-EngineRequest make_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
 }
 
 struct FairnessResult {
@@ -80,7 +65,7 @@ AloneResult run_alone(const EngineArgs& args, const Options& o) {
   const int64_t vocab = engine.model_config().vocab_size;
   AloneResult res;
   const auto t0 = Clock::now();
-  engine.add_request(make_request("long", random_prompt(gen, o.long_len, vocab), 1));
+  engine.add_request(bench_request("long", random_token_ids(gen, o.long_len, vocab), 1));
   double prev = 0;
   while (engine.has_unfinished()) {
     engine.step();
@@ -102,7 +87,7 @@ FairnessResult run_mix(const EngineArgs& args, const Options& o) {
   const int64_t vocab = engine.model_config().vocab_size;
   const int64_t stream_tokens = engine.max_model_len() - o.stream_prompt;
   for (int64_t i = 0; i < o.streams; ++i) {
-    engine.add_request(make_request("stream-" + std::to_string(i), random_prompt(gen, o.stream_prompt, vocab),
+    engine.add_request(bench_request("stream-" + std::to_string(i), random_token_ids(gen, o.stream_prompt, vocab),
                                     stream_tokens));
   }
   std::map<std::string, double> last;  // stream id -> time of its last token
@@ -142,16 +127,16 @@ FairnessResult run_mix(const EngineArgs& args, const Options& o) {
     }
     ++step;
     if (step == o.warmup_steps) {
-      engine.add_request(make_request("long", random_prompt(gen, o.long_len, vocab), 1));
+      engine.add_request(bench_request("long", random_token_ids(gen, o.long_len, vocab), 1));
       long_arrival = seconds_since(t0);
       window_step = step;
     }
     if (window_step >= 0 && step == window_step + o.short_after_steps) {
-      engine.add_request(make_request("short", random_prompt(gen, o.short_len, vocab), 1));
+      engine.add_request(bench_request("short", random_token_ids(gen, o.short_len, vocab), 1));
       short_arrival = seconds_since(t0);
     }
   }
-  res.stream_itl_idle_p50 = percentile(idle_itl, 0.5);
+  res.stream_itl_idle_p50 = nearest_rank(idle_itl, 0.5);
   for (int64_t i = 0; i < o.streams; ++i) engine.abort("stream-" + std::to_string(i));
   while (engine.has_unfinished()) engine.step();
   return res;
@@ -209,7 +194,7 @@ int cmd_bench_fairness(int argc, char** argv) {
                   static_cast<long long>(base.max_prefill_tokens_with_decodes),
                   static_cast<long long>(base.long_prefill_token_threshold), static_cast<long long>(o.streams),
                   static_cast<long long>(o.long_len), alone.ttft, alone_steps.c_str(), r.stream_itl_idle_p50 * 1e3,
-                  percentile(r.itl, 0.5) * 1e3, percentile(r.itl, 0.99) * 1e3, percentile(r.itl, 1.0) * 1e3,
+                  nearest_rank(r.itl, 0.5) * 1e3, nearest_rank(r.itl, 0.99) * 1e3, nearest_rank(r.itl, 1.0) * 1e3,
                   r.short_ttft * 1e3, r.long_ttft, static_cast<long long>(r.n_steps), r.step_max * 1e3);
     table << line;
     std::fputs(line, stdout);

@@ -18,30 +18,13 @@
 #include "cli/bench_engine.h"
 #include "cli/bench_http.h"
 #include "cli/bench_metrics.h"
+#include "cli/bench_traffic.h"
 #include "cli/startup_summary.h"
 
 namespace deepinfer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<int32_t> random_ids(std::mt19937_64& gen, int64_t n, int64_t vocab) {
-  // Ids below 100000: ordinary tokens of the real tokenizer (no specials), as bench's prompts.
-  const uint64_t range = static_cast<uint64_t>(std::min<int64_t>(vocab, 100000));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& t : ids) t = static_cast<int32_t>(gen() % range);
-  return ids;
-}
-
-EngineRequest make_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
 
 struct Conversation {
   std::vector<std::vector<int32_t>> users;  // user message of each turn
@@ -69,15 +52,15 @@ MultiTurnRun run_multiturn(const EngineArgs& args, const MultiTurnConfig& c, con
   // Every stream from the seed: the system prompt, each conversation's user messages, the
   // warm-up prompt; none depends on another's length.
   std::mt19937_64 system_gen(c.seed);
-  const std::vector<int32_t> system = random_ids(system_gen, c.system_len, vocab);
+  const std::vector<int32_t> system = random_token_ids(system_gen, c.system_len, vocab);
   std::vector<Conversation> convs(static_cast<size_t>(c.conversations));
   for (size_t i = 0; i < convs.size(); ++i) {
     std::mt19937_64 gen(c.seed + 1000003 * (i + 1));
-    for (int64_t t = 0; t < c.turns; ++t) convs[i].users.push_back(random_ids(gen, c.input_len, vocab));
+    for (int64_t t = 0; t < c.turns; ++t) convs[i].users.push_back(random_token_ids(gen, c.input_len, vocab));
   }
   if (c.warmup) {
     std::mt19937_64 gen(c.seed ^ 0x5eed5eed5eedULL);
-    engine.add_request(make_request("warmup", random_ids(gen, c.input_len, vocab), c.output_len));
+    engine.add_request(bench_request("warmup", random_token_ids(gen, c.input_len, vocab), c.output_len));
     while (engine.has_unfinished()) engine.step();
   }
   const EngineStats before = engine.stats();
@@ -102,7 +85,7 @@ MultiTurnRun run_multiturn(const EngineArgs& args, const MultiTurnConfig& c, con
     cv.send_s = now();
     try {
       engine.add_request(
-          make_request(std::to_string(i) + ":" + std::to_string(cv.turn), cv.history, c.output_len));
+          bench_request(std::to_string(i) + ":" + std::to_string(cv.turn), cv.history, c.output_len));
     } catch (const std::exception& e) {
       r.error = e.what();
       return false;

@@ -23,15 +23,18 @@ std::string Traffic::label() const {
 }
 
 std::vector<std::vector<int32_t>> random_prompts(int64_t n, int64_t input_len, int64_t vocab, uint64_t seed) {
-  CHECK(vocab >= 1) << "the vocabulary is empty";
-  const uint64_t range = static_cast<uint64_t>(std::min<int64_t>(vocab, 100000));
   std::mt19937_64 gen(seed);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
-  for (auto& p : out) {
-    p.resize(static_cast<size_t>(input_len));
-    for (auto& t : p) t = static_cast<int32_t>(gen() % range);
-  }
+  for (auto& p : out) p = random_token_ids(gen, input_len, vocab);
   return out;
+}
+
+std::vector<int32_t> random_token_ids(std::mt19937_64& gen, int64_t n, int64_t vocab) {
+  CHECK(vocab >= 1) << "the vocabulary is empty";
+  const uint64_t range = static_cast<uint64_t>(std::min<int64_t>(vocab, 100000));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = static_cast<int32_t>(gen() % range);
+  return ids;
 }
 
 std::vector<double> poisson_arrivals(int64_t n, double rate, uint64_t seed) {

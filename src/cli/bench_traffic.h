@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct Traffic {
 // n random prompts of `input_len` ids below min(vocab, 100000) (ordinary tokens of the real
 // tokenizer, no specials), from `seed`.
 std::vector<std::vector<int32_t>> random_prompts(int64_t n, int64_t input_len, int64_t vocab, uint64_t seed);
+// n random ids below min(vocab, 100000) (ordinary tokens of the real tokenizer, no specials,
+// so the detokenizer does the work it does for text), drawn from `gen` (gen() % range each).
+std::vector<int32_t> random_token_ids(std::mt19937_64& gen, int64_t n, int64_t vocab);
 
 // Arrival times of n requests at `rate` per second (inf: all at 0), from `seed`.
 std::vector<double> poisson_arrivals(int64_t n, double rate, uint64_t seed);
