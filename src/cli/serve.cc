@@ -161,8 +161,11 @@ int cmd_serve(int argc, char** argv) {
   options.default_thinking = thinking == "on";
   const std::string dir = engine_args.model_dir;
   options.model_name = args.get("served-model-name",
-                                selects_builtin_model(dir) ? builtin_model_label(dir)
-                                                           : std::filesystem::path(dir).filename().string());
+                                // the default model when it is built in: its label, as before a default existed;
+                                // a name given with --model: that name
+                                !args.has("model") && selects_builtin_model(dir)
+                                    ? builtin_model_label(dir)
+                                    : std::filesystem::path(dir).filename().string());
 
   // Bound before the model loads: an address in use is reported at once.
   server::ListeningSocket listener(options.host, options.port);
