@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -160,6 +161,41 @@ class CountingRunner final : public ForwardingRunner {
   std::shared_ptr<int64_t> n_chained_ = std::make_shared<int64_t>(0);
   std::shared_ptr<int64_t> n_device_rows_ = std::make_shared<int64_t>(0);
   std::shared_ptr<int64_t> n_masked_rows_ = std::make_shared<int64_t>(0);
+};
+
+// A greedy request of max_tokens tokens with EOS ignored (runs to its length).
+inline EngineRequest greedy(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Engine arguments of the prefix-cache tests: chunked prefill of 64 tokens, caching on or off
+// with blocks of block_tokens.
+inline EngineArgs cache_args(bool enable, int64_t block_tokens, bool overlap = true) {
+  EngineArgs a;
+  a.overlap = overlap;
+  a.max_num_batched_tokens = 64;  // chunked prefill
+  a.long_prefill_token_threshold = 0;
+  a.max_prefill_tokens_with_decodes = 0;
+  a.max_model_len = 1024;
+  a.enable_prefix_caching = enable;
+  a.prefix_cache_block_tokens = block_tokens;
+  return a;
+}
+
+// Every sampled row's raw logits, per request id, in output order (EngineArgs::on_logits).
+struct LogitsLog {
+  std::map<std::string, std::vector<std::vector<float>>> rows;
+  void attach(EngineArgs& a) {
+    a.on_logits = [this](const std::string& id, int64_t, std::span<const float> l) {
+      rows[id].emplace_back(l.begin(), l.end());
+    };
+  }
 };
 
 }  // namespace deepinfer::testing

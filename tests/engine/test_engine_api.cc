@@ -17,16 +17,6 @@ std::shared_ptr<const recipe::Tokenizer> tiny_tokenizer() {
   return tok;
 }
 
-EngineRequest greedy(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
-
 TEST(EngineApi, StopStringCutsTextAndFinishes) {
   EngineArgs args = tiny_pool_args(true);
   Engine engine(args, small_model(), tiny_tokenizer());

@@ -19,6 +19,10 @@
 namespace deepinfer {
 namespace {
 
+using testing::cache_args;
+using testing::greedy;
+using testing::LogitsLog;
+
 using testing::all_tokens;
 using testing::drain;
 using testing::kEngineTestSeed;
@@ -49,37 +53,6 @@ std::unique_ptr<ModelRunner> cuda_runner(const GpuSetup& s, int64_t max_sequence
   o.batch_invariant = true;
   o.cuda_graphs = s.graphs;
   return std::make_unique<CudaRunner>(cfg, weights, o);
-}
-
-EngineArgs cache_args(bool enable, int64_t block_tokens, bool overlap = true) {
-  EngineArgs a;
-  a.overlap = overlap;
-  a.max_num_batched_tokens = 64;  // chunked prefill
-  a.long_prefill_token_threshold = 0;
-  a.max_prefill_tokens_with_decodes = 0;
-  a.max_model_len = 1024;
-  a.enable_prefix_caching = enable;
-  a.prefix_cache_block_tokens = block_tokens;
-  return a;
-}
-
-struct LogitsLog {
-  std::map<std::string, std::vector<std::vector<float>>> rows;
-  void attach(EngineArgs& a) {
-    a.on_logits = [this](const std::string& id, int64_t, std::span<const float> l) {
-      rows[id].emplace_back(l.begin(), l.end());
-    };
-  }
-};
-
-EngineRequest greedy(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
 }
 
 std::vector<std::vector<float>> cold(const GpuSetup& s, const std::vector<int32_t>& prompt, int64_t max_tokens) {

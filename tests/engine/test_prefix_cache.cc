@@ -19,6 +19,9 @@ namespace deepinfer {
 namespace {
 
 using testing::all_tokens;
+using testing::cache_args;
+using testing::greedy;
+using testing::LogitsLog;
 using testing::drain;
 using testing::kEngineTestSeed;
 
@@ -26,38 +29,6 @@ std::unique_ptr<Model> make_model(bool v41, bool batch_invariant = true) {
   const ModelConfig cfg = v41 ? testing::small_v41_config() : testing::small_config();
   auto source = random_weights(cfg, kEngineTestSeed);
   return Model::from_source(cfg, *source, {Numerics::kOfficial, batch_invariant});
-}
-
-EngineArgs cache_args(bool enable, int64_t block_tokens, bool overlap = true) {
-  EngineArgs a;
-  a.overlap = overlap;
-  a.max_num_batched_tokens = 64;  // chunked prefill
-  a.long_prefill_token_threshold = 0;
-  a.max_prefill_tokens_with_decodes = 0;
-  a.max_model_len = 1024;
-  a.enable_prefix_caching = enable;
-  a.prefix_cache_block_tokens = block_tokens;
-  return a;
-}
-
-// Every sampled row's raw logits, per request id, in output order.
-struct LogitsLog {
-  std::map<std::string, std::vector<std::vector<float>>> rows;
-  void attach(EngineArgs& a) {
-    a.on_logits = [this](const std::string& id, int64_t, std::span<const float> l) {
-      rows[id].emplace_back(l.begin(), l.end());
-    };
-  }
-};
-
-EngineRequest greedy(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
 }
 
 // Cold run of each prompt alone (no cache), logits per output.
