@@ -18,44 +18,20 @@
 #include "base/error.h"
 #include "io/engram_token_map.h"
 #include "io/safetensors.h"
+#include "engram_test_util.h"
 #include "ops/engram/engram.h"
 
 namespace deepinfer {
 namespace {
 
-constexpr const char* kFixture = "tests/data/engram/fixture.safetensors";
-
-// The released DeepSeek-V4.1-Flash text_config (MODEL_SPEC §C.1).
-EngramConfig real_config() {
-  EngramConfig c;
-  c.layer_ids = {1, 14};
-  c.num_embeddings = {384006168, 384016682};
-  c.max_ngram_size = 4;
-  c.vocab_size = 16000000;
-  c.n_heads = 8;
-  c.head_dim = 256;
-  c.pad_token_id = 2;
-  c.compressed_vocab_size = 99092;
-  return c;
-}
-
-const EngramTokenMap& shipped_map() {
-  static const EngramTokenMap m = load_engram_token_map(kEngramTokenMapPath);
-  return m;
-}
-
-template <typename T>
-std::vector<T> read(const SafetensorsFile& f, const std::string& name) {
-  const TensorInfo& info = f.info(name);
-  EXPECT_EQ(info.nbytes % sizeof(T), 0u) << name;
-  std::vector<T> v(info.nbytes / sizeof(T));
-  std::memcpy(v.data(), f.bytes(name), info.nbytes);
-  return v;
-}
+using testing::engram_real_config;
+using testing::kEngramFixture;
+using testing::read_tensor;
+using testing::shipped_engram_map;
 
 std::vector<float> read_bf16(const SafetensorsFile& f, const std::string& name) {
   std::vector<float> out;
-  for (uint16_t b : read<uint16_t>(f, name)) out.push_back(bf16_to_f32(b));
+  for (uint16_t b : read_tensor<uint16_t>(f, name)) out.push_back(bf16_to_f32(b));
   return out;
 }
 
@@ -71,7 +47,7 @@ std::string error_of(const std::function<void()>& fn) {
 // The fixture: a tiny config (2 layers, 2 heads, max n-gram 4, head_dim 64, D 32, 4 streams),
 // two sequences packed into one batch, per layer its table, weights and float64 outputs.
 struct Fixture {
-  std::shared_ptr<SafetensorsFile> f = SafetensorsFile::open(kFixture);
+  std::shared_ptr<SafetensorsFile> f = SafetensorsFile::open(kEngramFixture);
   nlohmann::json meta(const std::string& key) const { return nlohmann::json::parse(f->metadata().at(key)); }
   EngramConfig config() const {
     EngramConfig c;
@@ -83,7 +59,7 @@ struct Fixture {
     c.compressed_vocab_size = meta("compressed_vocab_size").get<int64_t>();
     for (int64_t l : c.layer_ids) {
       int64_t sum = 0;
-      for (int64_t p : read<int64_t>(*f, "layer" + std::to_string(l) + ".primes")) sum += p;
+      for (int64_t p : read_tensor<int64_t>(*f, "layer" + std::to_string(l) + ".primes")) sum += p;
       c.num_embeddings.push_back(sum);
     }
     return c;
@@ -105,7 +81,7 @@ std::vector<int32_t> batch_rows(const std::vector<int32_t>& tokens, const std::v
 }
 
 std::vector<int64_t> hash(const EngramLayerTables& t, const std::vector<int32_t>& rows) {
-  const EngramTokenMap& m = shipped_map();
+  const EngramTokenMap& m = shipped_engram_map();
   const int64_t n = static_cast<int64_t>(rows.size()) / t.max_ngram;
   std::vector<int64_t> ids(n * t.n_cols);
   engram_hash_ids({&t, m.ids.data(), static_cast<int64_t>(m.ids.size()), m.compressed_vocab_size, 2},
@@ -117,7 +93,7 @@ std::vector<int64_t> hash(const EngramLayerTables& t, const std::vector<int32_t>
 // Prime walk and multipliers
 
 TEST(Engram, PrimeWalkReproducesTheRealConfigsNumEmbeddings) {
-  const auto tables = engram_primes(real_config());
+  const auto tables = engram_primes(engram_real_config());
   ASSERT_EQ(tables.size(), 2u);
   EXPECT_EQ(tables[0].n_rows, 384006168);
   EXPECT_EQ(tables[1].n_rows, 384016682);
@@ -146,16 +122,16 @@ TEST(Engram, PrimeWalkReproducesTheRealConfigsNumEmbeddings) {
 }
 
 TEST(Engram, WrongNumEmbeddingsIsAnErrorNamingTheKey) {
-  EngramConfig c = real_config();
+  EngramConfig c = engram_real_config();
   c.num_embeddings[1] += 1;
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("engram_num_embeddings[1]"), std::string::npos);
-  c = real_config();
+  c = engram_real_config();
   c.num_embeddings.pop_back();
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("engram_num_embeddings"), std::string::npos);
-  c = real_config();
+  c = engram_real_config();
   c.head_dim = 48;
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("engram_head_dim"), std::string::npos);
-  c = real_config();
+  c = engram_real_config();
   c.max_ngram_size = 9;
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("engram_max_ngram_size"), std::string::npos);
 }
@@ -183,7 +159,7 @@ TEST(Engram, MultipliersAreNumpysAndMissingRowsAreNamed) {
   }
   EXPECT_NE(error_of([] { engram_multipliers(1, 12345, 4); }).find("compressed vocab size 12345"),
             std::string::npos);
-  EngramConfig c = real_config();
+  EngramConfig c = engram_real_config();
   c.compressed_vocab_size = 99093;
   EXPECT_NE(error_of([&] { engram_primes(c); }).find("99093"), std::string::npos);
 }
@@ -194,7 +170,7 @@ TEST(Engram, MultipliersAreNumpysAndMissingRowsAreNamed) {
 TEST(Engram, ShippedTokenMapHas99092CompressedIds) {
   // tools/make_engram_tables.py computes 99092 from models/tiny/tokenizer.json (V4), the value
   // DeepSeek's V4.1 code asserts; the V4.1 spellings of ids 128799 / 129264 leave the map as is.
-  const EngramTokenMap& m = shipped_map();
+  const EngramTokenMap& m = shipped_engram_map();
   ASSERT_EQ(m.ids.size(), 129280u);
   EXPECT_EQ(m.compressed_vocab_size, 99092);
   EXPECT_EQ(m.vocabulary_sha256, "81d7baa7f20b139f6f751d29ba2b1745d74c82756d63a2cb159304e97701f54f");
@@ -237,9 +213,9 @@ TEST(Engram, MatchesTheFloat64ReferenceOnTheFixture) {
   const Fixture fx;
   const EngramConfig cfg = fx.config();
   const auto tables = engram_primes(cfg);
-  const auto tokens = read<int32_t>(*fx.f, "tokens");
-  const auto lens = read<int32_t>(*fx.f, "seq_lens");
-  const auto x0 = read<float>(*fx.f, "x");
+  const auto tokens = read_tensor<int32_t>(*fx.f, "tokens");
+  const auto lens = read_tensor<int32_t>(*fx.f, "seq_lens");
+  const auto x0 = read_tensor<float>(*fx.f, "x");
   const int hc = fx.hc();
   const int64_t d = fx.dim(), n = static_cast<int64_t>(tokens.size());
   ASSERT_EQ(static_cast<int64_t>(x0.size()), n * hc * d);
@@ -248,18 +224,18 @@ TEST(Engram, MatchesTheFloat64ReferenceOnTheFixture) {
   for (const EngramLayerTables& t : tables) {
     const std::string p = "layer" + std::to_string(t.layer_id) + ".";
     SCOPED_TRACE(p);
-    EXPECT_EQ(t.primes, read<int64_t>(*fx.f, p + "primes"));
-    EXPECT_EQ(t.offsets, read<int64_t>(*fx.f, p + "offsets"));
-    EXPECT_EQ(t.multipliers, read<int64_t>(*fx.f, p + "multipliers")) << "committed table vs NumPy";
+    EXPECT_EQ(t.primes, read_tensor<int64_t>(*fx.f, p + "primes"));
+    EXPECT_EQ(t.offsets, read_tensor<int64_t>(*fx.f, p + "offsets"));
+    EXPECT_EQ(t.multipliers, read_tensor<int64_t>(*fx.f, p + "multipliers")) << "committed table vs NumPy";
     const auto ids = hash(t, rows);
-    EXPECT_EQ(ids, read<int64_t>(*fx.f, p + "ids"));
+    EXPECT_EQ(ids, read_tensor<int64_t>(*fx.f, p + "ids"));
 
-    const auto embed = read<uint8_t>(*fx.f, p + "embed.weight");
-    const auto scale = read<uint8_t>(*fx.f, p + "embed.scale");
+    const auto embed = read_tensor<uint8_t>(*fx.f, p + "embed.weight");
+    const auto scale = read_tensor<uint8_t>(*fx.f, p + "embed.scale");
     const auto wkv = read_bf16(*fx.f, p + "wkv");
-    const auto qw = read<float>(*fx.f, p + "q_weight");
-    const auto kw = read<float>(*fx.f, p + "k_weight");
-    const auto ref = read<double>(*fx.f, p + "out");
+    const auto qw = read_tensor<float>(*fx.f, p + "q_weight");
+    const auto kw = read_tensor<float>(*fx.f, p + "k_weight");
+    const auto ref = read_tensor<double>(*fx.f, p + "out");
     std::vector<float> x = x0;
     EngramLayerParams lp;
     lp.n_rows = n;
@@ -317,7 +293,7 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n) {
 }
 
 TEST(Engram, EveryIdOfColumnCLiesInItsBucket) {
-  const auto tables = engram_primes(real_config());
+  const auto tables = engram_primes(engram_real_config());
   std::mt19937 rng(7);
   const auto tokens = random_tokens(rng, 3000);
   std::vector<int32_t> rows(tokens.size() * 4);
@@ -341,7 +317,7 @@ TEST(Engram, EveryIdOfColumnCLiesInItsBucket) {
 }
 
 TEST(Engram, NgramsNeverCrossTheSequenceStart) {
-  const auto tables = engram_primes(real_config());
+  const auto tables = engram_primes(engram_real_config());
   const EngramLayerTables& t = tables[0];
   std::mt19937 rng(11);
   const auto a = random_tokens(rng, 10), b = random_tokens(rng, 10);
@@ -382,11 +358,11 @@ TEST(Engram, ChunkedRowsAndLayerEqualTheFullPass) {
   const auto tables = engram_primes(fx.config());
   const EngramLayerTables& t = tables[1];
   const std::string p = "layer" + std::to_string(t.layer_id) + ".";
-  const auto embed = read<uint8_t>(*fx.f, p + "embed.weight");
-  const auto scale = read<uint8_t>(*fx.f, p + "embed.scale");
+  const auto embed = read_tensor<uint8_t>(*fx.f, p + "embed.weight");
+  const auto scale = read_tensor<uint8_t>(*fx.f, p + "embed.scale");
   const auto wkv = read_bf16(*fx.f, p + "wkv");
-  const auto qw = read<float>(*fx.f, p + "q_weight");
-  const auto kw = read<float>(*fx.f, p + "k_weight");
+  const auto qw = read_tensor<float>(*fx.f, p + "q_weight");
+  const auto kw = read_tensor<float>(*fx.f, p + "k_weight");
   const int hc = fx.hc();
   const int64_t d = fx.dim(), n = 41;
   std::mt19937 rng(5);
@@ -432,13 +408,13 @@ TEST(Engram, SkippedRowsAndBadIdsAndShortTables) {
   const auto tables = engram_primes(fx.config());
   const EngramLayerTables& t = tables[0];
   const std::string p = "layer" + std::to_string(t.layer_id) + ".";
-  const auto embed = read<uint8_t>(*fx.f, p + "embed.weight");
-  const auto scale = read<uint8_t>(*fx.f, p + "embed.scale");
+  const auto embed = read_tensor<uint8_t>(*fx.f, p + "embed.weight");
+  const auto scale = read_tensor<uint8_t>(*fx.f, p + "embed.scale");
   const auto wkv = read_bf16(*fx.f, p + "wkv");
-  const auto qw = read<float>(*fx.f, p + "q_weight");
-  const auto kw = read<float>(*fx.f, p + "k_weight");
-  auto ids = read<int64_t>(*fx.f, p + "ids");
-  const auto x0 = read<float>(*fx.f, "x");
+  const auto qw = read_tensor<float>(*fx.f, p + "q_weight");
+  const auto kw = read_tensor<float>(*fx.f, p + "k_weight");
+  auto ids = read_tensor<int64_t>(*fx.f, p + "ids");
+  const auto x0 = read_tensor<float>(*fx.f, "x");
   const int hc = fx.hc();
   const int64_t d = fx.dim(), n = static_cast<int64_t>(ids.size()) / t.n_cols;
   std::vector<uint8_t> skip(n, 0);

@@ -37,6 +37,7 @@
 #include "io/engram_token_map.h"
 #include "io/safetensors.h"
 #include "op_test_util.h"
+#include "engram_test_util.h"
 #include "ops/engram/engram.h"
 #include "ops/engram/engram_cuda.h"
 #include "ops/gemm/gemm.h"
@@ -44,21 +45,12 @@
 namespace deepinfer {
 namespace {
 
-constexpr const char* kFixture = "tests/data/engram/fixture.safetensors";
-const int64_t kRowCounts[] = {1, 3, 37, 129};
+using testing::engram_real_config;
+using testing::kEngramFixture;
+using testing::read_tensor;
+using testing::shipped_engram_map;
 
-EngramConfig real_config() {  // the released DeepSeek-V4.1-Flash text_config
-  EngramConfig c;
-  c.layer_ids = {1, 14};
-  c.num_embeddings = {384006168, 384016682};
-  c.max_ngram_size = 4;
-  c.vocab_size = 16000000;
-  c.n_heads = 8;
-  c.head_dim = 256;
-  c.pad_token_id = 2;
-  c.compressed_vocab_size = 99092;
-  return c;
-}
+const int64_t kRowCounts[] = {1, 3, 37, 129};
 
 EngramConfig golden_config() {  // tests/data/golden_v41/engram: max n-gram 3, 2 heads
   EngramConfig c;
@@ -71,11 +63,6 @@ EngramConfig golden_config() {  // tests/data/golden_v41/engram: max n-gram 3, 2
   c.pad_token_id = 2;
   c.compressed_vocab_size = 99092;
   return c;
-}
-
-const EngramTokenMap& shipped_map() {
-  static const EngramTokenMap m = load_engram_token_map(kEngramTokenMapPath);
-  return m;
 }
 
 // Device buffer of raw bytes (owning).
@@ -127,16 +114,16 @@ std::vector<int32_t> random_history(std::mt19937_64& rng, int64_t n, int max_ngr
 
 TEST(EngramCuda, HashIsBitwiseTheCpuHash) {
   auto rng = test::fresh_rng();
-  const EngramTokenMap& map = shipped_map();
+  const EngramTokenMap& map = shipped_engram_map();
   const int64_t n_tokens = static_cast<int64_t>(map.ids.size());
   const Tensor map_d = to_dev(map.ids, DType::I32);
   cuda::DeviceContext ctx;
-  for (const EngramConfig& cfg : {real_config(), golden_config()}) {
+  for (const EngramConfig& cfg : {engram_real_config(), golden_config()}) {
     for (const EngramLayerTables& t : engram_primes(cfg)) {
       const EngramHashParams hp{&t, map.ids.data(), n_tokens, map.compressed_vocab_size, 2};
       const EngramHashCudaParams dp = engram_hash_cuda_params(hp, map_d.data<int32_t>());
       for (int64_t n : kRowCounts) {
-        SCOPED_TRACE(testing::Message() << "layer " << t.layer_id << " max n-gram " << t.max_ngram
+        SCOPED_TRACE(::testing::Message() << "layer " << t.layer_id << " max n-gram " << t.max_ngram
                                         << " n " << n);
         const auto hist = random_history(rng, n, t.max_ngram, static_cast<int32_t>(n_tokens));
         std::vector<int64_t> ref(n * t.n_cols);
@@ -152,7 +139,7 @@ TEST(EngramCuda, HashIsBitwiseTheCpuHash) {
 }
 
 TEST(EngramCuda, HashParamsRejectABadMap) {
-  const EngramTokenMap& map = shipped_map();
+  const EngramTokenMap& map = shipped_engram_map();
   const auto tables = engram_primes(golden_config());
   std::vector<int32_t> bad = map.ids;
   bad[77] = 99092;
@@ -248,7 +235,7 @@ TEST(EngramCuda, DequantIsBitwiseTheCpuGatherInEveryPlacementAndLayout) {
         for (int64_t rc = 0; rc < n * n_cols; ++rc) tab.dequant(ids[rc], &ref[rc * hd]);
         const Tensor ids_d = to_dev(ids, DType::I64);
         for (const Case& c : cases) {
-          SCOPED_TRACE(testing::Message() << c.name << ", hd " << hd << ", " << n_cols << " columns, n " << n);
+          SCOPED_TRACE(::testing::Message() << c.name << ", hd " << hd << ", " << n_cols << " columns, n " << n);
           Tensor e = cuda::device_filled(DType::F32, {n * n_cols * hd}, 0xff);
           engram_dequant_cuda(ctx.stream(), c.view, ids_d.data<int64_t>(), n, n_cols, e.data<float>());
           ctx.synchronize();
@@ -256,7 +243,7 @@ TEST(EngramCuda, DequantIsBitwiseTheCpuGatherInEveryPlacementAndLayout) {
         }
         // Raw gather of the packed rows (device and pinned), then dequantisation of the staging.
         for (const uint8_t* base : {packed_d.data<uint8_t>(), u8(packed_h.dev)}) {
-          SCOPED_TRACE(testing::Message() << "gather rows, hd " << hd << ", n " << n
+          SCOPED_TRACE(::testing::Message() << "gather rows, hd " << hd << ", n " << n
                                           << (base == u8(packed_h.dev) ? ", pinned" : ", device"));
           Tensor staged = cuda::device_filled(DType::U8, {n * n_cols * rb}, 0xab);
           engram_gather_rows_cuda(ctx.stream(), base, rb, ids_d.data<int64_t>(), n, n_cols,
@@ -318,7 +305,7 @@ TEST(EngramCuda, GateAndUpdateMatchTheCpu) {
   for (int64_t d : {32, 333, 5120}) {
     for (int64_t n : kRowCounts) {
       for (bool bf16 : {false, true}) {
-        SCOPED_TRACE(testing::Message() << "D " << d << " n " << n << (bf16 ? " bf16" : ""));
+        SCOPED_TRACE(::testing::Message() << "D " << d << " n " << n << (bf16 ? " bf16" : ""));
         const auto x0 = test::randn(rng, n * hc * d);
         const auto kv = test::randn(rng, n * (hc + 1) * d, 0.7f);
         const auto w = test::randn(rng, hc * d, 0.5f);
@@ -368,16 +355,8 @@ TEST(EngramCuda, GateAndUpdateMatchTheCpu) {
 
 // ---------------------------------------------------------------------------------------------
 
-template <typename T>
-std::vector<T> read(const SafetensorsFile& f, const std::string& name) {
-  const TensorInfo& info = f.info(name);
-  std::vector<T> v(info.nbytes / sizeof(T));
-  std::memcpy(v.data(), f.bytes(name), info.nbytes);
-  return v;
-}
-
 TEST(EngramCuda, WholeChainMatchesTheCpuEngramOnTheFixture) {
-  const auto f = SafetensorsFile::open(kFixture);
+  const auto f = SafetensorsFile::open(kEngramFixture);
   auto meta = [&](const std::string& k) { return nlohmann::json::parse(f->metadata().at(k)); };
   EngramConfig cfg;
   cfg.layer_ids = meta("layer_ids").get<std::vector<int64_t>>();
@@ -388,35 +367,35 @@ TEST(EngramCuda, WholeChainMatchesTheCpuEngramOnTheFixture) {
   cfg.compressed_vocab_size = meta("compressed_vocab_size").get<int64_t>();
   for (int64_t l : cfg.layer_ids) {
     int64_t sum = 0;
-    for (int64_t p : read<int64_t>(*f, "layer" + std::to_string(l) + ".primes")) sum += p;
+    for (int64_t p : read_tensor<int64_t>(*f, "layer" + std::to_string(l) + ".primes")) sum += p;
     cfg.num_embeddings.push_back(sum);
   }
   const int hc = meta("hc").get<int>();
   const int64_t d = meta("dim").get<int64_t>();
-  const auto tokens = read<int32_t>(*f, "tokens");
-  const auto lens = read<int32_t>(*f, "seq_lens");
-  const auto x0 = read<float>(*f, "x");
+  const auto tokens = read_tensor<int32_t>(*f, "tokens");
+  const auto lens = read_tensor<int32_t>(*f, "seq_lens");
+  const auto x0 = read_tensor<float>(*f, "x");
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int mg = static_cast<int>(cfg.max_ngram_size);
   std::vector<int32_t> hist(n * mg);
   for (int64_t start = 0, s = 0; s < static_cast<int64_t>(lens.size()); start += lens[s++]) {
     engram_ngram_rows(tokens.data() + start, 0, lens[s], mg, hist.data() + start * mg);
   }
-  const EngramTokenMap& map = shipped_map();
+  const EngramTokenMap& map = shipped_engram_map();
   const int64_t n_tokens = static_cast<int64_t>(map.ids.size());
   const Tensor map_d = to_dev(map.ids, DType::I32), hist_d = to_dev(hist, DType::I32);
   cuda::DeviceContext ctx;
 
   for (const EngramLayerTables& t : engram_primes(cfg)) {
     const std::string p = "layer" + std::to_string(t.layer_id) + ".";
-    const auto embed = read<uint8_t>(*f, p + "embed.weight");
-    const auto scale = read<uint8_t>(*f, p + "embed.scale");
+    const auto embed = read_tensor<uint8_t>(*f, p + "embed.weight");
+    const auto scale = read_tensor<uint8_t>(*f, p + "embed.scale");
     std::vector<float> wkv;
-    for (uint16_t b : read<uint16_t>(*f, p + "wkv")) wkv.push_back(bf16_to_f32(b));
-    const auto qw = read<float>(*f, p + "q_weight");
-    const auto kw = read<float>(*f, p + "k_weight");
-    const auto ref64 = read<double>(*f, p + "out");
-    const auto ids_fixture = read<int64_t>(*f, p + "ids");
+    for (uint16_t b : read_tensor<uint16_t>(*f, p + "wkv")) wkv.push_back(bf16_to_f32(b));
+    const auto qw = read_tensor<float>(*f, p + "q_weight");
+    const auto kw = read_tensor<float>(*f, p + "k_weight");
+    const auto ref64 = read_tensor<double>(*f, p + "out");
+    const auto ids_fixture = read_tensor<int64_t>(*f, p + "ids");
     const int64_t hd = t.head_dim, k = t.n_cols * hd, n_kv = (hc + 1) * d;
     const int64_t n_table_rows = static_cast<int64_t>(embed.size()) / hd;
 
