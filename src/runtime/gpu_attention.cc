@@ -7,11 +7,14 @@
 // index keys and the latest index source's top-k (no copies); numerics that differ per
 // family come from cfg.traits. State: paged caches (window pool by position,
 // compressed pool, FP8 indexer keys; slot lists from paged_indices_cuda, attention by
-// paged_attention_cuda) or, with paged_kv off, the plain fp32 ring / dense entries read by
+// paged_attention_cuda, paged_attention_mma_cuda or sm90_paged_decode_cuda) or, with
+// paged_kv off, the plain fp32 ring / dense entries read by
 // sparse_attention_cuda (window ring updated after the attention). Projections through
 // DeviceLinear (fp32 or FP8); in FP8 the block input x_in is quantised once for wq_a, wkv and
 // the compressors, and q_r once for wq_b and the indexer's wq_b.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/cuda_check.h"
 #include "ops/attention/sparse_attention_cuda.h"
@@ -31,6 +34,19 @@
 #include "runtime/ring_store.h"
 
 namespace deepinfer {
+namespace {
+
+// DEEPINFER_ATTN_DECODE=simt keeps decode attention on the fp32 SIMT kernel (the path before
+// sm90_paged_decode_cuda; read once per process). Any other value or unset: the fast path.
+bool fast_decode_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_ATTN_DECODE");
+    return v == nullptr || std::string(v) != "simt";
+  }();
+  return on;
+}
+
+}  // namespace
 
 void GpuModel::Impl::run_compressor(const GpuCompressorW& w, int64_t ratio, int64_t width,
                                     float* ring_a, float* ring_z, float* entries,
@@ -379,11 +395,23 @@ void GpuModel::Impl::paged_attention(int64_t layer, int64_t ratio) {
   }
   pp.workspace = attn_ws;  // split-K at small batches (nullptr with batch_invariant)
   pp.workspace_bytes = attn_ws_bytes;
-  // Prefill-size grids: bf16 tensor cores with hi + lo terms (fp32-level results); decode
-  // batches and batch_invariant: the fp32 SIMT kernel (gpu_model.h, "Attention kernels").
+  // Prefill-size grids: bf16 tensor cores with hi + lo terms (fp32-level results). Decode
+  // batches in official numerics: the bf16 tensor-core decode kernel (sm90_paged_decode_cuda,
+  // bf16-level results) unless DEEPINFER_ATTN_DECODE=simt; reference numerics, batch_invariant
+  // and that switch: the fp32 SIMT kernel (gpu_model.h, "Attention kernels").
   const bool mma = opt.mma_attention && !opt.batch_invariant && paged_attention_mma_preferred(pp);
   if (mma) {
     paged_attention_mma_cuda(ctx.stream(), pp);
+  } else if (opt.mma_attention && !opt.batch_invariant && opt.numerics == Numerics::kOfficial &&
+             fast_decode_enabled() && sm90_paged_decode_supported(pp)) {
+    // Split-K needs the workspace sized for this kernel (gpu_model.cc sizes attn_ws for both
+    // kernels); a smaller one runs it unsplit.
+    const int64_t max_keys = pp.sources[0].max_indices + pp.sources[1].max_indices;
+    if (pp.workspace_bytes < sm90_paged_decode_workspace_bytes(n_rows, H, d, max_keys)) {
+      pp.workspace = nullptr;
+      pp.workspace_bytes = 0;
+    }
+    sm90_paged_decode_cuda(ctx.stream(), pp);
   } else {
     paged_attention_cuda(ctx.stream(), pp);
   }

@@ -42,6 +42,32 @@
 //  * paged_attention_mma_supported: those shape conditions. paged_attention_mma_preferred:
 //    supported and a grid worth the kernel (n_rows * ceil(n_heads / 64) >= 264, two CTAs per
 //    SM of a 132-SM H200); below it the SIMT kernel (split-K) is faster.
+//  * sm90_paged_decode_cuda (sm90_paged_decode.cu): the fast decode path of paged attention
+//    on bf16 tensor cores, the same math as paged_attention_ref for head_dim 512 (fp8 cache:
+//    the V4 layout, rope_dim 64; bf16 cache: any rope_dim), any n_heads (groups of 64; 128 =
+//    V4-Pro runs as two groups, each dequantising the keys itself), sinks required. One CTA
+//    per (row, 64-head group, chunk of the key list) reads each listed key once for its 64
+//    heads: tiles of 64 keys gathered with cp.async (double buffer), fp8 dequantised into a
+//    bf16 tile (exact), S = Q K^T and O += P V by mma.sync m16n8k16 (fp32 accumulation),
+//    online softmax in fp32 (exp2), sink merged at the end.
+//    Numerics (option (a) of issue 22, FlashMLA's): q and the softmax weights P are rounded
+//    to bf16 once (keys are exact), so the result agrees with paged_attention_ref to bf16
+//    level, not fp32 level (test_paged_decode_cuda bounds it by the bf16 rounding unit): for
+//    `official` numerics decode. `reference` numerics and batch_invariant keep the fp32
+//    kernels above (paged_attention_cuda, paged_attention_mma_cuda).
+//    Split-K (only with a workspace): when n_rows * groups <= SMs / 2, n_splits = min(SMs /
+//    (n_rows * groups), ceil(max_keys / 64), 64) with max_keys = sources[0].max_indices +
+//    sources[1].max_indices; a row with n keys is cut into chunks of max(64,
+//    round_up(ceil(n / n_splits), 64)) keys (grid.y), partials (max, sum, acc) go to the
+//    workspace and a combine kernel merges a row's chunks in the order 0, 1, ... and adds the
+//    sink. The plan depends on shapes and the device's SM count only (graph-safe,
+//    deterministic for a batch shape), so a row's output depends on n_rows through the split
+//    count: NOT batch invariant with a workspace. Without a workspace (never split) each row's
+//    arithmetic depends only on its own key list: bitwise the same alone or in any batch.
+//    Needs q 16-byte, out 8-byte and caches 16-byte aligned (kUnsupported otherwise).
+//  * sm90_paged_decode_supported: those conditions. sm90_paged_decode_workspace_bytes: bytes
+//    of workspace that let every call of at most n_rows rows (same n_heads, max_keys or less)
+//    split; 0 when none splits. sm90_paged_decode_splits: the split count a call would use.
 //  * paged_indices_cuda: paged_indices_ref (paged_indices.h) on the device: the per-row slot
 //    lists of paged_attention_cuda from positions, block tables and the indexer's selection
 //    (block-table entries are not range-checked on the device).
@@ -70,6 +96,12 @@ int64_t paged_attention_workspace_bytes(int64_t n_rows, int64_t n_heads, int64_t
 void paged_attention_mma_cuda(cudaStream_t stream, const PagedAttentionParams& p);
 bool paged_attention_mma_supported(const PagedAttentionParams& p);
 bool paged_attention_mma_preferred(const PagedAttentionParams& p);
+
+void sm90_paged_decode_cuda(cudaStream_t stream, const PagedAttentionParams& p);
+bool sm90_paged_decode_supported(const PagedAttentionParams& p);
+int64_t sm90_paged_decode_workspace_bytes(int64_t n_rows, int64_t n_heads, int64_t head_dim,
+                                          int64_t max_keys);
+int64_t sm90_paged_decode_splits(int64_t n_rows, int64_t n_heads, int64_t max_keys);
 
 void paged_indices_cuda(cudaStream_t stream, const PagedIndexParams& p);
 
