@@ -3,7 +3,8 @@
 // unequal pieces, > 1 MB, pieces split into several MPI messages), split into groups,
 // broadcast from a non-zero root, mismatched sizes, and the timeout: a rank that skips a
 // collective makes the others throw Error(kDevice) within the timeout, and the broken
-// communicator then throws at once. MpiDeadRank (its own ctest entry) has one rank exit.
+// communicator then throws at once. MpiDeadRank (its own ctest entry, mpirun --enable-recovery)
+// has one rank exit before a collective.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -292,6 +293,34 @@ TEST(MpiCommunicator, TimeoutWhenAPeerSkips) {
   }
   // The rest of the world is unaffected.
   MpiCommunicator::world()->barrier();
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Own ctest entry (test_communicator_mpi_dead_rank): the last rank exits before a collective;
+// the others must throw instead of hanging.
+TEST(MpiDeadRank, SurvivorsThrow) {
+  auto comm = MpiCommunicator::world();
+  comm->set_timeout(std::chrono::milliseconds(3000));
+  const int me = comm->rank(), n = comm->size();
+  comm->barrier();
+  if (me == n - 1) _exit(0);
+  float x = 1.0f;
+  const auto t0 = Clock::now();
+  try {
+    comm->all_reduce(&x, &x, 1, DType::F32, ReduceOp::kSum);
+    FAIL() << "all_reduce with a dead rank completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kDevice);
+    EXPECT_NE(std::string(e.what()).find("mpi all_reduce"), std::string::npos) << e.what();
+    fprintf(stderr, "rank %d: %s after %.2f s\n", me, e.what(), seconds_since(t0));
+  }
+  EXPECT_LT(seconds_since(t0), 6.0);
+  EXPECT_TRUE(comm->broken());
 }
 
 }  // namespace
