@@ -22,7 +22,7 @@
 //                   of the send and receive buffers, unused rows are marked (slot -1), and every
 //                   exchange moves exactly cap rows per peer. No count exchange, no host sync,
 //                   fixed sizes: the step can live in a CUDA graph as far as this class goes
-//                   (the Communicator's own all_to_all_v must then be capture-safe too). The
+//                   (the Communicator must then only enqueue: NcclCommunicator::set_wait(false)). The
 //                   price is bytes: world * cap records each way instead of the live rows (see
 //                   ep_memory() for the buffers and bench/results/scaleout-paper-*.md for the
 //                   traffic). For V4-Flash (D 4096) at 64 tokens and EP 8: 13 MB send + 13 MB

@@ -5,7 +5,8 @@
 //    received records byte for byte, and dispatch -> the per-expert test op (y = q s (e+1) w,
 //    computed on the host over the device's grouped rows) -> combine equals the output written
 //    from the definition exactly, at T = 0, 1, 7, 300 with k = 6 of 256 experts; the
-//    fixed-capacity (decode) exchange gives bitwise the counted one's output and layout;
+//    fixed-capacity (decode) exchange gives bitwise the counted one's output and layout; over a
+//    SingleCommunicator (stream 0) and over NcclCommunicator::single (its own stream);
 //  * four ranks emulated on one GPU with the stage functions (the exchange done by device
 //    copies, a placement with replicated experts): every rank's send records and grouped rows
 //    equal the host emulation's, and the outputs equal the definition.
@@ -19,6 +20,7 @@
 #include "cuda/cuda_check.h"
 #include "ep_test_util.h"
 #include "parallel/ep_dispatch_cuda.h"
+#include "parallel/nccl_communicator.h"
 #include "parallel/single_communicator.h"
 
 namespace deepinfer {
@@ -103,17 +105,18 @@ struct OneRankResult {
   std::vector<int32_t> offsets, row_slot;
 };
 
-OneRankResult run_one_rank(const RankInput& in, EpExchange exchange, const Geometry& g) {
+// comm on `stream` (SingleCommunicator: stream 0, see the header; NcclCommunicator: its own).
+OneRankResult run_one_rank(Communicator& comm, cudaStream_t stream, const RankInput& in,
+                           EpExchange exchange, const Geometry& g) {
   const ExpertPlacement pl = ExpertPlacement::contiguous(256, 1);
-  SingleCommunicator comm(CommMemory::kDevice);
   const EpDispatchShape shape{g.max_tokens, g.k, g.D, g.scale_block};
-  EpDispatcher ep(comm, pl, shape, exchange, /*stream=*/0);  // stream 0: see the header
+  EpDispatcher ep(comm, pl, shape, exchange, stream);
   const EpMemory m = ep_memory(exchange, 1, g.max_tokens, g.k, 256, 256, g.D, g.scale_block, 64);
   EXPECT_EQ(ep.memory().total(), m.total());
   DeviceInput d(in);
   const int64_t T = in.n_tokens;
   ep.dispatch(d.ids, d.weights, d.xq, d.sx, std::max<int64_t>(T, 1), T);
-  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamSynchronize(stream));
 
   const auto host = ep_test::emulate(pl, {in}, exchange, g);
   const EpSendPlan& plan = host[0].plan;
@@ -144,20 +147,21 @@ OneRankResult run_one_rank(const RankInput& in, EpExchange exchange, const Geome
   std::vector<float> nan(T * g.D, std::numeric_limits<float>::quiet_NaN());
   if (T > 0) CUDA_CHECK(cudaMemcpy(out, nan.data(), nan.size() * 4, cudaMemcpyHostToDevice));
   ep.combine(d.shared, out);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   res.out = download(out, T * g.D);
   CUDA_CHECK(cudaFree(out));
   return res;
 }
 
-TEST(EpDispatchCuda, OneRankRoundTripEqualsTheDefinition) {
+void check_one_rank(Communicator& comm, cudaStream_t stream) {
   const Geometry g{6, 512, 128, 300};
   std::mt19937 rng(5);
   for (int64_t T : {0, 1, 7, 300}) {
     SCOPED_TRACE("T = " + std::to_string(T));
     const RankInput in = ep_test::random_input(rng, T, 6, 256, g.D, g.n_sb(), 17);
     const std::vector<float> want = ep_test::expected_output(in, 6, g.D, g.scale_block);
-    const OneRankResult counted = run_one_rank(in, EpExchange::kCounted, g);
-    const OneRankResult fixed = run_one_rank(in, EpExchange::kFixedCapacity, g);
+    const OneRankResult counted = run_one_rank(comm, stream, in, EpExchange::kCounted, g);
+    const OneRankResult fixed = run_one_rank(comm, stream, in, EpExchange::kFixedCapacity, g);
     ASSERT_EQ(counted.out.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(counted.out[i], want[i]) << "element " << i;
@@ -166,6 +170,21 @@ TEST(EpDispatchCuda, OneRankRoundTripEqualsTheDefinition) {
     EXPECT_EQ(fixed.offsets, counted.offsets);
     EXPECT_EQ(fixed.row_slot.size(), counted.row_slot.size());
   }
+}
+
+TEST(EpDispatchCuda, OneRankRoundTripEqualsTheDefinitionSingle) {
+  SingleCommunicator comm(CommMemory::kDevice);
+  check_one_rank(comm, 0);
+}
+
+TEST(EpDispatchCuda, OneRankRoundTripEqualsTheDefinitionNccl) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    std::unique_ptr<NcclCommunicator> comm = NcclCommunicator::single(stream);
+    check_one_rank(*comm, stream);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(EpDispatchCuda, RejectsBadInput) {
