@@ -1,0 +1,520 @@
+// W4A8 routed experts for decode (contract in moe_w4a8_cuda.h; weight format in moe_w4a8.h).
+// Needs sm_89+ (mma.sync ... e4m3); built for sm_90a.
+//
+// One kernel template serves both projections (kMats = 2: W1 and W3 sharing x, SwiGLU +
+// quantisation epilogue; kMats = 1: W2, fp32 y epilogue). A CTA is 8 warps and owns 128 output
+// rows (warp w: rows 16 w .. 16 w + 15, one m16 MMA tile per matrix) of one live 64-row tile of
+// moe_align_cuda (one expert). Its tokens go through in passes of up to 16 (two n8 tiles):
+//   1. the first kDepth K chunks (128 elements: 64 code bytes + 4 scale bytes per row) of the
+//      warp's weight rows are requested with 16-byte ld.global.nc.L1::no_allocate loads into
+//      registers (weights go global -> registers, never through shared memory);
+//   2. meanwhile the pass's activation rows (e4m3, the whole K) and their scales (x 2^6) go to
+//      shared memory; each 8-byte unit stored as its even then its odd bytes (see below);
+//   3. per chunk and per scale block j (4 per chunk): the quad's lane t holds, from its 16-byte
+//      load, 4 code bytes of block j for row g and 4 for row g + 8 (moe_w4a8.h's transposed
+//      words), i.e. elements 32 j + 8 t + 0..7. Low nibbles (even elements) become A registers
+//      a0 / a1, high nibbles (odd elements) a2 / a3, each nibble c -> e4m3 byte
+//      (c & 8) << 4 | (c & 7) << 2, which is exactly e2m1(c) * 2^-6 (so the activation scales
+//      carry the 2^6). The MMA's K order is thereby a permutation of the block's 32 elements,
+//      and the activation's B registers hold the same permutation (the even/odd split of step
+//      2), so the MMA sums exactly the block's 32 products. Its fp32 result is multiplied by
+//      the row's UE8M0 scale times the token's activation scale and added to the accumulator:
+//      one fixed chain of FMAs per output element, ascending K;
+//   4. the next chunk's loads are issued as soon as a register buffer is consumed (kDepth
+//      chunks in flight per warp).
+// Epilogue of the up projection: h = silu(min(g, l)) * clamp(u, -l, l) * routing weight, then
+// per 1 x act_block block of h (128: the CTA's whole 128 columns; 32: two warps) the act_quant
+// rule (amax >= 1e-4, s = 2^ceil(log2(amax / 448)) from the fp32 bits, RNE, satfinite) into hq
+// (by slot, in step 2's byte order, so the down kernel copies it as is) and sh.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "base/error.h"
+#include "cuda/cuda_check.h"
+#include "ops/moe/moe_w4a8_cuda.h"
+#include "ops/quant/act_quant.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kCtaRows = 16 * kWarps;  // 128 output rows per CTA
+constexpr int kPassMax = 16;           // tokens per pass: two n8 MMA tiles
+constexpr int kNt = kPassMax / 8;
+constexpr int kSmemPad = 32;  // activation row stride kp + 32: the B loads are conflict-free
+constexpr int kSmemLimit = 227 * 1024;
+
+struct GemmParams {
+  // Activations: row of pass token p is a + arow * a_ld, arow = row_slot[row] / a_div; a_k
+  // valid bytes per row (the rest of kp is zero); a_permuted: already in step 2's order.
+  const uint8_t* a = nullptr;
+  int64_t a_ld = 0, a_k = 0;
+  int32_t a_div = 1;
+  bool a_permuted = false;
+  const float* sa = nullptr;  // [rows, sa_ld] row-major, sa_n valid blocks per row
+  int64_t sa_ld = 0, sa_n = 0;
+  const uint8_t* w[2] = {nullptr, nullptr};
+  const uint8_t* ws[2] = {nullptr, nullptr};
+  int64_t n = 0, kp = 0;  // output rows, padded K
+  const int32_t *counts = nullptr, *offsets = nullptr, *row_slot = nullptr;
+  const int32_t *tile_expert = nullptr, *tile_row0 = nullptr;
+  int32_t pass = kPassMax;
+  // kMats == 2 epilogue
+  const float* route_w = nullptr;
+  float limit = 0.0f;
+  uint8_t* hq = nullptr;
+  float* sh = nullptr;
+  int64_t hq_ld = 0, sh_ld = 0;
+  // kMats == 1 epilogue
+  float* y = nullptr;
+  int64_t y_ld = 0;
+};
+
+__device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Low nibbles of the 4 bytes of w -> 4 e4m3 codes of e2m1 * 2^-6; high nibbles likewise.
+__device__ __forceinline__ uint32_t fp4_even(uint32_t w) {
+  return ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+}
+__device__ __forceinline__ uint32_t fp4_odd(uint32_t w) {
+  return (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
+
+__device__ __forceinline__ float ue8m0(uint32_t b) {
+  return __uint_as_float(b != 0 ? b << 23 : 0x00400000u);  // 2^(b - 127); b = 0: 2^-127
+}
+
+// 8 bytes in natural order -> even bytes then odd bytes (the B operand's K order).
+__device__ __forceinline__ uint2 split_even_odd(uint2 v) {
+  return make_uint2(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531));
+}
+
+// Byte position of element n of a row in that order.
+__device__ __forceinline__ int64_t permuted_pos(int64_t n) {
+  const int64_t o = n & 7;
+  return (n & ~int64_t{7}) + ((o & 1) ? 4 + (o >> 1) : (o >> 1));
+}
+
+// 2^ceil(log2(amax / 448)) from the fp32 bits of the IEEE quotient (act_quant's rule).
+__device__ __forceinline__ int pow2_scale_exponent(float amax) {
+  const float ratio = __fdiv_rn(amax, 448.0f);
+  const unsigned bits = __float_as_uint(ratio);
+  return static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
+}
+
+template <int kMats>
+struct Frag {
+  uint4 c[kMats][2];     // codes of rows g, g + 8 for this chunk
+  uint32_t s[kMats][2];  // their 4 scale bytes
+};
+
+template <int kMats, int kActBlock, int kDepth>
+__global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel(GemmParams p) {
+  const int e = p.tile_expert[blockIdx.x];
+  if (e < 0) return;
+  const int r0 = p.tile_row0[blockIdx.x];
+  const int n_rows = min(static_cast<int>(kMoeRowTile), p.offsets[e] + p.counts[e] - r0);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int64_t cta_n0 = static_cast<int64_t>(blockIdx.y) * kCtaRows;
+  const int64_t row_a = cta_n0 + 16 * warp + g, row_b = row_a + 8;
+  const bool ok[2] = {row_a < p.n, row_b < p.n};
+  const int64_t code_ld = p.kp / 2, scale_ld = p.kp / 32;
+  const int n_chunks = static_cast<int>(p.kp / kW4a8Group);
+  const uint8_t* cw[kMats][2];
+  const uint32_t* sw[kMats][2];
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
+    const uint8_t* codes = p.w[m] + static_cast<int64_t>(e) * p.n * code_ld;
+    const uint8_t* scales = p.ws[m] + static_cast<int64_t>(e) * p.n * scale_ld;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = h == 0 ? row_a : row_b;
+      cw[m][h] = codes + (ok[h] ? row : 0) * code_ld + 16 * t4;
+      sw[m][h] = reinterpret_cast<const uint32_t*>(scales + (ok[h] ? row : 0) * scale_ld);
+    }
+  }
+  auto load = [&](Frag<kMats>& f, int chunk) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (ok[h]) {
+          f.c[m][h] = ldg_stream(cw[m][h] + static_cast<int64_t>(chunk) * 64);
+          f.s[m][h] = __ldg(sw[m][h] + chunk);
+        } else {
+          f.c[m][h] = make_uint4(0, 0, 0, 0);
+          f.s[m][h] = 0x7f7f7f7fu;
+        }
+      }
+    }
+  };
+
+  // Shared memory: activations [pass][kp + pad], scales [kp / kActBlock][pass], slots, amax.
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int P = p.pass;
+  const int64_t stride = p.kp + kSmemPad;
+  uint8_t* x_s = smem;
+  float* sa_s = reinterpret_cast<float*>(smem + P * stride);
+  const int n_ab = static_cast<int>(p.kp / kActBlock);
+  int32_t* slot_s = reinterpret_cast<int32_t*>(sa_s + n_ab * P);
+  float* amax_s = reinterpret_cast<float*>(slot_s + P);
+
+  for (int pb = 0; pb < n_rows; pb += P) {
+    const int np = min(P, n_rows - pb);
+    const int nt_live = (np + 7) / 8;
+    Frag<kMats> buf[kDepth];
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      if (s < n_chunks) load(buf[s], s);
+    }
+    __syncthreads();  // the previous pass is done with shared memory
+    if (tid < P) slot_s[tid] = tid < np ? p.row_slot[r0 + pb + tid] : -1;
+    __syncthreads();
+    const int64_t units = p.kp / 16;
+    for (int64_t i = tid; i < np * units; i += kThreads) {
+      const int pp = static_cast<int>(i / units);
+      const int64_t k = (i % units) * 16;
+      const int64_t arow = slot_s[pp] / p.a_div;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (k < p.a_k) v = *reinterpret_cast<const uint4*>(p.a + arow * p.a_ld + k);
+      if (!p.a_permuted) {
+        const uint2 lo = split_even_odd(make_uint2(v.x, v.y));
+        const uint2 hi = split_even_odd(make_uint2(v.z, v.w));
+        v = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      }
+      *reinterpret_cast<uint4*>(x_s + pp * stride + k) = v;
+    }
+    for (int i = tid; i < np * n_ab; i += kThreads) {
+      const int pp = i % np, b = i / np;
+      const int64_t arow = slot_s[pp] / p.a_div;
+      sa_s[b * P + pp] = b < p.sa_n ? p.sa[arow * p.sa_ld + b] * 64.0f : 0.0f;
+    }
+    __syncthreads();
+
+    float acc[kMats][kNt][4];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
+
+    for (int c0 = 0; c0 < n_chunks; c0 += kDepth) {
+#pragma unroll
+      for (int s = 0; s < kDepth; ++s) {
+        const int c = c0 + s;
+        if (c >= n_chunks) break;
+        const Frag<kMats> f = buf[s];
+        if (c + kDepth < n_chunks) load(buf[s], c + kDepth);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[kMats][4];
+          float sg[kMats][2];
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) {
+            const uint32_t wa = reinterpret_cast<const uint32_t*>(&f.c[m][0])[j];
+            const uint32_t wb = reinterpret_cast<const uint32_t*>(&f.c[m][1])[j];
+            a[m][0] = fp4_even(wa);
+            a[m][1] = fp4_even(wb);
+            a[m][2] = fp4_odd(wa);
+            a[m][3] = fp4_odd(wb);
+            sg[m][0] = ue8m0((f.s[m][0] >> (8 * j)) & 0xffu);
+            sg[m][1] = ue8m0((f.s[m][1] >> (8 * j)) & 0xffu);
+          }
+          const int ab = kActBlock == 128 ? c : 4 * c + j;
+#pragma unroll
+          for (int nt = 0; nt < kNt; ++nt) {
+            if (nt >= nt_live) break;
+            const uint2 bv = *reinterpret_cast<const uint2*>(
+                x_s + (8 * nt + g) * stride + static_cast<int64_t>(c) * kW4a8Group + 32 * j + 8 * t4);
+            const float2 sa = *reinterpret_cast<const float2*>(sa_s + ab * P + 8 * nt + 2 * t4);
+#pragma unroll
+            for (int m = 0; m < kMats; ++m) {
+              float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_e4m3(d, a[m], bv.x, bv.y);
+              acc[m][nt][0] = fmaf(d[0], sg[m][0] * sa.x, acc[m][nt][0]);
+              acc[m][nt][1] = fmaf(d[1], sg[m][0] * sa.y, acc[m][nt][1]);
+              acc[m][nt][2] = fmaf(d[2], sg[m][1] * sa.x, acc[m][nt][2]);
+              acc[m][nt][3] = fmaf(d[3], sg[m][1] * sa.y, acc[m][nt][3]);
+            }
+          }
+        }
+      }
+    }
+
+    // Accumulator element i of n-tile nt: row (i < 2 ? row_a : row_b), pass token
+    // 8 nt + 2 t4 + (i & 1).
+    if constexpr (kMats == 1) {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int pp = 8 * nt + 2 * t4 + (i & 1);
+          const int64_t row = i < 2 ? row_a : row_b;
+          if (pp < np && row < p.n) {
+            p.y[static_cast<int64_t>(slot_s[pp]) * p.y_ld + row] = acc[0][nt][i];
+          }
+        }
+      }
+    } else {
+      float hv[kNt][4];
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int pp = 8 * nt + 2 * t4 + (i & 1);
+          const int64_t row = i < 2 ? row_a : row_b;
+          hv[nt][i] = 0.0f;
+          if (pp < np && row < p.n) {
+            float gate = acc[0][nt][i], up = acc[1][nt][i];
+            if (p.limit > 0.0f) {
+              gate = fminf(gate, p.limit);
+              up = fminf(p.limit, fmaxf(-p.limit, up));
+            }
+            hv[nt][i] = gate / (1.0f + expf(-gate)) * up * p.route_w[slot_s[pp]];
+          }
+        }
+      }
+      // amax of each pass token over the warp's 16 rows, then over the block's warps.
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          float m = fmaxf(fabsf(hv[nt][q]), fabsf(hv[nt][2 + q]));
+          for (int o = 4; o < 32; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+          const int pp = 8 * nt + 2 * t4 + q;
+          if (g == 0 && pp < P) amax_s[warp * P + pp] = m;
+        }
+      }
+      __syncthreads();
+      constexpr int kWarpsPerBlock = kActBlock / 16;
+      const int w0 = warp / kWarpsPerBlock * kWarpsPerBlock;
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int pp = 8 * nt + 2 * t4 + q;
+          if (pp >= np) continue;
+          float am = 0.0f;
+          for (int w = w0; w < w0 + kWarpsPerBlock; ++w) am = fmaxf(am, amax_s[w * P + pp]);
+          am = fmaxf(am, 1e-4f);
+          const int ex = pow2_scale_exponent(am);
+          const float inv_s = __uint_as_float(static_cast<unsigned>(127 - ex) << 23);
+          uint8_t* hrow = p.hq + static_cast<int64_t>(slot_s[pp]) * p.hq_ld;
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int64_t row = hh == 0 ? row_a : row_b;
+            const float v = fminf(448.0f, fmaxf(-448.0f, hv[nt][2 * hh + q] * inv_s));
+            hrow[permuted_pos(row)] =
+                static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+          }
+          if (warp == w0 && g == 0) {
+            p.sh[static_cast<int64_t>(slot_s[pp]) * p.sh_ld + (cta_n0 + 16 * w0) / kActBlock] =
+                __uint_as_float(static_cast<unsigned>(ex + 127) << 23);
+          }
+        }
+      }
+    }
+  }
+}
+
+// out[t, d] = sum_j (slot t*k + j has a row ? y[t*k + j, d] : 0) (j ascending) + y_shared.
+__global__ void w4a8_combine_kernel(const float* y, const int32_t* slot_row,
+                                    const float* y_shared, int64_t n_tokens, int64_t k,
+                                    int64_t dim, float* out) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_tokens * dim) return;
+  const int64_t t = idx / dim, d = idx % dim;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    if (slot_row[t * k + j] >= 0) acc += y[(t * k + j) * dim + d];
+  }
+  if (y_shared != nullptr) acc += y_shared[idx];
+  out[idx] = acc;
+}
+
+int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr int kRegions = 11;
+struct Layout {
+  int64_t sizes[kRegions];
+};
+
+void check_shape(const MoeExpertsShape& s, int64_t act_block) {
+  CHECK(s.n_tokens >= 0 && s.top_k >= 1 && s.n_experts >= 1 && s.dim >= 1 && s.inter >= 1)
+      << "moe experts w4a8: T=" << s.n_tokens << " k=" << s.top_k << " E=" << s.n_experts
+      << " D=" << s.dim << " I=" << s.inter;
+  CHECK_KIND(kUnsupported, s.dim % 32 == 0 && s.inter % 32 == 0)
+      << "moe experts w4a8: D=" << s.dim << " and I=" << s.inter
+      << " must be multiples of 32 (FP4 scale blocks)";
+  CHECK_KIND(kUnsupported, act_block == 32 || act_block == 128)
+      << "moe experts w4a8: activation block " << act_block << " (32 or 128)";
+  CHECK_KIND(kUnsupported, s.n_tokens <= kW4a8MaxTokens)
+      << "moe experts w4a8: " << s.n_tokens << " tokens (decode path: at most " << kW4a8MaxTokens
+      << "; use the FP8 grouped path for prefill)";
+}
+
+Layout layout_of(const MoeExpertsShape& s, int64_t ab) {
+  const int64_t T = s.n_tokens, k = s.top_k, E = s.n_experts;
+  const int64_t cap = moe_rows_cap(T, k, E), tiles = moe_tiles_cap(T, k, E);
+  const int64_t ip = w4a8_padded_k(s.inter);
+  return Layout{{4 * E, 4 * (E + 1), 4 * cap, 4 * T * k, 4 * tiles, 4 * tiles, T * s.dim,
+                 4 * T * ceil_div(s.dim, ab), T * k * ip, 4 * T * k * (ip / ab),
+                 4 * T * k * s.dim}};
+}
+
+int64_t smem_bytes(int64_t pass, int64_t kp, int64_t ab) {
+  return pass * (kp + kSmemPad) + 4 * (kp / ab) * pass + 4 * pass + 4 * kWarps * pass;
+}
+
+template <int kMats, int kActBlock, int kDepth>
+void launch_gemm(cudaStream_t stream, const GemmParams& p, int64_t tiles, int64_t n_tiles) {
+  const int64_t smem = smem_bytes(p.pass, p.kp, kActBlock);
+  CHECK_KIND(kUnsupported, smem <= kSmemLimit)
+      << "moe experts w4a8: K=" << p.kp << " needs " << smem << " bytes of shared memory";
+  CHECK_KIND(kUnsupported, tiles < (int64_t{1} << 31) && n_tiles <= 65535)
+      << "moe experts w4a8: " << tiles << " tiles x " << n_tiles << " column blocks";
+  static std::once_flag once;  // opt in to more than 48 KB of dynamic shared memory
+  std::call_once(once, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(w4a8_gemm_kernel<kMats, kActBlock, kDepth>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
+  });
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles));
+  w4a8_gemm_kernel<kMats, kActBlock, kDepth><<<grid, kThreads, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+constexpr int kUpDepth = 3, kDownDepth = 4;
+
+}  // namespace
+
+size_t moe_experts_w4a8_workspace_bytes(const MoeExpertsShape& s, int64_t act_block) {
+  check_shape(s, act_block);
+  const Layout l = layout_of(s, act_block);
+  int64_t total = 0;
+  for (int64_t b : l.sizes) total += round_up(b, 256);
+  return static_cast<size_t>(total);
+}
+
+MoeW4a8Workspace moe_experts_w4a8_workspace(const MoeExpertsShape& s, int64_t act_block,
+                                            void* workspace) {
+  check_shape(s, act_block);
+  CHECK(reinterpret_cast<uintptr_t>(workspace) % 256 == 0)
+      << "moe experts w4a8: workspace must be 256-byte aligned";
+  const Layout l = layout_of(s, act_block);
+  uint8_t* at = static_cast<uint8_t*>(workspace);
+  void* region[kRegions];
+  for (int i = 0; i < kRegions; ++i) {
+    region[i] = at;
+    at += round_up(l.sizes[i], 256);
+  }
+  MoeW4a8Workspace ws;
+  ws.align.counts = static_cast<int32_t*>(region[0]);
+  ws.align.offsets = static_cast<int32_t*>(region[1]);
+  ws.align.row_slot = static_cast<int32_t*>(region[2]);
+  ws.align.slot_row = static_cast<int32_t*>(region[3]);
+  ws.align.tile_expert = static_cast<int32_t*>(region[4]);
+  ws.align.tile_row0 = static_cast<int32_t*>(region[5]);
+  ws.xq = static_cast<uint8_t*>(region[6]);
+  ws.sx = static_cast<float*>(region[7]);
+  ws.hq = static_cast<uint8_t*>(region[8]);
+  ws.sh = static_cast<float*>(region[9]);
+  ws.y = static_cast<float*>(region[10]);
+  return ws;
+}
+
+void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_t act_block,
+                           const float* x, const int32_t* ids, const float* weights,
+                           const MoeW4a8Weights& w, const float* y_shared, void* workspace,
+                           float* out) {
+  const MoeW4a8Workspace ws = moe_experts_w4a8_workspace(s, act_block, workspace);
+  if (s.n_tokens == 0) return;
+  for (const uint8_t* ptr : {w.w1, w.s1, w.w3, w.s3, w.w2, w.s2}) {
+    CHECK_KIND(kUnsupported, ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0)
+        << "moe experts w4a8: every weight and scale stack must be set and 16-byte aligned";
+  }
+  const int64_t T = s.n_tokens, k = s.top_k, E = s.n_experts, D = s.dim, I = s.inter;
+  const int64_t dp = w4a8_padded_k(D), ip = w4a8_padded_k(I);
+  const int64_t tiles = moe_tiles_cap(T, k, E);
+  const int32_t pass = static_cast<int32_t>(std::min<int64_t>(kPassMax, round_up(T * k, 2)));
+  moe_align_cuda(stream, ids, T, k, E, ws.align);
+  act_quant_cuda(stream, x, DType::F32, T, D, act_block, ws.xq, ws.sx, ScaleLayout::kRowMajor);
+
+  GemmParams up;
+  up.a = ws.xq;
+  up.a_ld = D;
+  up.a_k = D;
+  up.a_div = static_cast<int32_t>(k);
+  up.a_permuted = false;
+  up.sa = ws.sx;
+  up.sa_ld = ceil_div(D, act_block);
+  up.sa_n = up.sa_ld;
+  up.w[0] = w.w1;
+  up.ws[0] = w.s1;
+  up.w[1] = w.w3;
+  up.ws[1] = w.s3;
+  up.n = I;
+  up.kp = dp;
+  up.counts = ws.align.counts;
+  up.offsets = ws.align.offsets;
+  up.row_slot = ws.align.row_slot;
+  up.tile_expert = ws.align.tile_expert;
+  up.tile_row0 = ws.align.tile_row0;
+  up.pass = pass;
+  up.route_w = weights;
+  up.limit = s.swiglu_limit;
+  up.hq = ws.hq;
+  up.sh = ws.sh;
+  up.hq_ld = ip;
+  up.sh_ld = ip / act_block;
+
+  GemmParams down = up;
+  down.a = ws.hq;
+  down.a_ld = ip;
+  down.a_k = ip;
+  down.a_div = 1;
+  down.a_permuted = true;
+  down.sa = ws.sh;
+  down.sa_ld = ip / act_block;
+  down.sa_n = down.sa_ld;
+  down.w[0] = w.w2;
+  down.ws[0] = w.s2;
+  down.w[1] = nullptr;
+  down.ws[1] = nullptr;
+  down.n = D;
+  down.kp = ip;
+  down.y = ws.y;
+  down.y_ld = D;
+
+  if (act_block == 128) {
+    launch_gemm<2, 128, kUpDepth>(stream, up, tiles, ip / kCtaRows);
+    launch_gemm<1, 128, kDownDepth>(stream, down, tiles, ceil_div(D, kCtaRows));
+  } else {
+    launch_gemm<2, 32, kUpDepth>(stream, up, tiles, ip / kCtaRows);
+    launch_gemm<1, 32, kDownDepth>(stream, down, tiles, ceil_div(D, kCtaRows));
+  }
+  constexpr int kBlock = 256;
+  w4a8_combine_kernel<<<static_cast<unsigned>(ceil_div(T * D, kBlock)), kBlock, 0, stream>>>(
+      ws.y, ws.align.slot_row, y_shared, T, k, D, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer
