@@ -4,7 +4,9 @@
 //  * V4 ratio 4: the index keys' own compressor, then Hadamard + FP4 (official);
 //  * V4.1 index-key owners: key = RoPE_{m w}(k_norm(wk . norm(pool))) from the pre-RoPE
 //    latent, FP4 (official).
-// Index keys go to the layer's index_keys.
+// Index keys go to the layer's index_keys. The per-row compressor inputs (the a / z
+// projections of x) are computed apart from the in-order stepping, so the context-parallel
+// forward can gather every rank's rows and step the full sequence on each rank.
 #include <cmath>
 #include <cstring>
 
@@ -15,35 +17,49 @@
 
 namespace deepinfer {
 
-void Model::feed_compressors(int64_t layer, Batch& batch, const float* x) const {
+Model::CompressorInputs Model::compressor_inputs(int64_t layer, const float* x, int64_t N) const {
   const ModelConfig& cfg = config_;
   const LayerPlan& plan = cfg.plan[layer];
   const AttentionWeights& w = weights_.layers[layer].attn;
-  const int64_t N = batch.n_rows(), D = cfg.hidden_size, d = cfg.head_dim, r = cfg.rope_dim;
-  const int64_t dI = cfg.index_head_dim, m = plan.ratio;
-  const bool official = options_.numerics == Numerics::kOfficial;
-  const float eps = static_cast<float>(cfg.rms_norm_eps);
-  const int64_t c = m == 4 ? 2 : 1;
-
-  std::vector<float> a(N * c * d), z(N * c * d, 0.0f);
-  linear_ref(x, N, D, w.compressor.wkv.f32(), c * d, a.data(), gemm_mode_);
+  const int64_t D = cfg.hidden_size, d = cfg.head_dim, dI = cfg.index_head_dim;
+  CompressorInputs in;
+  in.main_width = (plan.ratio == 4 ? 2 : 1) * d;
+  in.index_width = plan.own_index_compressor ? 2 * dI : 0;
+  in.a.resize(N * in.main_width);
+  in.z.assign(N * in.main_width, 0.0f);
+  linear_ref(x, N, D, w.compressor.wkv.f32(), in.main_width, in.a.data(), gemm_mode_);
   // Ratio 1 has no gate: the single slot's softmax weight is exactly 1.
   if (w.compressor.wgate.defined()) {
-    linear_ref(x, N, D, w.compressor.wgate.f32(), c * d, z.data(), gemm_mode_);
+    linear_ref(x, N, D, w.compressor.wgate.f32(), in.main_width, in.z.data(), gemm_mode_);
   }
-  std::vector<float> ai, zi;
   if (plan.own_index_compressor) {
-    ai.resize(N * 2 * dI);
-    zi.resize(N * 2 * dI);
-    linear_ref(x, N, D, w.indexer.compressor.wkv.f32(), 2 * dI, ai.data(), gemm_mode_);
-    linear_ref(x, N, D, w.indexer.compressor.wgate.f32(), 2 * dI, zi.data(), gemm_mode_);
+    in.ai.resize(N * in.index_width);
+    in.zi.resize(N * in.index_width);
+    linear_ref(x, N, D, w.indexer.compressor.wkv.f32(), in.index_width, in.ai.data(), gemm_mode_);
+    linear_ref(x, N, D, w.indexer.compressor.wgate.f32(), in.index_width, in.zi.data(), gemm_mode_);
   }
+  return in;
+}
+
+void Model::feed_compressors(int64_t layer, Batch& batch, const float* x) const {
+  step_compressors(layer, batch, compressor_inputs(layer, x, batch.n_rows()));
+}
+
+void Model::step_compressors(int64_t layer, Batch& batch, const CompressorInputs& in) const {
+  const ModelConfig& cfg = config_;
+  const LayerPlan& plan = cfg.plan[layer];
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const int64_t d = cfg.head_dim, r = cfg.rope_dim, dI = cfg.index_head_dim, m = plan.ratio;
+  const int64_t cw = in.main_width, iw = in.index_width;
+  const bool official = options_.numerics == Numerics::kOfficial;
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  ICHECK(static_cast<int64_t>(in.a.size()) == batch.n_rows() * cw);
   std::vector<float> latent(d), key(dI);
   for (const Batch::Segment& seg : batch.segments) {
     SequenceLayerState& ls = seg.state->layers[layer];
     for (int64_t row = seg.begin; row < seg.end; ++row) {
       const int64_t pos = batch.positions[row], entry = pos / m;
-      if (compressor_step(w.compressor, ls.compressor, &a[row * c * d], &z[row * c * d], pos,
+      if (compressor_step(w.compressor, ls.compressor, &in.a[row * cw], &in.z[row * cw], pos,
                           latent.data())) {
         if (plan.owns_index_keys && !plan.own_index_compressor) {
           linear_ref(latent.data(), 1, d, w.indexer.wk.f32(), dI, key.data(), gemm_mode_);
@@ -58,8 +74,8 @@ void Model::feed_compressors(int64_t layer, Batch& batch, const float* x) const 
         ls.compressor.n_entries = entry + 1;
       }
       if (plan.own_index_compressor &&
-          compressor_step(w.indexer.compressor, ls.index_compressor, &ai[row * 2 * dI],
-                          &zi[row * 2 * dI], pos, key.data())) {
+          compressor_step(w.indexer.compressor, ls.index_compressor, &in.ai[row * iw],
+                          &in.zi[row * iw], pos, key.data())) {
         rope_compress_.apply(&key[dI - r], m * entry);
         if (official) {
           hadamard_transform(key.data(), dI);

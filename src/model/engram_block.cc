@@ -2,6 +2,8 @@
 // own token and the max_ngram_size - 1 tokens before it in its sequence (the state keeps
 // the last ones of earlier chunks; never across the sequence start), hashed per column into
 // the layer's table, the gathered FP8 rows projected, gated per stream and added to X.
+// engram_rows / engram_apply split the n-gram rows (from the token history, known to every
+// rank) from the per-row update, for the context-parallel forward.
 #include <algorithm>
 
 #include "model/model_batch.h"
@@ -9,16 +11,19 @@
 namespace deepinfer {
 
 void Model::engram_block(int64_t layer, const Batch& batch, float* X) const {
-  const ModelConfig& cfg = config_;
-  const auto& ids_cfg = cfg.engram.layer_ids;
+  engram_apply(layer, engram_rows(layer, batch).data(), batch.n_rows(), X);
+}
+
+const EngramLayerTables& Model::engram_tables_of(int64_t layer) const {
+  const auto& ids_cfg = config_.engram.layer_ids;
   const size_t slot = std::find(ids_cfg.begin(), ids_cfg.end(), layer) - ids_cfg.begin();
   ICHECK(slot < engram_tables_.size());
-  const EngramLayerTables& tables = engram_tables_[slot];
-  const EngramWeights& w = weights_.layers[layer].engram;
-  const int max_ngram = tables.max_ngram;
-  const int64_t N = batch.n_rows();
+  return engram_tables_[slot];
+}
 
-  std::vector<int32_t> rows(N * max_ngram);
+std::vector<int32_t> Model::engram_rows(int64_t layer, const Batch& batch) const {
+  const int max_ngram = engram_tables_of(layer).max_ngram;
+  std::vector<int32_t> rows(batch.n_rows() * max_ngram);
   for (const Batch::Segment& seg : batch.segments) {
     // The sequence as far as it is known here: recent tokens, then this chunk.
     std::vector<int32_t> seq = seg.state->recent_tokens;
@@ -27,11 +32,18 @@ void Model::engram_block(int64_t layer, const Batch& batch, float* X) const {
     engram_ngram_rows(seq.data(), first, static_cast<int64_t>(seq.size()), max_ngram,
                       &rows[seg.begin * max_ngram]);
   }
+  return rows;
+}
+
+void Model::engram_apply(int64_t layer, const int32_t* rows, int64_t N, float* X) const {
+  const ModelConfig& cfg = config_;
+  const EngramLayerTables& tables = engram_tables_of(layer);
+  const EngramWeights& w = weights_.layers[layer].engram;
   std::vector<int64_t> ids(N * tables.n_cols);
   const EngramTokenMap& map = weights_.engram_map;
   engram_hash_ids({&tables, map.ids.data(), static_cast<int64_t>(map.ids.size()),
                    map.compressed_vocab_size, static_cast<int32_t>(cfg.engram.pad_token_id)},
-                  rows.data(), N, ids.data());
+                  rows, N, ids.data());
   EngramLayerParams p;
   p.n_rows = N;
   p.n_hc = static_cast<int>(cfg.hc_mult);

@@ -153,25 +153,30 @@ std::unique_ptr<SequenceState> Model::new_state() const {
   return state;
 }
 
+void Model::check_chunk(const SequenceChunk& c) const {
+  const ModelConfig& cfg = config_;
+  CHECK(c.state != nullptr) << "forward: chunk without a sequence state";
+  CHECK(!c.tokens.empty()) << "forward: empty chunk";
+  CHECK(static_cast<int64_t>(c.state->layers.size()) == cfg.num_layers)
+      << "forward: sequence state belongs to another model";
+  for (int32_t t : c.tokens) {
+    CHECK(t >= 0 && t < cfg.vocab_size) << "token id " << t << " is outside the vocabulary [0, "
+                                        << cfg.vocab_size << ")";
+  }
+  const int64_t end = c.state->n_tokens + static_cast<int64_t>(c.tokens.size());
+  CHECK(cfg.max_position_embeddings <= 0 || end <= cfg.max_position_embeddings)
+      << "sequence of " << end << " tokens exceeds the context limit of "
+      << cfg.max_position_embeddings;
+  CHECK(c.prompt_length == 0 || c.prompt_length >= end)
+      << "forward: chunk ends at " << end << ", after its prompt_length " << c.prompt_length;
+}
+
 Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   const ModelConfig& cfg = config_;
   // Validate everything before any state changes: a bad chunk fails alone.
   int64_t n_rows = 0, n_out = 0;
   for (const SequenceChunk& c : chunks) {
-    CHECK(c.state != nullptr) << "forward: chunk without a sequence state";
-    CHECK(!c.tokens.empty()) << "forward: empty chunk";
-    CHECK(static_cast<int64_t>(c.state->layers.size()) == cfg.num_layers)
-        << "forward: sequence state belongs to another model";
-    for (int32_t t : c.tokens) {
-      CHECK(t >= 0 && t < cfg.vocab_size) << "token id " << t << " is outside the vocabulary [0, "
-                                          << cfg.vocab_size << ")";
-    }
-    const int64_t end = c.state->n_tokens + static_cast<int64_t>(c.tokens.size());
-    CHECK(cfg.max_position_embeddings <= 0 || end <= cfg.max_position_embeddings)
-        << "sequence of " << end << " tokens exceeds the context limit of "
-        << cfg.max_position_embeddings;
-    CHECK(c.prompt_length == 0 || c.prompt_length >= end)
-        << "forward: chunk ends at " << end << ", after its prompt_length " << c.prompt_length;
+    check_chunk(c);
     CHECK_KIND(kUnsupported, !c.all_logits || replay_boundary_ < 0 || c.prompt_length == 0 ||
                                  c.state->n_tokens >= c.prompt_length - options_.swa_bounded_replay_keep)
         << "forward: every position's logits (prompt logprobs) are not available with "
@@ -282,17 +287,7 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
   }
   if (n_taps > 0) write_draft_context(*b, taps.data());
   if (weights_.has_mtp) write_mtp_context(*b, X.data());
-  // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens (more after a
-  // rollback).
-  const size_t keep = cfg.engram.enabled()
-                          ? static_cast<size_t>(cfg.engram.max_ngram_size - 1 + rollback_depth())
-                          : 0;
-  for (const Batch::Segment& seg : batch.segments) {
-    std::vector<int32_t>& recent = seg.state->recent_tokens;
-    recent.insert(recent.end(), batch.tokens.begin() + seg.begin, batch.tokens.begin() + seg.end);
-    if (recent.size() > keep) recent.erase(recent.begin(), recent.end() - keep);
-  }
-  for (const Batch::Segment& seg : batch.segments) seg.state->n_tokens += seg.end - seg.begin;
+  advance_states(batch);
 
   // Final head only for the rows whose logits are wanted (-1: a chunk bounded replay skipped
   // entirely, whose row of logits is NaN).
@@ -305,29 +300,55 @@ Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
     for (int64_t r = seg.all_logits ? seg.begin : seg.end - 1; r < seg.end; ++r) out_rows.push_back(r);
   }
   ICHECK(static_cast<int64_t>(out_rows.size()) == n_out);
-  std::vector<float> Xo(n_out * hc * D, 0.0f), h(n_out * D);
+  std::vector<float> Xo(n_out * hc * D, 0.0f);
   for (int64_t i = 0; i < n_out; ++i) {
     if (out_rows[i] < 0) continue;
     std::memcpy(&Xo[i * hc * D], &X[out_rows[i] * hc * D], hc * D * sizeof(float));
   }
+  std::vector<float> pre_o;
   if (single_pass) {
-    std::vector<float> pre_o(n_out * hc, 0.0f);
+    pre_o.assign(n_out * hc, 0.0f);
     for (int64_t i = 0; i < n_out; ++i) {
       if (out_rows[i] < 0) continue;
       std::memcpy(&pre_o[i * hc], &pre_mix[out_rows[i] * hc], hc * sizeof(float));
     }
-    hc_collapse_ref(Xo.data(), pre_o.data(), n_out, hc, D, h.data());
-  } else {
-    hc_head_ref(Xo.data(), n_out, weights_.hc_head.fn.f32(), weights_.hc_head.base.f32(),
-                weights_.hc_head.scale.f32(), hp, h.data(), gemm_mode_);
   }
-  rms_norm_ref(h.data(), weights_.norm.f32(), n_out, D, D, eps, h.data());
   Tensor logits = Tensor::empty(DType::F32, {n_out, cfg.vocab_size});
-  linear_ref(h.data(), n_out, D, weights_.head.f32(), cfg.vocab_size, logits.f32(), gemm_mode_);
+  head(Xo.data(), pre_o.data(), n_out, logits.f32());
   for (int64_t i = 0; i < n_out; ++i) {
     if (out_rows[i] < 0) std::fill_n(logits.f32() + i * cfg.vocab_size, cfg.vocab_size, NAN);
   }
   return logits;
+}
+
+void Model::advance_states(const Batch& batch) const {
+  // Engram's n-grams of the next chunk reach back max_ngram_size - 1 tokens (more after a
+  // rollback).
+  const size_t keep = config_.engram.enabled()
+                          ? static_cast<size_t>(config_.engram.max_ngram_size - 1 + rollback_depth())
+                          : 0;
+  for (const Batch::Segment& seg : batch.segments) {
+    std::vector<int32_t>& recent = seg.state->recent_tokens;
+    recent.insert(recent.end(), batch.tokens.begin() + seg.begin, batch.tokens.begin() + seg.end);
+    if (recent.size() > keep) recent.erase(recent.begin(), recent.end() - keep);
+  }
+  for (const Batch::Segment& seg : batch.segments) seg.state->n_tokens += seg.end - seg.begin;
+}
+
+void Model::head(const float* Xo, const float* pre_o, int64_t n, float* logits) const {
+  const ModelConfig& cfg = config_;
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  std::vector<float> h(n * D);
+  if (cfg.traits.single_pass_mhc) {
+    hc_collapse_ref(Xo, pre_o, n, hc, D, h.data());
+  } else {
+    HcMixParams hp{hc, D, cfg.hc_sinkhorn_iters, static_cast<float>(cfg.hc_eps), eps};
+    hc_head_ref(Xo, n, weights_.hc_head.fn.f32(), weights_.hc_head.base.f32(),
+                weights_.hc_head.scale.f32(), hp, h.data(), gemm_mode_);
+  }
+  rms_norm_ref(h.data(), weights_.norm.f32(), n, D, D, eps, h.data());
+  linear_ref(h.data(), n, D, weights_.head.f32(), cfg.vocab_size, logits, gemm_mode_);
 }
 
 }  // namespace deepinfer

@@ -25,6 +25,8 @@
 
 namespace deepinfer {
 
+class ContextParallel;  // parallel/context_parallel.h
+
 // `official`: the quantise->dequantise roundings the model was trained with (FP8 window
 // and compressed KV, Hadamard + FP4 indexer q/k; MODEL_SPEC §A.10) on top of fp32 math.
 // `reference`: plain fp32, no roundings: what transformers computes.
@@ -101,6 +103,15 @@ class Model {
   // context limit before touching any state.
   Tensor forward(std::span<const SequenceChunk> chunks) const;
 
+  // Context-parallel prefill of one chunk (model/context_parallel_forward.cc): every rank of the
+  // CP group calls it with the same chunk on equal states; each rank computes the dense work of
+  // its zigzag share of the positions (parallel/context_parallel.h) and gathers per layer what
+  // attention needs from the others (window K=V, compressor inputs), so that afterwards every
+  // rank's state equals what forward({chunk}) leaves and every rank returns the same logits
+  // (bitwise forward's under batch_invariant). Collective; throws kInvalidInput on every rank
+  // when the ranks' chunks disagree, kUnsupported with SWA bounded replay or a DecisionTrace.
+  Tensor forward_context_parallel(const SequenceChunk& chunk, const ContextParallel& cp) const;
+
   // Whether the checkpoint has a drafter (its context is then kept in every state): DSpark
   // (V4-0731 / V4.1 keys) or V4's MTP-1 (mtp.0.* in a V4 checkpoint without DSpark keys).
   bool has_drafter() const { return drafter_kind() != DrafterKind::kNone; }
@@ -126,11 +137,32 @@ class Model {
 
  private:
   struct Batch;
+  // forward's checks of one chunk (token ids, context limit, state), before any state changes.
+  void check_chunk(const SequenceChunk& chunk) const;
+  struct CompressorInputs;  // model_batch.h
+  struct CpStep;            // context_parallel_forward.cc
   void attention_block(int64_t layer, Batch& batch, const float* x, float* out) const;
   void feed_compressors(int64_t layer, Batch& batch, const float* x) const;
+  // feed_compressors in two parts: the per-row projections, then the in-order stepping of the
+  // batch's rows into the states.
+  CompressorInputs compressor_inputs(int64_t layer, const float* x, int64_t n_rows) const;
+  void step_compressors(int64_t layer, Batch& batch, const CompressorInputs& in) const;
+  // Context parallel: attention of one layer for this rank's rows (context_parallel_forward.cc).
+  void attention_block_cp(int64_t layer, CpStep& step, const float* x, float* out) const;
+  // forward_context_parallel inside the expert-parallel step brackets (when EP is on).
+  Tensor forward_context_parallel_rows(const SequenceChunk& chunk, const ContextParallel& cp) const;
   void select_entries(int64_t layer, Batch& batch, const float* x, const float* q_r) const;
   void moe_block(int64_t layer, const Batch& batch, const float* x, float* out) const;
   void engram_block(int64_t layer, const Batch& batch, float* X) const;
+  // engram_block in two parts: the rows' n-grams [N, max_ngram], then the update of X.
+  std::vector<int32_t> engram_rows(int64_t layer, const Batch& batch) const;
+  void engram_apply(int64_t layer, const int32_t* ngram_rows, int64_t n_rows, float* X) const;
+  const EngramLayerTables& engram_tables_of(int64_t layer) const;
+  // The final head: logits [n, V] of final streams Xo [n, hc*D] (single-pass mHC: collapsed
+  // with `pre_o` [n, hc], else the hc_head mix; pre_o unused).
+  void head(const float* Xo, const float* pre_o, int64_t n, float* logits) const;
+  // After a forward of `batch`: Engram's recent tokens and n_tokens of each segment's state.
+  void advance_states(const Batch& batch) const;
   // DSpark: writes each row's context K=V (from the taps [N, n_taps, D]) into its state.
   void write_draft_context(const Batch& batch, const float* taps) const;
   DraftBlock draft_dspark(const SequenceState& state, int32_t next, int64_t n_drafts) const;

@@ -58,4 +58,12 @@ struct Model::Batch {
   }
 };
 
+// The per-row inputs of a layer's compressors (Model::compressor_inputs): a, z [N, main_width]
+// (main_width = 2d with ratio 4's overlap, else d; z = 0 without a gate), and for V4's index
+// compressor ai, zi [N, index_width] (2 d_I; empty otherwise). ape is added when stepping.
+struct Model::CompressorInputs {
+  int64_t main_width = 0, index_width = 0;
+  std::vector<float> a, z, ai, zi;
+};
+
 }  // namespace deepinfer
