@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/engine_setup.h"
 #include "cli/model_loading.h"
+#include "cli/serve_parallel.h"
 #include "cli/startup_summary.h"
 #include "engine/async_engine.h"
 #include "engine/engine.h"
@@ -73,6 +74,17 @@ const OptionGroups& serve_options() {
            {"max-prompt-schema-bytes", "N", "A json_schema response_format is shown in the prompt up to this size (default 8192; 0: never)."},
        }},
       kDeviceOptionGroup,
+      {"Parallelism (one process per device; parallel/dp/launcher.h)",
+       {
+           {"data-parallel-size", "N", "Attention data-parallel replicas, each its own process with its own requests (default 1)."},
+           {"expert-parallel-size", "N", "Ranks per MoE expert-parallel group; its replicas step in lockstep (default 1)."},
+           {"context-parallel-size", "N", "Ranks per context-parallel prefill group (default 1; not yet served)."},
+           {"internal-port-base", "P", "Rank r serves 127.0.0.1:(P + r) behind the front (default --port + 1)."},
+           {"dp-poll-interval", "S", "Seconds between the front's load polls of each replica (default 0.2)."},
+           {"dp-health-timeout", "S", "A replica that does not answer a poll this long is out of service (default 5)."},
+           {"dp-request-timeout", "S", "A request whose replica sends nothing this long is answered 503 (default 600; 0: none)."},
+           {"dp-rank-offset", "N", "Internal (set by the launcher): the global rank of this MPI job's rank 0."},
+       }},
   };
   return groups;
 }
@@ -122,8 +134,14 @@ int cmd_serve(int argc, char** argv) {
 
   server::ServerOptions options;
   options.host = args.get("host", options.host);
-  const int64_t port = args.get_int("port", options.port);
+  int64_t port = args.get_int("port", options.port);
   CHECK(port >= 0 && port < 65536) << "--port " << port << " is out of range";
+  // Data / expert parallelism: this process is the launcher (then done here) or one rank on
+  // its internal port (serve_parallel.h).
+  ServeParallel parallel;
+  if (const std::optional<int> rc = setup_serve_parallel(args, argc, argv, options.host, port, engine_args, parallel)) {
+    return *rc;
+  }
   options.port = static_cast<uint16_t>(port);
   options.api_key = args.get("api-key");
   options.allowed_origins = server::parse_allowed_origins(args.get("allowed-origins"));
@@ -175,7 +193,13 @@ int cmd_serve(int argc, char** argv) {
   CHECK_KIND(kNotFound, tokenizer != nullptr)
       << "serving needs a tokenizer: " << (selects_builtin_model(dir) ? tiny_tokenizer_path() : dir + "/tokenizer.json")
       << " does not exist (give --tokenizer PATH)";
-  print_startup_summary(engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_choice.note));
+  StartupSummary summary = engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_choice.note);
+  if (parallel.parallel()) {
+    summary.parallelism = parallel.describe();
+    print_startup_summary(summary, parallel.log_prefix());
+  } else {
+    print_startup_summary(summary);
+  }
   const ModelConfig& config = engine->model_config();
   options.max_model_len = engine->max_model_len();
   std::vector<int32_t> eos_ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
@@ -194,8 +218,9 @@ int cmd_serve(int argc, char** argv) {
       args.get_int("max-live-requests", std::max<int64_t>(1024, 4 * engine_args.max_num_seqs));
   auto spec_board = std::make_shared<server::SpecStatsBoard>();
   options.spec_stats = spec_board;
-  AsyncEngine async_engine(server::make_spec_stats_tap(std::move(engine), spec_board), async_options);
+  AsyncEngine async_engine(parallel.wrap(server::make_spec_stats_tap(std::move(engine), spec_board)), async_options);
   server::Server server(options, std::move(listener), *tokenizer, std::move(eos_ids), async_engine);
+  start_rank0_front(args, parallel);
   server.run();
   return 0;
 }

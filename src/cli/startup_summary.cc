@@ -151,8 +151,14 @@ StartupSummary engine_startup_summary(const std::string& command, const EngineAr
   return s;
 }
 
-void print_startup_summary(const StartupSummary& summary) {
-  const std::string text = summary.format();
+void print_startup_summary(const StartupSummary& summary, const std::string& prefix) {
+  std::string text;
+  const std::string lines = summary.format();
+  for (size_t at = 0; at < lines.size();) {
+    const size_t end = std::min(lines.find('\n', at), lines.size());
+    text += prefix + lines.substr(at, end - at) + "\n";
+    at = end + 1;
+  }
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
 }

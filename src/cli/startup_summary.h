@@ -48,7 +48,7 @@ std::string speculative_in_effect(const EngineArgs& args, const Engine& engine);
 StartupSummary engine_startup_summary(const std::string& command, const EngineArgs& args, const Engine& engine,
                                       const std::string& device_note, const std::string& tokenizer_note);
 
-// Prints summary.format() to stderr.
-void print_startup_summary(const StartupSummary& summary);
+// Prints summary.format() to stderr, every line after `prefix` (a rank's "[rank 1] ").
+void print_startup_summary(const StartupSummary& summary, const std::string& prefix = "");
 
 }  // namespace deepinfer

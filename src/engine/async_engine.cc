@@ -36,6 +36,7 @@ AsyncEngine::Admission AsyncEngine::submit(std::vector<EngineRequest> requests, 
   auto shared = std::make_shared<Callback>(std::move(callback));
   std::lock_guard<std::mutex> lock(mu_);
   if (!accepting_) return Admission::kShuttingDown;
+  if (!engine_->unavailable().empty()) return Admission::kUnavailable;
   if (stats_.n_live + static_cast<int64_t>(requests.size()) > options_.max_live_requests) {
     return Admission::kFull;
   }
@@ -83,18 +84,31 @@ void AsyncEngine::shutdown(double drain_seconds) {
 void AsyncEngine::loop() {
   pthread_setname_np(pthread_self(), "di-engine");  // per-thread CPU time in /proc (bench)
   bool busy = false;  // the engine has unfinished requests (read on this thread only)
+  bool stepped = false;  // the last iteration stepped (a collective engine: its group had work)
   bool trimmed = true;  // the heap was trimmed since the engine last had work
+  const std::chrono::milliseconds idle_poll = engine_->idle_poll();
+  auto idle_since = std::chrono::steady_clock::now();
   for (;;) {
     std::vector<Pending> incoming;
     std::vector<std::string> aborts;
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!busy) {
+      auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty(); };
+      if (!busy && !stepped && idle_poll.count() > 0) {
+        // A collective engine: wait briefly, then agree with the group again (a peer may have
+        // work); trim as below once idle for half a second.
+        if (!wake_.wait_for(lock, idle_poll, ready) && !trimmed &&
+            std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(500)) {
+          lock.unlock();
+          malloc_trim(0);
+          lock.lock();
+          trimmed = true;
+        }
+      } else if (!busy && !stepped) {
         // Idle: once the engine has been idle for half a second after work, hand freed heap
         // back to the OS (glibc keeps it otherwise), so a burst does not leave the server at
         // its peak resident size.
-        auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty(); };
         while (!wake_.wait_for(lock, std::chrono::milliseconds(500), ready)) {
           if (!trimmed) {
             lock.unlock();
@@ -134,7 +148,18 @@ void AsyncEngine::loop() {
     std::string step_error;
     busy = engine_->has_unfinished();
     if (busy) trimmed = false;
-    if (busy && !stop) {
+    bool run = false;
+    if (!stop) {
+      try {
+        run = engine_->agree_to_step(busy);
+      } catch (const std::exception& e) {
+        step_error = e.what();
+        LOG(ERROR) << "engine step agreement failed: " << step_error;
+      }
+    }
+    if (stepped && !run) idle_since = std::chrono::steady_clock::now();
+    stepped = run;
+    if (run) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
         outputs = engine_->step();
@@ -184,6 +209,11 @@ void AsyncEngine::loop() {
       busy = engine_->has_unfinished();
     }
     if (stop) {
+      try {
+        engine_->leave();
+      } catch (const std::exception& e) {
+        LOG(WARNING) << "engine: leaving its group failed: " << e.what();
+      }
       fail_all("the server is shutting down");
       return;
     }

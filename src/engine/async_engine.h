@@ -19,6 +19,7 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -68,6 +69,20 @@ class StepEngine {
                                                                              const std::string& text) {
     return nullptr;
   }
+  // Collective engines (attention data parallel, parallel/dp/dp_lockstep.h: the ranks of an
+  // expert-parallel group step together). Every loop iteration asks agree_to_step(busy), busy
+  // meaning this engine has unfinished work, and steps iff it answers true; the engines of a
+  // group are asked equally often and answer alike. While neither this engine nor its group
+  // has work, the loop waits at most idle_poll() for new work before asking again (0: until
+  // work arrives). A throw from agree_to_step fails every live request like a failed step.
+  virtual bool agree_to_step(bool busy) { return busy; }
+  virtual std::chrono::milliseconds idle_poll() const { return std::chrono::milliseconds(0); }
+  // The loop is ending (shutdown): a collective engine tells its group, whose engines then
+  // fail their live requests and become unavailable instead of waiting for this one.
+  virtual void leave() {}
+  // Non-empty once this engine can never step again (a collective of its group failed): why.
+  // AsyncEngine then refuses new requests (Admission::kUnavailable). Called from any thread.
+  virtual std::string unavailable() const { return {}; }
 };
 
 // Adapts an Engine (engine.h).
@@ -89,7 +104,9 @@ struct AsyncEngineStats {
 class AsyncEngine {
  public:
   using Callback = std::function<void(const RequestOutput& output, const std::string& error)>;
-  enum class Admission { kAccepted, kFull, kShuttingDown };
+  // kUnavailable: the engine can never step again (StepEngine::unavailable(); the server
+  // answers 503 naming the reason).
+  enum class Admission { kAccepted, kFull, kShuttingDown, kUnavailable };
 
   AsyncEngine(std::unique_ptr<StepEngine> engine, AsyncEngineOptions options);
   ~AsyncEngine();  // shutdown(0)
@@ -108,6 +125,8 @@ class AsyncEngine {
 
   AsyncEngineStats stats() const;
   int64_t max_live_requests() const { return options_.max_live_requests; }
+  // StepEngine::unavailable(): empty while the engine can step.
+  std::string unavailable() const { return engine_->unavailable(); }
   // StepEngine::compile_constraint, from any thread (the engine's constraint cache is
   // thread-safe); lets a caller compile a request's constraint off the engine thread.
   std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const std::string& kind,

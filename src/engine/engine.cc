@@ -180,7 +180,11 @@ void Engine::Impl::init() {
   LOG(INFO) << "engine: " << runner->name() << ", up to " << sc.max_num_seqs << " requests of "
             << max_model_len << " tokens, " << sc.max_num_batched_tokens << " tokens per step";
   init_speculative();
-  if (args.overlap) worker = std::make_unique<StepWorker>();
+  CHECK_KIND(kUnsupported, !args.collective_steps || spec_k == 0)
+      << "engine: speculative decoding (--speculative-method / --num-speculative-tokens) is not supported with "
+         "attention data parallel or expert parallel (--data-parallel-size / --expert-parallel-size): drafting runs "
+         "forwards of its own, which the ranks of an expert-parallel group would not run together";
+  if (args.overlap && !args.collective_steps) worker = std::make_unique<StepWorker>();
   if (auto* cpu = dynamic_cast<CpuRunner*>(runner.get())) {
     cpu->set_sampler(sample_row_request);
   }
@@ -738,12 +742,17 @@ std::vector<RequestOutput> Engine::step() {
   Impl& m = *impl_;
   std::vector<RequestOutput> out = std::move(m.pending);
   m.pending.clear();
-  if (!m.args.overlap || m.spec_k > 0) {  // speculative steps are not chained (engine.h)
+  // Speculative steps are not chained (engine.h), nor collective ones (one forward per step).
+  if (!m.args.overlap || m.spec_k > 0 || m.args.collective_steps) {
     m.retired_matchers.clear();  // no launch runs
     m.free_deferred();
     SchedulerOutput so = m.scheduler->schedule();
     if (so.scheduled.empty()) {
       m.note_preempted(so);
+      if (m.args.collective_steps) {  // this rank's share of the group's step: no chunks
+        m.runner->launch({}, {});
+        m.runner->collect();
+      }
       return out;
     }
     auto f = m.prepare(std::move(so), {});

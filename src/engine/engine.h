@@ -120,6 +120,12 @@ struct EngineArgs {
   int64_t max_model_len = 0;
   int64_t state_budget_bytes = 0;      // 0: a default CPU budget; sizes the state pools
   bool overlap = true;                 // schedule step t+1 while step t runs
+  // Attention data parallel (parallel/dp/dp_lockstep.h): every step() runs exactly one forward,
+  // an empty one (zero chunks) when nothing is scheduled here, so that the ranks of an
+  // expert-parallel group, whose MoE layers are collective, run their forwards together. Steps
+  // then run one at a time (overlap is ignored); speculative decoding is refused (kUnsupported:
+  // drafting runs forwards of its own, a different number per rank).
+  bool collective_steps = false;
   bool priority = false;               // priority scheduling instead of FCFS
   // tokenizer.json for detokenization and stop strings. Empty: model_dir/tokenizer.json,
   // or for the built-in tiny model $DEEPINFER_TINY_TOKENIZER or the repository's

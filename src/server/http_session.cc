@@ -138,7 +138,14 @@ void HttpSession::route() {
     if (path == "/health") {
       endpoint_ = path;
       if (!get) throw method_not_allowed("GET", path);
+      const std::string unavailable = state_.engine.unavailable();
+      if (!unavailable.empty()) throw replica_unavailable(unavailable);
       return respond(200, "application/json", "{\"status\":\"ok\"}");
+    }
+    if (path == "/internal/load") {  // the data-parallel front's routing input (parallel/dp/dp_front.h)
+      endpoint_ = path;
+      if (!get) throw method_not_allowed("GET", path);
+      return respond(200, "application/json", load_body(state_.engine));
     }
     if (path == "/metrics") {
       endpoint_ = path;
@@ -333,6 +340,10 @@ void HttpSession::start_generation(std::shared_ptr<Generation> gen, const std::o
     gen_.reset();
     return respond_error(ApiError(503, "the server is shutting down", "server_error", "", "service_unavailable"));
   }
+  if (admission == AsyncEngine::Admission::kUnavailable) {
+    gen_.reset();
+    return respond_error(replica_unavailable(state_.engine.unavailable()));
+  }
   if (gen_->stream()) {
     status_ = 200;
     std::string head = "HTTP/1.1 200 OK\r\nServer: deepinfer\r\nContent-Type: text/event-stream\r\n"
@@ -366,7 +377,9 @@ void HttpSession::on_engine_output(const RequestOutput& out, const std::string& 
     }
   } else if (gen_->done()) {
     if (gen_->error()) {
-      respond_error(*gen_->error());
+      // The engine failed for good (its expert-parallel group broke): 503, not 500.
+      const std::string unavailable = state_.engine.unavailable();
+      respond_error(unavailable.empty() ? *gen_->error() : replica_unavailable(unavailable));
     } else {
       respond(200, "application/json", gen_->response_body());
     }

@@ -81,4 +81,19 @@ std::string detokenize_body(const Json& r, const ModelInfo& model) {
 
 std::string version_body() { return dump({{"version", kVersion}}); }
 
+std::string load_body(const AsyncEngine& engine) {
+  const AsyncEngineStats s = engine.stats();
+  return dump(Json{{"live", s.n_live},
+                   {"queued", s.n_queued},
+                   {"max_live", engine.max_live_requests()},
+                   {"state_slots", s.load.n_state_slots},
+                   {"state_slots_used", s.load.n_state_slots_used},
+                   {"max_block_usage", s.load.max_block_usage},
+                   {"unavailable", engine.unavailable()}});
+}
+
+ApiError replica_unavailable(const std::string& reason) {
+  return ApiError(503, "replica failed: " + reason, "server_error", "", "replica_failed");
+}
+
 }  // namespace deepinfer::server

@@ -7,6 +7,9 @@
 //                  -> {"count", "max_model_len", "tokens", "token_strs" (null unless asked)}
 //   POST /detokenize  {"tokens": [ids]} -> {"prompt": text} (special tokens kept)
 //   GET  /version     -> {"version": kVersion}
+//   GET  /internal/load -> {"live", "queued", "max_live", "state_slots", "state_slots_used",
+//                      "max_block_usage", "unavailable"}: what the data-parallel front routes by
+//                      (parallel/dp/dp_front.h); "unavailable" is "" while the engine can step
 // "model" is checked as elsewhere. Unknown fields, wrong types and ids outside the vocabulary
 // are 400s naming the field.
 // Thread-safety: pure functions (the tokenizer is read-only).
@@ -14,6 +17,8 @@
 
 #include <string>
 
+#include "engine/async_engine.h"
+#include "server/api_error.h"
 #include "server/generation.h"
 #include "server/openai_request.h"
 
@@ -27,5 +32,8 @@ std::string tokenize_body(const Json& request, const ModelInfo& model, const Req
                           bool default_thinking);
 std::string detokenize_body(const Json& request, const ModelInfo& model);
 std::string version_body();
+std::string load_body(const AsyncEngine& engine);
+// 503 for an engine that can never step again (AsyncEngine::unavailable(), the reason).
+ApiError replica_unavailable(const std::string& reason);
 
 }  // namespace deepinfer::server
