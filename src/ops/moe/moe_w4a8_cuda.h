@@ -70,3 +70,12 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
                            float* out);
 
 }  // namespace deepinfer
+
+namespace deepinfer {
+
+// The read-bandwidth ceiling the W4A8 benchmark reports beside the copy bandwidth: every
+// 16-byte word of [p, p + bytes) read once with the kernel's own ld.global.nc.L1::no_allocate
+// loads (bytes % 16 == 0, p 16-byte aligned), XOR-folded into *sink so nothing is elided.
+void w4a8_read_probe_cuda(cudaStream_t stream, const void* p, int64_t bytes, uint32_t* sink);
+
+}  // namespace deepinfer
