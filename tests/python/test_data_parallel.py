@@ -1,0 +1,291 @@
+"""Attention data parallel + expert parallel serving end to end (issue 19; src/parallel/dp).
+
+`deepinfer serve --data-parallel-size 2 [--expert-parallel-size 2]` (the launcher: ranks as
+children, one mpirun job per expert-parallel group, the front on --port) must give every one of
+64 mixed concurrent requests (prompt lengths, max_tokens, streams; greedy, --batch-invariant)
+exactly the output of a single-process `deepinfer serve` of the same model; and a rank that
+dies (kill -9) or hangs (SIGSTOP) must give every client whose request was on its group a clear
+error within the timeout while the front stays up: 503 for the dead group, answers from a live
+replica if one remains.
+"""
+import concurrent.futures
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def binary():
+    build = os.environ.get("DEEPINFER_BUILD", "build")
+    path = build if os.path.isabs(build) else os.path.join(ROOT, build)
+    return os.path.join(path, "deepinfer")
+
+
+def free_port_block(n):
+    """A port p with p..p+n all free on 127.0.0.1."""
+    for _ in range(200):
+        p = random.randint(20000, 60000 - n)
+        socks = []
+        try:
+            for k in range(n + 1):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p + k))
+                socks.append(s)
+            return p
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port block")
+
+
+def request(port, method, path, body=None, timeout=120):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
+class Serve:
+    """A `deepinfer serve` process (a launcher with its ranks, or a single process)."""
+
+    def __init__(self, args, world=0, env=None):
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        self.port = free_port_block(world)
+        self.world = world
+        e = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", **(env or {}))
+        self.proc = subprocess.Popen([binary(), "serve", "--port", str(self.port), *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=e)
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            assert self.proc.poll() is None, "serve exited:\n" + self.log_text()
+            try:
+                if world:
+                    status, body = request(self.port, "GET", "/internal/replicas", timeout=5)
+                    if status == 200 and all(r["up"] for r in json.loads(body)):
+                        return
+                else:
+                    status, _ = request(self.port, "GET", "/health", timeout=5)
+                    if status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError("serve did not come up:\n" + self.log_text())
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def rank_pids(self):
+        """{global rank: pid} of the rank processes (found by their internal port base)."""
+        base = str(self.port + 1)
+        out = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            except OSError:
+                continue
+            argv = [a.decode() for a in argv]
+            if not argv or not argv[0].endswith("deepinfer") or "--internal-port-base" not in argv:
+                continue
+            if argv[argv.index("--internal-port-base") + 1] != base:
+                continue
+            offset = int(argv[argv.index("--dp-rank-offset") + 1])
+            out[offset + int(env.get(b"OMPI_COMM_WORLD_RANK", b"0"))] = int(pid)
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def mixed_requests(n=64, seed=5):
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "kappa", "sigma", "omega", "tensor", "expert", "token"]
+    reqs = []
+    for i in range(n):
+        prompt = " ".join(rng.choice(words) for _ in range(rng.randint(1, 60)))
+        if i % 4 == 0:  # a shared prefix: affinity routing
+            prompt = "shared system prompt " * 6 + prompt
+        reqs.append({"prompt": prompt, "max_tokens": rng.randint(1, 12), "temperature": 0,
+                     "ignore_eos": True, "stream": i % 3 == 0})
+    return reqs
+
+
+def complete(port, body, timeout=180):
+    """(status, text, error message or None); streams are joined."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        raw = r.read().decode()
+    except (OSError, http.client.HTTPException) as e:
+        return -1, "", f"connection: {e}"
+    finally:
+        conn.close()
+    if r.status != 200:
+        return r.status, "", json.loads(raw)["error"]["message"]
+    if not body.get("stream"):
+        return 200, json.loads(raw)["choices"][0]["text"], None
+    text, error = "", None
+    for line in raw.split("\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[6:])
+        if "error" in event:
+            error = event["error"]["message"]
+        else:
+            text += event["choices"][0]["text"]
+    return 200, text, error
+
+
+def run_all(port, reqs, workers=16):
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda b: complete(port, b), reqs))
+
+
+@pytest.fixture(scope="module")
+def reference_outputs():
+    cache = {}
+
+    def get(model):
+        if model not in cache:
+            s = Serve(["--model", model, "--batch-invariant"])
+            try:
+                cache[model] = run_all(s.port, mixed_requests())
+            finally:
+                s.stop()
+        return cache[model]
+    return get
+
+
+@pytest.mark.parametrize("model,ep", [("tiny", 2), ("tiny-v4.1", 2), ("tiny", 1)])
+def test_dp_serve_matches_single_process(model, ep, reference_outputs):
+    want = reference_outputs(model)
+    assert all(status == 200 and err is None for status, _, err in want)
+    s = Serve(["--model", model, "--batch-invariant", "--data-parallel-size", "2",
+               "--expert-parallel-size", str(ep)], world=2)
+    try:
+        got = run_all(s.port, mixed_requests())
+        status, body = request(s.port, "GET", "/internal/replicas")
+        replicas = json.loads(body)
+        status_m, metrics = request(s.port, "GET", "/metrics")
+    finally:
+        s.stop()
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"request {i}: {g} != {w}"
+    # Both replicas served, some by affinity; the front shows its own and the replicas' metrics.
+    assert all(r["routed"] > 0 for r in replicas), replicas
+    assert sum(r["affinity_routed"] for r in replicas) > 0, replicas
+    assert status_m == 200 and 'deepinfer_dp_requests_routed_total{replica="1"}' in metrics
+    assert any('replica="0"' in line and not line.startswith("deepinfer_dp_") for line in metrics.splitlines())
+
+
+def long_request(i, stream):
+    return {"prompt": f"request {i} " + "word " * 20, "max_tokens": 400, "temperature": 0,
+            "ignore_eos": True, "stream": stream}
+
+
+def start_long_requests(port, n):
+    pool = concurrent.futures.ThreadPoolExecutor(n)
+    futures = [pool.submit(complete, port, long_request(i, i % 2 == 0)) for i in range(n)]
+    return pool, futures
+
+
+def wait_in_flight(port, replicas, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rs = json.loads(request(port, "GET", "/internal/replicas")[1])
+        if all(rs[r]["in_flight"] > 0 for r in replicas):
+            return rs
+        time.sleep(0.1)
+    raise AssertionError("requests did not reach the replicas")
+
+
+def test_dead_rank_of_an_independent_replica(reference_outputs):
+    s = Serve(["--model", "tiny", "--batch-invariant", "--data-parallel-size", "2",
+               "--dp-health-timeout", "2"], world=2)
+    try:
+        pool, futures = start_long_requests(s.port, 6)
+        wait_in_flight(s.port, [0, 1])
+        pids = s.rank_pids()
+        assert sorted(pids) == [0, 1], pids
+        t0 = time.time()
+        os.kill(pids[1], signal.SIGKILL)
+        results = [f.result(timeout=60) for f in futures]
+        elapsed = time.time() - t0
+        pool.shutdown()
+        failed = [r for r in results if r[2] is not None]
+        served = [r for r in results if r[2] is None]
+        assert failed and served, results
+        for status, _, err in failed:
+            assert status in (200, 503) and "replica 1" in err and "failed" in err, (status, err)
+        assert elapsed < 30
+        # The front stays up and the live replica serves new requests.
+        assert request(s.port, "GET", "/health")[0] == 200
+        status, text, err = complete(s.port, {"prompt": "after the failure", "max_tokens": 3, "temperature": 0})
+        assert status == 200 and err is None
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_failed_rank_of_an_expert_parallel_group(how):
+    s = Serve(["--model", "tiny", "--batch-invariant", "--data-parallel-size", "2", "--expert-parallel-size", "2",
+               "--dp-health-timeout", "2"], world=2, env={"DEEPINFER_COMM_TIMEOUT_S": "3"})
+    pids = {}
+    try:
+        pool, futures = start_long_requests(s.port, 4)
+        wait_in_flight(s.port, [0, 1])
+        pids = s.rank_pids()
+        assert sorted(pids) == [0, 1], pids
+        t0 = time.time()
+        os.kill(pids[1], signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        results = [f.result(timeout=60) for f in futures]
+        elapsed = time.time() - t0
+        pool.shutdown()
+        # Every client of the group gets a clear error, within the timeouts (2-3 s) plus slack.
+        for status, _, err in results:
+            assert err is not None and status in (200, 503), (status, err)
+            assert "replica" in err and ("failed" in err or "timed out" in err), err
+        assert elapsed < 20, elapsed
+        # The front stays up, answering 503 for the dead group.
+        status, body = request(s.port, "GET", "/health")
+        assert status == 503, body
+        status, _, err = complete(s.port, {"prompt": "any", "max_tokens": 2, "temperature": 0})
+        assert status == 503 and "replica" in err, err
+    finally:
+        if how == "stop" and 1 in pids:
+            try:
+                os.kill(pids[1], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        s.stop()
