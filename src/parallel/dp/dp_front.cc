@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -457,7 +458,7 @@ struct DpFront::Impl {
     write_all(up, head + req.body(), ec);
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Beast 1.74 compares lengths against an empty optional as "over"
     if (!ec) http::read_header(up, buffer, parser, ec);
     auto broken = [&](const beast::error_code& e) {
       const std::string cut = watch.cut();
