@@ -236,6 +236,17 @@ class LLM:
     spec_scheduling "fixed" or "confidence". stats() has its counters."""
 
     def __init__(self, model: Optional[str] = None, **engine_args: Any):
+        # Data / expert / context parallelism is one process per device with its own
+        # scheduler (src/parallel/dp): not something one in-process engine can be.
+        for key, flag in (("data_parallel_size", "--data-parallel-size"),
+                          ("expert_parallel_size", "--expert-parallel-size"),
+                          ("context_parallel_size", "--context-parallel-size")):
+            size = engine_args.pop(key, 1)
+            if size is None or int(size) != 1:
+                raise ValueError(
+                    f"LLM: {key}={size} needs one process per rank, which an in-process LLM is not; "
+                    f"serve the model with `deepinfer serve {flag} N` (it starts the ranks and an "
+                    "OpenAI-compatible front) and use its HTTP API")
         args = _core.EngineArgs()
         args.speculative_method = "auto"  # as the command line's --speculative-method
         if not model:

@@ -289,3 +289,10 @@ def test_failed_rank_of_an_expert_parallel_group(how):
             except ProcessLookupError:
                 pass
         s.stop()
+
+
+def test_llm_refuses_in_process_data_parallel():
+    deepinfer = pytest.importorskip("deepinfer")
+    for key in ("data_parallel_size", "expert_parallel_size", "context_parallel_size"):
+        with pytest.raises(ValueError, match="deepinfer serve --"):
+            deepinfer.LLM("tiny", **{key: 2})
