@@ -11,6 +11,9 @@
 #include "parallel/single_communicator.h"
 
 #ifdef DEEPINFER_NCCL
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/tcp_store.h"
 #endif
@@ -95,6 +98,10 @@ std::unique_ptr<Communicator> make_world_communicator(CommMemory memory, void* c
   }
 #ifdef DEEPINFER_NCCL
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
+  int devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  CHECK_KIND(kDevice, devices > 0) << "rank " << info.rank << " sees no CUDA device";
+  CUDA_CHECK(cudaSetDevice(info.local_rank % devices));  // one GPU per local rank
   if (info.under_mpi) return NcclCommunicator::bootstrap(MpiCommunicator::world(), stream);
   TcpStore store(info.master_addr, info.master_port, info.rank == 0, comm_timeout_from_env());
   return NcclCommunicator::bootstrap(store, info.rank, info.size, stream);

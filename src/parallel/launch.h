@@ -43,7 +43,8 @@ WorldInfo world_info_from_env();
 // The world communicator for this process: SingleCommunicator when the world has one rank,
 // MpiCommunicator for kHost under mpirun, NcclCommunicator for kDevice (CUDA builds; bootstrapped
 // over MPI under mpirun, else over a TcpStore at MASTER_ADDR:MASTER_PORT). cuda_stream is the
-// cudaStream_t the NCCL collectives run on (nullptr: the legacy default stream).
+// cudaStream_t the NCCL collectives run on (nullptr: the legacy default stream). A multi-rank
+// device communicator first selects GPU local_rank (mod the visible device count).
 std::unique_ptr<Communicator> make_world_communicator(CommMemory memory,
                                                       void* cuda_stream = nullptr);
 
