@@ -1,7 +1,10 @@
 // MpiCommunicator: the CPU backend's Communicator over Open MPI (host buffers). One process per
 // rank, started by `mpirun`. MPI is initialised on first use (MPI_THREAD_SERIALIZED: one thread
-// at a time calls MPI) and finalised at exit only if we initialised it and no communicator broke
-// (finalising with a dead peer could hang).
+// at a time calls MPI) and finalised at exit if we initialised it.
+//
+// A rank that dies: by default mpirun then kills the whole job. Launch with
+// `mpirun --enable-recovery` so the survivors run on, time out in their next collective and
+// throw (test_communicator_mpi_dead_rank).
 //
 // Every collective is the nonblocking MPI variant (or Isend/Irecv pairs) followed by a
 // deadline-polling MPI_Test loop (parallel/poll_wait.h); on timeout the communicator is marked
@@ -10,8 +13,11 @@
 // its buffers may still be written by MPI, so after a timeout callers must treat them as lost.
 // MPI errors are returned (MPI_ERRORS_RETURN), never aborting, and become Error(kDevice).
 //
-// Sizes are 64-bit: pieces larger than MPI's int counts are sent as several messages
-// (all_to_all_v, broadcast, all_reduce); all_gather refuses more than 2^31-1 bytes per rank.
+// Sizes are 64-bit: pieces larger than the largest message (1 GiB; MPI counts are int) go as
+// several messages (all_to_all_v, broadcast, all_reduce, all_gather through a strided type).
+// all_to_all_v exchanges at least one message per pair, even for 0 bytes, so recv_bytes that
+// disagree with the peer's send_bytes fail (kDevice truncation or kInternal short piece) and
+// break the communicator instead of shifting later matches.
 // Floating-point all_reduce gathers every rank's values and reduces them in rank order, so the
 // result is bitwise the same on every rank and for every MPI algorithm choice (what
 // --batch-invariant needs); integer all_reduce uses MPI_Iallreduce (exact anyway).
