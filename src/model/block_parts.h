@@ -29,6 +29,21 @@ MoeShape moe_shape(const ModelConfig& cfg, bool hash);
 void moe_forward(const MoeWeights& w, const MoeShape& s, const float* x, int64_t n_rows,
                  const int32_t* tokens, float* out, GemmMode mode, int32_t* ids_out = nullptr);
 
+// moe_forward's three stages, shared with expert parallelism (parallel/expert_parallel.h runs
+// stage 2 on the ranks holding the experts; stages 1 and 3 stay on the row's home rank):
+// 1. routing: ids / weights [N, top_k];
+void moe_route(const MoeWeights& w, const MoeShape& s, const float* x, int64_t n_rows,
+               const int32_t* tokens, int32_t* ids, float* weights, GemmMode mode);
+// 2. the routed contributions: contrib [N * top_k, D], row r's weighted output of expert
+//    ids[r, j] at r * top_k + j; each expert runs once over its rows in row order (w.experts);
+void moe_local_contributions(const MoeWeights& w, const MoeShape& s, const float* x,
+                             int64_t n_rows, const int32_t* ids, const float* weights,
+                             float* contrib, GemmMode mode);
+// 3. out [N, D] = per row, from zero, the contributions in ascending (expert id, j), then the
+//    shared expert of x.
+void moe_ordered_sum(const MoeWeights& w, const MoeShape& s, const float* x, int64_t n_rows,
+                     const int32_t* ids, const float* contrib, float* out, GemmMode mode);
+
 // q [N, H*d] = wq_b . q_norm(wq_a x) (per-head RMS norm when the family has it), q_r [N, R_q]
 // (the indexer's input) and kv [N, d] = kv_norm(wkv x); no RoPE.
 void attention_projections(const ModelConfig& cfg, const AttentionWeights& w, const float* x,

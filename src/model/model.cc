@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "base/parallel.h"
 #include "io/config_parser.h"
@@ -11,6 +12,7 @@
 #include "model/swa_replay.h"
 #include "ops/mhc/mhc.h"
 #include "ops/rms_norm/rms_norm.h"
+#include "parallel/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -58,12 +60,17 @@ Model::Model(ModelConfig config, ModelWeights weights, ModelOptions options)
                              weights_.has_mtp);
     replay_boundary_ = decoder_boundary(config_);
   }
+  if (options_.expert_parallel != nullptr) adopt_routed_experts();
 }
 
 std::unique_ptr<Model> Model::from_source(const ModelConfig& config, WeightSource& source,
                                           const ModelOptions& options) {
   const ModelConfig c = completed(config);
-  return std::make_unique<Model>(c, load_model_weights(c, source), options);
+  std::function<bool(int64_t, int64_t)> keep_expert;
+  if (const ExpertParallel* ep = options.expert_parallel.get()) {
+    keep_expert = [ep](int64_t layer, int64_t expert) { return ep->keeps(layer, expert); };
+  }
+  return std::make_unique<Model>(c, load_model_weights(c, source, keep_expert), options);
 }
 
 const char* drafter_kind_name(DrafterKind kind) {
@@ -172,6 +179,11 @@ void Model::check_chunk(const SequenceChunk& c) const {
 }
 
 Tensor Model::forward(std::span<const SequenceChunk> chunks) const {
+  if (options_.expert_parallel != nullptr) return forward_expert_parallel(chunks);
+  return forward_rows(chunks);
+}
+
+Tensor Model::forward_rows(std::span<const SequenceChunk> chunks) const {
   const ModelConfig& cfg = config_;
   // Validate everything before any state changes: a bad chunk fails alone.
   int64_t n_rows = 0, n_out = 0;

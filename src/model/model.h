@@ -26,6 +26,7 @@
 namespace deepinfer {
 
 class ContextParallel;  // parallel/context_parallel.h
+class ExpertParallel;   // parallel/expert_parallel.h
 
 // `official`: the quantise->dequantise roundings the model was trained with (FP8 window
 // and compressed KV, Hadamard + FP4 indexer q/k; MODEL_SPEC §A.10) on top of fp32 math.
@@ -47,6 +48,12 @@ struct ModelOptions {
   // with a prompt_length L, the decoder layers compute only the positions >= L - this many.
   // 0: off. At least sliding_window + the rollback depth.
   int64_t swa_bounded_replay_keep = 0;
+  // MoE expert parallelism (parallel/expert_parallel.h): the backbone keeps only the routed
+  // experts of this rank's slots and exchanges rows with the EP group in every MoE layer, so
+  // forward() is collective over that group (every rank calls it once per step; a rank with no
+  // chunks calls it with none). The drafters' (MTP / DSpark) MoE keep all their experts on
+  // every rank and exchange nothing. Null: every expert local.
+  std::shared_ptr<ExpertParallel> expert_parallel;
 };
 
 // The speculative drafter a checkpoint carries (MODEL_SPEC §A.9 / §D).
@@ -153,6 +160,13 @@ class Model {
   Tensor forward_context_parallel_rows(const SequenceChunk& chunk, const ContextParallel& cp) const;
   void select_entries(int64_t layer, Batch& batch, const float* x, const float* q_r) const;
   void moe_block(int64_t layer, const Batch& batch, const float* x, float* out) const;
+  // forward() without the expert-parallel step brackets; forward_expert_parallel
+  // (moe_block.cc) brackets it with ExpertParallel::begin_step / end_step (end_step runs the
+  // layers a failed or empty forward did not reach with zero rows, so the collectives match).
+  Tensor forward_rows(std::span<const SequenceChunk> chunks) const;
+  Tensor forward_expert_parallel(std::span<const SequenceChunk> chunks) const;
+  // Expert parallelism: hands the kept routed experts to the ExpertParallel (moe_block.cc).
+  void adopt_routed_experts();
   void engram_block(int64_t layer, const Batch& batch, float* X) const;
   // engram_block in two parts: the rows' n-grams [N, max_ngram], then the update of X.
   std::vector<int32_t> engram_rows(int64_t layer, const Batch& batch) const;

@@ -47,6 +47,17 @@ ExpertWeightsT take_expert(WeightSource& src, const std::string& prefix, int64_t
           src.take(prefix + "w2.weight", {dim, inter})};
 }
 
+// The routed experts; those `keep` refuses are taken (checked) and dropped, left undefined.
+void take_routed_experts(WeightSource& src, const std::string& fp, const ModelConfig& cfg,
+                         int64_t n_experts, const std::function<bool(int64_t)>& keep,
+                         MoeWeights& m) {
+  for (int64_t e = 0; e < n_experts; ++e) {
+    ExpertWeightsT w = take_expert(src, fp + "experts." + std::to_string(e) + ".",
+                                   cfg.moe_intermediate_size, cfg.hidden_size);
+    m.experts.push_back(!keep || keep(e) ? std::move(w) : ExpertWeightsT{});
+  }
+}
+
 AttentionWeights take_attention_core(WeightSource& src, const std::string& ap, const ModelConfig& cfg) {
   const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim;
   AttentionWeights a;
@@ -63,16 +74,13 @@ AttentionWeights take_attention_core(WeightSource& src, const std::string& ap, c
 
 // Router + experts + shared expert of a score-routed MoE with `n_experts` experts.
 MoeWeights take_scored_moe(WeightSource& src, const std::string& fp, const ModelConfig& cfg,
-                           int64_t n_experts) {
+                           int64_t n_experts, const std::function<bool(int64_t)>& keep = {}) {
   const int64_t D = cfg.hidden_size;
   MoeWeights m;
   m.gate = src.take(fp + "gate.weight", {n_experts, D});
   m.bias = src.take(fp + "gate.bias", {n_experts});
   if (cfg.traits.router_bias_vl) m.bias_vl = src.take(fp + "gate.bias_vl", {n_experts});
-  for (int64_t e = 0; e < n_experts; ++e) {
-    m.experts.push_back(take_expert(src, fp + "experts." + std::to_string(e) + ".",
-                                    cfg.moe_intermediate_size, D));
-  }
+  take_routed_experts(src, fp, cfg, n_experts, keep, m);
   m.shared = take_expert(src, fp + "shared_experts.", cfg.moe_intermediate_size * cfg.n_shared_experts, D);
   return m;
 }
@@ -138,7 +146,8 @@ std::string WeightSource::engram_token_map_path() const {
   return std::string(DEEPINFER_SOURCE_DIR) + "/" + kEngramTokenMapPath;
 }
 
-ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
+ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src,
+                                const std::function<bool(int64_t, int64_t)>& keep_expert) {
   ModelConfig cfg = config;
   complete_model_config(&cfg);
   const int64_t D = cfg.hidden_size, V = cfg.vocab_size, hc = cfg.hc_mult;
@@ -186,18 +195,17 @@ ModelWeights load_model_weights(const ModelConfig& config, WeightSource& src) {
     }
 
     const std::string fp = p + "ffn.";
+    std::function<bool(int64_t)> keep;
+    if (keep_expert) keep = [&keep_expert, l](int64_t e) { return keep_expert(l, e); };
     if (cfg.is_hash_layer(l)) {
       MoeWeights& m = lw.moe;
       m.gate = src.take(fp + "gate.weight", {cfg.n_routed_experts, D});
       m.tid2eid = src.take(fp + "gate.tid2eid", {V, cfg.n_experts_per_tok});
-      for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
-        m.experts.push_back(take_expert(src, fp + "experts." + std::to_string(e) + ".",
-                                        cfg.moe_intermediate_size, D));
-      }
+      take_routed_experts(src, fp, cfg, cfg.n_routed_experts, keep, m);
       m.shared = take_expert(src, fp + "shared_experts.",
                              cfg.moe_intermediate_size * cfg.n_shared_experts, D);
     } else {
-      lw.moe = take_scored_moe(src, fp, cfg, cfg.n_routed_experts);
+      lw.moe = take_scored_moe(src, fp, cfg, cfg.n_routed_experts, keep);
     }
   }
   if (cfg.dspark.block_size > 0) {

@@ -3,6 +3,7 @@
 // undefined Tensors.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "io/engram_token_map.h"
@@ -121,7 +122,11 @@ struct ModelWeights {
 };
 
 // Takes every backbone tensor from `source` (checking names and shapes) and rejects
-// tensors nobody took.
-ModelWeights load_model_weights(const ModelConfig& config, WeightSource& source);
+// tensors nobody took. `keep_expert` (expert parallelism): when set, a backbone layer's routed
+// expert e of layer l is kept only if keep_expert(l, e); the others are taken (names and
+// shapes still checked) and dropped, leaving MoeWeights::experts[e] undefined. The drafters'
+// experts are always kept.
+ModelWeights load_model_weights(const ModelConfig& config, WeightSource& source,
+                                const std::function<bool(int64_t, int64_t)>& keep_expert = {});
 
 }  // namespace deepinfer
