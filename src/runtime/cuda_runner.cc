@@ -99,6 +99,7 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.expert_checkpoint = o.expert_checkpoint;
   g.max_rollback = o.max_rollback;
   g.mtp = o.mtp;
+  g.dspark = o.dspark;
   if (o.kv_cache_dtype != "auto") g.kv_cache_dtype = kv_cache_dtype_from_string(o.kv_cache_dtype);
   // Weights and activations estimated; the state pools exactly as GpuModel plans them.
   GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
@@ -107,6 +108,10 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   if (o.mtp) {  // the MTP-1 window ring and kept streams (gpu_model_impl.h GpuMtp), fp32
     sizing.state_bytes_per_sequence += 4 * ((config.sliding_window + o.max_rollback + 1) * config.head_dim +
                                             (o.max_rollback + 1) * config.hc_mult * config.hidden_size);
+  }
+  if (o.dspark) {  // each stage's context ring (gpu_model_impl.h GpuDspark), fp32
+    sizing.state_bytes_per_sequence += 4 * config.num_nextn_predict_layers *
+                                       (config.sliding_window + o.max_rollback + 1) * config.head_dim;
   }
   sizing.activation_bytes += plan.fixed_state_bytes();
   // The device sampler's workspace (CudaRunner::Sampling: sort keys and ids in and out,
@@ -171,7 +176,7 @@ void CudaRunner::init(const CudaRunnerOptions& options, const std::string& weigh
   CUDA_CHECK(cudaGetDevice(&device));
   name_ = "cuda:" + std::to_string(device) + " (" + (options.fp8_weights ? "fp8" : "fp32") + " " +
           weights_from + ", " + numerics_name(options.numerics) + ", kv " +
-          kv_cache_dtype_name(resolved_kv_cache_dtype(g)) + (g.cuda_graphs ? ", cuda graphs" : "") + (g.mtp ? ", mtp drafter" : "") +
+          kv_cache_dtype_name(resolved_kv_cache_dtype(g)) + (g.cuda_graphs ? ", cuda graphs" : "") + (g.mtp ? ", mtp drafter" : "") + (g.dspark ? ", dspark drafter" : "") +
           (options.batch_invariant ? ", batch-invariant)" : ")");
   LOG(INFO) << "cuda runner: " << name_ << ", capacity " << g.max_sequences << " sequences of "
             << g.max_context << " tokens, " << g.max_batch_tokens << " tokens per step";
@@ -194,8 +199,12 @@ int64_t CudaRunner::n_tokens(int64_t sequence) const { return model_->n_tokens(s
 int64_t CudaRunner::host_waits() const { return model_->host_waits(); }
 int64_t CudaRunner::rollback_depth() const { return model_->options().max_rollback; }
 
-std::string CudaRunner::drafter() const { return model_->has_mtp() ? "mtp" : "none"; }
-int64_t CudaRunner::draft_length() const { return model_->has_mtp() ? 1 : 0; }
+std::string CudaRunner::drafter() const {
+  return model_->has_dspark() ? "dspark" : (model_->has_mtp() ? "mtp" : "none");
+}
+int64_t CudaRunner::draft_length() const {
+  return model_->has_dspark() ? model_->dspark_block_size() : (model_->has_mtp() ? 1 : 0);
+}
 
 RunnerDraft CudaRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
   const DraftRequest r{sequence, next, n_drafts};
@@ -204,8 +213,9 @@ RunnerDraft CudaRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) 
 
 std::vector<RunnerDraft> CudaRunner::draft_batch(std::span<const DraftRequest> requests) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CudaRunner: draft() with a launched step uncollected";
-  CHECK_KIND(kUnsupported, model_->has_mtp())
-      << "CudaRunner: no drafter on the device (the runner was built without the MTP-1 drafter)";
+  CHECK_KIND(kUnsupported, model_->has_mtp() || model_->has_dspark())
+      << "CudaRunner: no drafter on the device (the runner was built without the MTP-1 or DSpark drafter)";
+  const bool block_drafter = model_->has_dspark();  // drafts its whole block, entries keep a prefix
   std::vector<RunnerDraft> out(requests.size());
   std::vector<int64_t> seqs, at;
   std::vector<int32_t> next;
@@ -216,16 +226,19 @@ std::vector<RunnerDraft> CudaRunner::draft_batch(std::span<const DraftRequest> r
     seqs.push_back(requests[i].sequence);
     next.push_back(requests[i].next);
     at.push_back(int64_t(i));
-    n = std::max(n, requests[i].n_drafts);
+    n = std::max(n, block_drafter ? std::min(requests[i].n_drafts, draft_length()) : requests[i].n_drafts);
   }
   if (seqs.empty()) return out;
   std::vector<std::vector<float>> prob;  // computed on the device: no logits copied back
   std::vector<DraftBlock> blocks = model_->draft(seqs, next, n, &prob);
   for (size_t b = 0; b < blocks.size(); ++b) {
     RunnerDraft& d = out[size_t(at[b])];
-    const int64_t keep = requests[size_t(at[b])].n_drafts;
+    const int64_t keep = std::min(requests[size_t(at[b])].n_drafts, int64_t(blocks[b].tokens.size()));
     d.tokens.assign(blocks[b].tokens.begin(), blocks[b].tokens.begin() + keep);
     d.probability.assign(prob[b].begin(), prob[b].begin() + keep);
+    if (!blocks[b].confidence.empty()) {
+      d.confidence.assign(blocks[b].confidence.begin(), blocks[b].confidence.begin() + keep);
+    }
   }
   return out;
 }

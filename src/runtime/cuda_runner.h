@@ -52,6 +52,9 @@ struct CudaRunnerOptions {
   // GpuModelOptions::mtp: V4's MTP-1 drafter on the device (the weights must have mtp.0;
   // device dummy weights: random). drafter() is then "mtp".
   bool mtp = false;
+  // GpuModelOptions::dspark: V4.1's DSpark drafter on the device (the weights must have it;
+  // device dummy weights: random). drafter() is then "dspark". At most one of mtp and dspark.
+  bool dspark = false;
 };
 
 class CudaRunner final : public ModelRunner {
@@ -80,7 +83,9 @@ class CudaRunner final : public ModelRunner {
   // (GpuModel::draft, n_drafts chained steps, at most rollback_depth() + 1; probability[i] =
   // the drafter's softmax probability of tokens[i], computed on the device in fp32), else
   // "none" and draft() refuses (the engine's test drafter, or none).
-  // DSpark is not on the device (it needs the V4.1 backend).
+  // DSpark when CudaRunnerOptions::dspark (GpuModel::draft: the whole block of every
+  // sequence in one pass, each entry keeps its first n_drafts <= draft_length(); confidence[i]
+  // the raw c_i, probability[i] as for MTP).
   std::string drafter() const override;
   int64_t draft_length() const override;
   RunnerDraft draft(int64_t sequence, int32_t next, int64_t n_drafts) override;

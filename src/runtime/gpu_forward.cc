@@ -352,6 +352,7 @@ void GpuModel::Impl::enqueue_forward() {
     };
     // Engram updates the streams before the layer (MODEL_SPEC §C.8; plan.engram).
     if (!engram.empty() && engram[l]) engram[l]->apply(ctx, engram_hist, N, X);
+    if (dspark) dspark_tap(l, X);  // DSpark taps: the streams entering a target layer (gpu_dspark.cc)
     hc_mix_cuda(ctx, X, N, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, hp, mix_scratch, pre,
                 post, comb);
     hc_collapse_cuda(stream, X, single_pass ? pre_mix : pre, N, hc, D, u);
@@ -379,6 +380,7 @@ void GpuModel::Impl::enqueue_forward() {
     work.gemm_flops += 2.0 * 2.0 * N * (2 + hc) * hc * hc * D;
   }
   if (mtp) mtp_write_context();  // MTP-1 keys from the final streams (gpu_mtp.cc)
+  if (dspark) dspark_write_context();  // DSpark context keys from the taps (gpu_dspark.cc)
   gather_rows_cuda(stream, X, sec(kOutRows), n_out, hc * D, Xo);
   if (single_pass) {  // no hc_head: the last FFN site's pre collapses the streams
     gather_rows_cuda(stream, pre_mix, sec(kOutRows), n_out, hc, head_pre);

@@ -533,6 +533,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     CUDA_CHECK(cudaMallocHost(&route_w_host, T * k * sizeof(float)));
   }
   if (opt.mtp) init_mtp(hw);  // MTP-1 drafter (gpu_mtp.cc)
+  if (opt.dspark) init_dspark(hw);  // DSpark drafter (gpu_dspark.cc)
   seq_tokens.assign(opt.max_sequences, -1);
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
   if (streamed) streamed->finish(ctx.stream());
@@ -540,6 +541,10 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
 
 GpuModel::Impl::~Impl() {
   if (mtp) cudaFreeHost(mtp->meta_host);
+  if (dspark) {
+    cudaFreeHost(dspark->meta_host);
+    cudaFreeHost(dspark->out_host);
+  }
   for (StagingSlot& slot : staging) cudaFreeHost(slot.host);
   cudaFreeHost(moe_meta_host);
   cudaFreeHost(route_ids_host);

@@ -193,6 +193,15 @@ struct GpuModelOptions {
   // draft() works after any forward or truncate(). Costs each forward the MTP input
   // projections and the block's K=V projection over its rows.
   bool mtp = false;
+  // The DSpark drafter of a V4.1 checkpoint (MODEL_SPEC §D; gpu_dspark.cc): main_proj /
+  // main_norm, the three stages, Markov and confidence heads uploaded (host weights must have
+  // them, ModelWeights::has_dspark; dummy weights: random); each stage's context K=V kept per
+  // sequence in W + max_rollback + 1 fp32 slots by position and written for every row inside
+  // each forward (from the taps: the streams entering the config's target layers; graph-safe),
+  // so draft() works after any forward or truncate(). Costs each forward the taps, main_proj
+  // and one wkv per stage over its rows. At most one of mtp and dspark. V4-0731's DSpark
+  // (taps after the last blocks, hc_head) is refused: the CPU model has no reference of it.
+  bool dspark = false;
 };
 
 struct GpuChunk {
@@ -302,9 +311,24 @@ class GpuModel {
   // `probabilities` (optional): per sequence, the drafter's softmax probability of each draft
   // token, computed on the device; the logits are then not copied to the host (logits and
   // hidden stay empty: at V4's vocabulary they are most of a draft's cost).
+  //
+  // DSpark (GpuModelOptions::dspark), as Model::draft (model/dspark.cc): one block
+  // [next, noise x (block - 1)] per sequence at positions p + 1.., all sequences' blocks in one
+  // eager pass of sequences.size() * block rows through the three stages (each block position
+  // attends to its stage's context keys of positions max(0, p - W + 1)..p and to all block keys,
+  // bidirectionally, with the sink), the head, then the Markov head step by step on the device
+  // and the confidences. Returns per sequence the first n_drafts (1 <= n_drafts <= block) of
+  // tokens, Markov-corrected logits [n, V], hidden [n, D] (the last-site collapse) and
+  // confidence [n] (raw c_i, always, also with `probabilities`). One host synchronisation per
+  // call (the results' copy); the draft's own keys go to scratch rows, never the rings.
   std::vector<DraftBlock> draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
                                 int64_t n_drafts, std::vector<std::vector<float>>* probabilities = nullptr);
   bool has_mtp() const;
+  bool has_dspark() const;
+  int64_t dspark_block_size() const;  // 0 without the DSpark drafter
+  // Test instrumentation: host copy of stage `stage`'s context key [head_dim] of `position`
+  // that a draft of the live sequence would read (synchronises).
+  std::vector<float> dspark_key(int64_t sequence, int64_t stage, int64_t position) const;
   // Test instrumentation: host copy of the MTP key [head_dim] of `position` that a draft of
   // the live sequence would read (slot position % (W + max_rollback + 1); synchronises).
   std::vector<float> mtp_key(int64_t sequence, int64_t position) const;

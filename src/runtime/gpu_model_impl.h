@@ -142,6 +142,43 @@ struct GpuMtp {
   void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows
 };
 
+// DSpark drafter on the device (gpu_dspark.cc; GpuModelOptions::dspark), V4.1 (MODEL_SPEC §D):
+// its weights, per-sequence context rings and draft scratch. `rings`: per stage k one region
+// of [S * n_slots + max_sequences * block, d] rows at rings + k * ring_stride: first the stage's
+// context K=V of position t of state slot s in row s * n_slots + t % n_slots (n_slots =
+// W + max_rollback + 1; written for every row of every forward by dspark_write_context), then
+// the block keys of the current draft (row i * B + b: block position i of the call's b-th
+// sequence). `taps` [T, n_taps * D]: the forward's target features (dspark_tap).
+struct GpuDspark {
+  DeviceLinear main_proj;  // [D, n_taps * D]
+  const float *main_norm = nullptr, *norm = nullptr;
+  std::vector<GpuLayerW> stages;  // ratio 0, score-routed MoE of n_experts experts
+  const float *markov_embed = nullptr, *markov_head = nullptr;  // [V, R] fp32
+  const float* confidence = nullptr;                            // [D + R] fp32
+  int64_t block = 0, rank = 0, noise = 0, n_taps = 0, n_experts = 0, top_k = 0;
+  std::vector<int64_t> tap_of_layer;  // backbone layer -> tap index (its entering streams), or -1
+  float* rings = nullptr;
+  int64_t n_slots = 0, ring_stride = 0;  // ring_stride: floats per stage region
+  float* taps = nullptr;
+  float *m = nullptr;  // [T, D] the forward's main_norm(main_proj(taps))
+  // Draft scratch, rows = max_sequences * block (row i * B + b).
+  int64_t rows = 0;
+  float *Z = nullptr, *Z2 = nullptr;            // [rows, n_hc, D]
+  float *keys = nullptr;                        // [max_sequences * (W + block), d]
+  float *h = nullptr, *hn = nullptr, *logits = nullptr, *e = nullptr;  // [rows, D] / [rows, V] / [rows, R]
+  float* router = nullptr;                      // [rows, n_experts]
+  int32_t* route_ids = nullptr;                 // [rows, top_k]
+  float* route_w = nullptr;                     // [rows, top_k]
+  int32_t* tokens = nullptr;                    // [rows] the Markov chain's drafts (row i * B + b)
+  float *conf = nullptr, *prob = nullptr;       // [rows]
+  int32_t* meta = nullptr;                      // draft metadata (device), see gpu_dspark.cc
+  int32_t* meta_host = nullptr;                 // pinned
+  int64_t meta_ints = 0;
+  float* out_host = nullptr;                    // pinned: tokens, confidences, probabilities [3 * rows]
+  ActScratch a;                                 // kFp8 activation scratch (unused: V4.1 is kF32)
+  void* moe_ws = nullptr;                       // grouped MoE workspace for `rows` rows
+};
+
 // Prefix pieces' link to the model's stream (gpu_prefix_state.cc): pieces hold it weakly
 // and free their memory on it while the model lives, synchronously after.
 struct GpuPrefixArena;
@@ -427,6 +464,21 @@ struct GpuModel::Impl {
   // position pos >= 1 writes the MTP key of pos - 1 (its streams and its token), then the
   // chunks' last streams are kept. mtp_draft_step: one chained draft step over b rows.
   std::unique_ptr<GpuMtp> mtp;
+
+  // DSpark (gpu_dspark.cc; null when GpuModelOptions::dspark is off). init_dspark: weights
+  // (host DSpark tensors, or random for dummy weights), rings and scratch. dspark_tap: inside
+  // enqueue_forward before layer l's mixes (after Engram), the tap's stream mean of every row
+  // when l is a target layer. dspark_write_context: after the last layer, every row's context
+  // K=V per stage into its ring slot (graph-safe). dspark_draft: GpuModel::draft.
+  std::unique_ptr<GpuDspark> dspark;
+  void init_dspark(const ModelWeights* host);
+  void dspark_tap(int64_t layer, const float* X_in);
+  void dspark_write_context();
+  std::vector<DraftBlock> dspark_draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
+                                       int64_t n_drafts, std::vector<std::vector<float>>* probabilities);
+  // A drafter block's weights (the MTP block, a DSpark stage): ratio-0 attention and a
+  // score-routed MoE of n_experts experts with a bias (host b, or random when null).
+  GpuLayerW drafter_block(const DsparkStageWeights* b, int64_t n_experts);
   void init_mtp(const ModelWeights* host);
   void mtp_write_context();
   void mtp_input(int64_t n, const int32_t* tokens_dev, const float* streams_in, float* Z);

@@ -340,8 +340,9 @@ bool GpuModel::has_mtp() const { return impl_->mtp != nullptr; }
 std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
                                         int64_t n_drafts, std::vector<std::vector<float>>* probabilities) {
   Impl& m = *impl_;
+  if (m.dspark) return m.dspark_draft(sequences, next, n_drafts, probabilities);  // gpu_dspark.cc
   CHECK_KIND(kUnsupported, m.mtp != nullptr)
-      << "GpuModel: draft() needs the MTP-1 drafter (GpuModelOptions::mtp)";
+      << "GpuModel: draft() needs a drafter (GpuModelOptions::mtp or dspark)";
   GpuMtp& g = *m.mtp;
   const ModelConfig& cfg = m.cfg;
   const int64_t B = static_cast<int64_t>(sequences.size()), Bm = m.opt.max_sequences;

@@ -13,8 +13,9 @@
 //     positions [end - W + 1 - max_rollback, end) (paged: whole page blocks of the window
 //     pool; plain: the sequence's fp32 ring), the compressor rings (raw a / z rows by
 //     position, main and V4 index compressor), the MTP drafter's ring and kept streams
-//     (GpuModelOptions::mtp), Engram's token-history ring (V4.1). These are bounded by the
-//     window, the ratios and the rollback depth, not by the context.
+//     (GpuModelOptions::mtp), the DSpark context rings (GpuModelOptions::dspark), Engram's
+//     token-history ring (V4.1). These are bounded by the window, the ratios and the rollback
+//     depth, not by the context.
 // Every part is stored by position (slot = position % ring length, entry = position / m,
 // page column = entry / block size), so copying the same byte ranges into another sequence
 // slot, after giving it the same block columns, reproduces the exporting sequence's state
@@ -50,7 +51,7 @@ struct StateLayoutKey {
   int64_t n_layers = 0, head_dim = 0, window = 0, index_head_dim = 0;
   Numerics numerics = Numerics::kReference;
   WeightFormat weights = WeightFormat::kF32;
-  bool paged = false, batch_invariant = false, mtp = false;
+  bool paged = false, batch_invariant = false, mtp = false, dspark = false;
   KvCacheDtype kv = KvCacheDtype::kBf16;
   int64_t block_size = 0, max_rollback = 0, engram_ring_len = 0, max_context = 0;
 };
@@ -67,6 +68,7 @@ StateLayoutKey layout_key(const ModelConfig& cfg, const GpuModelOptions& opt, co
   k.paged = plan.paged;
   k.batch_invariant = opt.batch_invariant;
   k.mtp = mtp;
+  k.dspark = opt.dspark;
   k.kv = plan.dtype;
   k.block_size = plan.block_size;
   k.max_rollback = opt.max_rollback;
@@ -94,6 +96,7 @@ void check_same_layout(const StateLayoutKey& piece, const StateLayoutKey& here) 
       << " state in blocks of " << piece.block_size << " (this model: "
       << (here.paged ? std::string("paged ") + kv_cache_dtype_name(here.kv) : std::string("plain fp32"))
       << " in blocks of " << here.block_size << ")";
+  CHECK(piece.dspark == here.dspark) << what << "dspark " << piece.dspark << " (this model: " << here.dspark << ")";
   CHECK(piece.max_rollback == here.max_rollback && piece.mtp == here.mtp && piece.max_context == here.max_context)
       << what << "max_rollback " << piece.max_rollback << ", mtp " << piece.mtp << ", max_context "
       << piece.max_context << " (this model: " << here.max_rollback << ", " << here.mtp << ", " << here.max_context
@@ -210,6 +213,12 @@ std::vector<GpuStateRange> GpuModel::Impl::boundary_ranges(int64_t seq, int64_t 
     const int64_t ring = m.mtp->n_slots * d, streams = m.mtp->n_stream_slots * m.cfg.hc_mult * m.cfg.hidden_size;
     add(out, m.mtp->ring + seq * ring, ring * 4);
     add(out, m.mtp->streams + seq * streams, streams * 4);
+  }
+  if (m.dspark) {  // each DSpark stage's context ring (gpu_dspark.cc)
+    const int64_t ring = m.dspark->n_slots * d;
+    for (size_t k = 0; k < m.dspark->stages.size(); ++k) {
+      add(out, m.dspark->rings + int64_t(k) * m.dspark->ring_stride + seq * ring, ring * 4);
+    }
   }
   if (m.engram_ring != nullptr) {
     add(out, m.engram_ring + seq * m.engram_ring_len, m.engram_ring_len * int64_t(sizeof(int32_t)));

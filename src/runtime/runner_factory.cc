@@ -103,17 +103,25 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.kv_cache_dtype = v41 && args.kv_cache_dtype == "auto" ? "bf16" : args.kv_cache_dtype;
   o.cuda_graphs = args.cuda_graphs;
   o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
-  // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) when asked for (mtp, auto) and the
-  // checkpoint has it; rolls back as many positions as the engine verifies drafts (the MTP's
-  // natural draft length is 1, it chains more).
+  // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) or V4.1's DSpark
+  // (GpuModelOptions::dspark) when asked for (mtp / dspark, auto) and the checkpoint has it;
+  // rolls back as many positions as the engine verifies drafts (MTP's natural draft length is 1,
+  // it chains more; DSpark's is its block, num_speculative_tokens at most that).
   const std::string& spec = args.speculative_method;
-  CHECK_KIND(kUnsupported, spec != "dspark")
-      << "engine: the DSpark drafter runs on device cpu only for now (on cuda it needs the V4.1 "
-         "backend); use --speculative-method mtp (a V4 checkpoint with mtp.0) or none";
+  CHECK_KIND(kUnsupported, spec != "dspark" || family.dspark.block_size > 0)
+      << "engine: --speculative-method dspark, but the config has no DSpark drafter (dspark_block_size)";
+  CHECK_KIND(kUnsupported, spec != "dspark" || family.is_v41())
+      << "engine: the DSpark drafter runs on device cuda for DeepSeek-V4.1 checkpoints only";
   auto use_mtp = [&](bool has_mtp) {
     if (!has_mtp || (spec != "mtp" && spec != "auto")) return;
     o.mtp = true;
     o.max_rollback = std::max(o.max_rollback, std::max<int64_t>(args.num_speculative_tokens, 1));
+  };
+  auto use_dspark = [&](const ModelConfig& c, bool has_dspark) {
+    if (!has_dspark || (spec != "dspark" && spec != "auto")) return;
+    o.dspark = true;
+    const int64_t k = args.num_speculative_tokens > 0 ? args.num_speculative_tokens : c.dspark.block_size;
+    o.max_rollback = std::max(o.max_rollback, k);
   };
   auto context = [&](const ModelConfig& c) {
     const int64_t limit = c.max_position_embeddings;
@@ -131,6 +139,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       o.max_context = context(config);
       // A random drafter only when asked for by name (auto: its acceptance would be noise).
       if (spec == "mtp") use_mtp(config.num_nextn_predict_layers >= 1 && config.dspark.block_size == 0);
+      if (spec == "dspark") use_dspark(config, config.dspark.block_size > 0);
       return std::make_unique<CudaRunner>(config, args.dummy_seed, o);
     }
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
@@ -157,6 +166,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   if (!builtin(args) && !args.dummy_weights) o.expert_checkpoint = args.model_dir;
   const ModelWeights weights = load_model_weights(s.config, *s.weights);
   use_mtp(weights.has_mtp);
+  use_dspark(s.config, weights.has_dspark);
   return std::make_unique<CudaRunner>(s.config, weights, o);
 #else
   return nullptr;

@@ -27,8 +27,9 @@ struct RunnerArgs {
   // CUDA: the drafter the runner keeps (EngineArgs::speculative_method / num_speculative_tokens):
   // "mtp" or "auto" with a checkpoint that has mtp.0 builds the MTP-1 drafter on the device
   // (rollback depth: max(model_options.max_rollback, num_speculative_tokens or 1)); "dspark"
-  // is refused on cuda (it needs the V4.1 backend). The CPU runner keeps the checkpoint's
-  // drafter whatever these say.
+  // or "auto" with a V4.1 checkpoint that has DSpark builds the DSpark drafter on the device
+  // (rollback depth: num_speculative_tokens or the block size). The CPU runner keeps the
+  // checkpoint's drafter whatever these say.
   std::string speculative_method = "none";
   int64_t num_speculative_tokens = 0;
 };

@@ -1,0 +1,491 @@
+// V4.1's DSpark drafter on the GPU (GpuModelOptions::dspark, runtime/gpu_dspark.cc) against the
+// CPU drafter (model/dspark.cc, itself tested against the float64 reference in
+// tests/model/test_dspark.cc):
+//  * tests/data/golden_v41/dspark_quant/bf16 (window 8, 3 stages, block 5) and models/trained-v41
+//    (its trained drafter via the index; skipped when absent): four sequences of different
+//    lengths (one position, inside the window, just past it, wrapped twice) drafted in one
+//    batched GpuModel::draft after the prefill, after decode steps and (official numerics, paged
+//    bf16 cache, which holds the official rounding's values exactly) after verification-style
+//    forwards rolled back by truncate: per draft row max|diff| <= bound * max|ref| for the
+//    Markov-corrected logits and the hidden h_i, |diff| <= bound * (1 + |ref|) for the raw
+//    confidence c_i, tokens equal up to the first row where the CPU's logits are a near tie
+//    (later rows see another Markov input and are not compared); the context keys the forwards
+//    wrote for every position a draft reads. Reference numerics on the plain fp32 state:
+//    bound 1e-4; official: 1e-3 (an FP8 rounding boundary may fall differently after
+//    fp32-level differences in the inputs).
+//  * rollback (golden, official, paged, batch-invariant): a loop that drafts, verifies
+//    [y, drafts], keeps a random prefix and truncates leaves every key of the window and the
+//    next draft bitwise those of a fresh sequence fed the committed tokens; a prefix state
+//    exported and imported carries the context rings (an imported sequence drafts bitwise as
+//    the exporter).
+//  * MODEL_SPEC §E.17: backbone logits are bitwise the same with the drafter on (drafts
+//    interleaved) and off. §E.16: the block is bidirectional (another noise token, i.e. other
+//    inputs at block positions 1.., changes block position 0's logits, on the GPU as on the
+//    CPU); drafting is deterministic (a second draft is bitwise the first).
+//  * CUDA graph decode steps write the same keys and give the same drafts as eager ones
+//    (batch-invariant, bitwise); a batched draft equals one-by-one drafts (bitwise); the
+//    device-side probabilities (CudaRunner's path) are the softmax of the logits (1e-5) and the
+//    confidences are those of the host-logits call.
+//  * bad requests and bad options fail with Error.
+// Label cuda: needs a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "base/error.h"
+#include "io/config_parser.h"
+#include "model/model.h"
+#include "model/sequence_state.h"
+#include "model/weight_source.h"
+#include "runtime/gpu_model.h"
+#include "../model/model_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr const char* kGolden = "tests/data/golden_v41/dspark_quant/bf16";
+constexpr const char* kTrained = "models/trained-v41";
+
+using testing::random_tokens;
+
+float max_abs_of(const float* a, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i]));
+  return m;
+}
+
+struct HostModel {
+  ModelConfig cfg;
+  ModelWeights weights;
+};
+
+HostModel load_host(const std::string& dir) {
+  HostModel h;
+  h.cfg = load_model_config(dir + "/config.json");
+  auto src = open_checkpoint_weights(dir, h.cfg);
+  h.weights = load_model_weights(h.cfg, *src);
+  return h;
+}
+
+// Reference: the plain fp32 per-sequence state (exactly the CPU's values, no rollback);
+// official: the paged bf16 cache (the official rounding's values exactly) with rollback.
+GpuModelOptions ds_options(Numerics numerics, bool paged, int64_t max_rollback, bool batch_invariant = false) {
+  GpuModelOptions o;
+  o.max_sequences = 4;
+  o.max_context = 512;
+  o.max_batch_tokens = 256;
+  o.numerics = numerics;
+  o.paged_kv = paged;
+  if (paged) o.kv_cache_dtype = KvCacheDtype::kBf16;
+  o.max_rollback = max_rollback;
+  o.batch_invariant = batch_invariant;
+  o.dspark = true;
+  return o;
+}
+
+std::vector<float> gpu_run(GpuModel& g, int64_t seq, const std::vector<int32_t>& tokens, bool all = false) {
+  const GpuChunk c{seq, tokens, all};
+  const Tensor t = g.forward(std::span<const GpuChunk>(&c, 1));
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
+
+Tensor cpu_run(const Model& m, SequenceState& st, const std::vector<int32_t>& tokens, bool all = false) {
+  const SequenceChunk c{&st, tokens, all};
+  return m.forward(std::span<const SequenceChunk>(&c, 1));
+}
+
+DraftBlock gpu_draft(GpuModel& g, int64_t seq, int32_t next, int64_t n) {
+  const int64_t s[1] = {seq};
+  const int32_t x[1] = {next};
+  return std::move(g.draft(s, x, n)[0]);
+}
+
+// Worst ratios seen by expect_draft_near, printed by the tests.
+struct Worst {
+  float logits = 0, hidden = 0, confidence = 0;
+  int64_t rows = 0, near_ties = 0;
+  void print(const char* what) const {
+    std::printf("%s: %lld draft rows, worst max|diff| / max|ref|: logits %.3g, hidden %.3g, confidence %.3g; "
+                "%lld near-tie token differences\n",
+                what, (long long)rows, logits, hidden, confidence, (long long)near_ties);
+  }
+};
+
+// The GPU draft against the CPU's (see the header comment): rows up to and including the first
+// token that differs, which must be a near tie of the CPU's logits.
+void expect_draft_near(const DraftBlock& g, const DraftBlock& c, int64_t V, int64_t D, float bound,
+                       const std::string& what, Worst& worst) {
+  ASSERT_EQ(g.tokens.size(), c.tokens.size()) << what;
+  ASSERT_EQ(g.confidence.size(), c.tokens.size()) << what;
+  ASSERT_EQ(g.logits.size(), c.logits.size()) << what;
+  ASSERT_EQ(g.hidden.size(), c.hidden.size()) << what;
+  for (size_t i = 0; i < c.tokens.size(); ++i) {
+    const float* gl = &g.logits[i * size_t(V)];
+    const float* cl = &c.logits[i * size_t(V)];
+    const float* gh = &g.hidden[i * size_t(D)];
+    const float* ch = &c.hidden[i * size_t(D)];
+    float dl = 0, dh = 0;
+    for (int64_t v = 0; v < V; ++v) dl = std::max(dl, std::abs(gl[v] - cl[v]));
+    for (int64_t k = 0; k < D; ++k) dh = std::max(dh, std::abs(gh[k] - ch[k]));
+    const float ml = max_abs_of(cl, V), mh = max_abs_of(ch, D);
+    const float dc = std::abs(g.confidence[i] - c.confidence[i]);
+    worst.logits = std::max(worst.logits, dl / ml);
+    worst.hidden = std::max(worst.hidden, dh / mh);
+    worst.confidence = std::max(worst.confidence, dc / (1.0f + std::abs(c.confidence[i])));
+    ++worst.rows;
+    EXPECT_LE(dl, bound * ml) << what << " row " << i << " logits";
+    EXPECT_LE(dh, bound * mh) << what << " row " << i << " hidden";
+    EXPECT_LE(dc, bound * (1.0f + std::abs(c.confidence[i]))) << what << " row " << i << " confidence";
+    if (g.tokens[i] != c.tokens[i]) {
+      const float margin = cl[c.tokens[i]] - cl[g.tokens[i]];
+      EXPECT_LE(margin, 2 * bound * ml) << what << " row " << i << ": token " << g.tokens[i] << " vs the CPU's "
+                                        << c.tokens[i] << " is not a near tie";
+      ++worst.near_ties;
+      return;  // later rows continue from another token
+    }
+  }
+}
+
+// --- against the CPU drafter ------------------------------------------------------------------
+
+struct VsCpuCase {
+  const char* dir;
+  Numerics numerics;
+};
+
+class GpuDsparkVsCpu : public ::testing::TestWithParam<VsCpuCase> {};
+
+TEST_P(GpuDsparkVsCpu, DraftsAfterPrefillDecodeAndRollback) {
+  const VsCpuCase tc = GetParam();
+  if (!std::filesystem::exists(std::string(tc.dir) + "/config.json")) GTEST_SKIP() << tc.dir << " is absent";
+  const bool official = tc.numerics == Numerics::kOfficial;
+  const float bound = official ? 1e-3f : 1e-4f;
+  const int64_t rollback = official ? 5 : 0;  // rollback needs the paged state
+  GpuModelOptions go = ds_options(tc.numerics, /*paged=*/official, rollback);
+  go.max_batch_tokens = 1024;  // the four prefills in one forward
+  go.max_context = 1024;
+  auto gpu = GpuModel::load(tc.dir, go);
+  ModelOptions mo;
+  mo.numerics = tc.numerics;
+  auto cpu = Model::load(tc.dir, mo);
+  ASSERT_TRUE(gpu->has_dspark());
+  ASSERT_EQ(cpu->drafter_kind(), DrafterKind::kDspark);
+  const ModelConfig& cfg = gpu->config();
+  const int64_t V = cfg.vocab_size, D = cfg.hidden_size, d = cfg.head_dim, W = cfg.sliding_window;
+  const int64_t K = gpu->dspark_block_size();
+  ASSERT_EQ(K, cpu->draft_length());
+  const std::vector<int64_t> lengths = {1, W - 1, W + 2, 2 * W + 5};
+  std::vector<int64_t> seqs;
+  std::vector<std::unique_ptr<SequenceState>> states;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GpuChunk> chunks;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    prompts.push_back(random_tokens(lengths[i], V, 40 + uint32_t(i)));
+    seqs.push_back(gpu->new_sequence());
+    states.push_back(cpu->new_state());
+    cpu_run(*cpu, *states.back(), prompts.back());
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], prompts[i], false});
+  gpu->forward(chunks);  // all prefills in one forward: the context write batched over sequences
+  std::mt19937 gen(17);
+  Worst worst;
+  auto compare_drafts = [&](const std::string& when) {
+    std::vector<int32_t> next;
+    for (size_t i = 0; i < seqs.size(); ++i) next.push_back(int32_t(gen() % uint32_t(V)));
+    const std::vector<DraftBlock> got = gpu->draft(seqs, next, K);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const DraftBlock want = cpu->draft(*states[i], next[i]);
+      expect_draft_near(got[i], want, V, D, bound, when + ", sequence " + std::to_string(i), worst);
+    }
+    // The context keys a draft reads, stage by stage.
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const SequenceState& st = *states[i];
+      for (size_t k = 0; k < st.draft_rings.size(); ++k) {
+        for (int64_t t = std::max<int64_t>(0, st.n_tokens - W); t < st.n_tokens; ++t) {
+          const std::vector<float> g = gpu->dspark_key(seqs[i], int64_t(k), t);
+          const float* w = &st.draft_rings[k][size_t((t % st.n_draft_slots) * d)];
+          const float m = max_abs_of(w, d);
+          for (int64_t j = 0; j < d; ++j) {
+            ASSERT_NEAR(g[size_t(j)], w[j], bound * m)
+                << when << ": sequence " << i << " stage " << k << " key " << t << " dim " << j;
+          }
+        }
+      }
+    }
+  };
+  compare_drafts("after the prefill");
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<int32_t>> tok(seqs.size());
+    std::vector<GpuChunk> dc;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      tok[i] = {int32_t(gen() % uint32_t(V))};
+      dc.push_back({seqs[i], tok[i], false});
+      cpu_run(*cpu, *states[i], tok[i]);
+    }
+    gpu->forward(dc);
+    compare_drafts("after decode step " + std::to_string(step));
+  }
+  if (official) {  // verification-style forwards of [y, 4 drafts], then a rollback of 1..4 positions
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::vector<int32_t>> tok(seqs.size());
+      std::vector<GpuChunk> vc;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        tok[i] = random_tokens(5, V, 90 + uint32_t(10 * round + i));
+        vc.push_back({seqs[i], tok[i], true});
+        cpu_run(*cpu, *states[i], tok[i], true);
+      }
+      gpu->forward(vc);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const int64_t keep = states[i]->n_tokens - 1 - int64_t(gen() % 4);
+        gpu->truncate(seqs[i], keep);
+        cpu->truncate(*states[i], keep);
+      }
+      compare_drafts("after rollback round " + std::to_string(round));
+    }
+  }
+  worst.print((std::string(tc.dir) + (official ? ", official" : ", reference")).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuDsparkVsCpu,
+                         ::testing::Values(VsCpuCase{kGolden, Numerics::kReference},
+                                           VsCpuCase{kGolden, Numerics::kOfficial},
+                                           VsCpuCase{kTrained, Numerics::kReference},
+                                           VsCpuCase{kTrained, Numerics::kOfficial}),
+                         [](const ::testing::TestParamInfo<VsCpuCase>& i) {
+                           return std::string(i.param.dir == kGolden ? "golden" : "trained") +
+                                  (i.param.numerics == Numerics::kOfficial ? "_official" : "_reference");
+                         });
+
+// --- rollback, prefix states ------------------------------------------------------------------
+
+// Every key of the window, bitwise (stage by stage).
+std::vector<std::vector<float>> window_keys(const GpuModel& g, int64_t seq, int64_t n_tokens, int64_t n_stages) {
+  std::vector<std::vector<float>> keys;
+  const int64_t W = g.config().sliding_window;
+  for (int64_t k = 0; k < n_stages; ++k) {
+    for (int64_t t = std::max<int64_t>(0, n_tokens - W); t < n_tokens; ++t) keys.push_back(g.dspark_key(seq, k, t));
+  }
+  return keys;
+}
+
+void expect_same_draft(const DraftBlock& a, const DraftBlock& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  EXPECT_EQ(a.logits, b.logits) << what;
+  EXPECT_EQ(a.hidden, b.hidden) << what;
+  EXPECT_EQ(a.confidence, b.confidence) << what;
+}
+
+TEST(GpuDspark, RollbackLoopEqualsAFreshSequence) {
+  const HostModel h = load_host(kGolden);
+  const int64_t n_stages = h.cfg.num_nextn_predict_layers;
+  GpuModel g(h.cfg, h.weights, ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true));
+  const int64_t V = h.cfg.vocab_size, K = g.dspark_block_size();
+  std::vector<int32_t> committed = random_tokens(6, V, 3);
+  const int64_t s = g.new_sequence();
+  gpu_run(g, s, committed);
+  std::mt19937 gen(5);
+  for (int step = 0; step < 12; ++step) {
+    const int32_t y = int32_t(gen() % uint32_t(V));
+    const DraftBlock b = gpu_draft(g, s, y, K);
+    std::vector<int32_t> chunk = {y};
+    chunk.insert(chunk.end(), b.tokens.begin(), b.tokens.end());
+    const int64_t before = g.n_tokens(s);
+    gpu_run(g, s, chunk, true);
+    const int64_t keep = 1 + int64_t(gen() % uint32_t(chunk.size()));
+    g.truncate(s, before + keep);
+    committed.insert(committed.end(), chunk.begin(), chunk.begin() + keep);
+  }
+  ASSERT_EQ(g.n_tokens(s), int64_t(committed.size()));
+  const int64_t fresh = g.new_sequence();
+  gpu_run(g, fresh, committed);
+  EXPECT_EQ(window_keys(g, s, g.n_tokens(s), n_stages), window_keys(g, fresh, g.n_tokens(fresh), n_stages));
+  expect_same_draft(gpu_draft(g, s, 7, K), gpu_draft(g, fresh, 7, K), "rolled-back vs fresh sequence");
+  // A prefix state carries the rings: the imported sequence drafts as the exporter.
+  const std::shared_ptr<const PrefixState> piece = g.export_prefix(s, nullptr);
+  const PrefixState* chain[1] = {piece.get()};
+  const int64_t imported = g.import_prefix(chain);
+  expect_same_draft(gpu_draft(g, imported, 9, K), gpu_draft(g, s, 9, K), "imported vs exporting sequence");
+}
+
+// --- MODEL_SPEC §E.16 / §E.17 -----------------------------------------------------------------
+
+TEST(GpuDspark, BackboneLogitsAreBitwiseTheSameWithTheDrafter) {
+  const HostModel h = load_host(kGolden);
+  GpuModelOptions on = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), off = on;
+  off.dspark = false;
+  GpuModel with(h.cfg, h.weights, on), without(h.cfg, h.weights, off);
+  EXPECT_FALSE(without.has_dspark());
+  const int64_t V = h.cfg.vocab_size;
+  const int64_t a = with.new_sequence(), b = without.new_sequence();
+  const std::vector<int32_t> prompt = random_tokens(13, V, 21);
+  EXPECT_EQ(gpu_run(with, a, prompt, true), gpu_run(without, b, prompt, true));
+  std::mt19937 gen(3);
+  for (int step = 0; step < 10; ++step) {
+    const int32_t t = int32_t(gen() % uint32_t(V));
+    gpu_draft(with, a, t, 5);  // drafts interleaved: they change no state
+    EXPECT_EQ(gpu_run(with, a, {t}), gpu_run(without, b, {t})) << "step " << step;
+  }
+}
+
+TEST(GpuDspark, BlockIsBidirectionalAndDraftingDeterministic) {
+  const HostModel h = load_host(kGolden);
+  ModelConfig other = h.cfg;
+  other.dspark.noise_token_id = (h.cfg.dspark.noise_token_id + 1) % h.cfg.vocab_size;
+  const GpuModelOptions o = ds_options(Numerics::kReference, false, 0);
+  GpuModel g(h.cfg, h.weights, o), g2(other, h.weights, o);
+  const int64_t V = h.cfg.vocab_size, D = h.cfg.hidden_size;
+  const std::vector<int32_t> prompt = random_tokens(11, V, 8);
+  const int64_t s = g.new_sequence(), s2 = g2.new_sequence();
+  gpu_run(g, s, prompt);
+  gpu_run(g2, s2, prompt);
+  const DraftBlock a = gpu_draft(g, s, 4, 1), b = gpu_draft(g2, s2, 4, 1);
+  float diff = 0;
+  for (int64_t v = 0; v < V; ++v) diff = std::max(diff, std::abs(a.logits[size_t(v)] - b.logits[size_t(v)]));
+  std::printf("block position 0's logits with another noise token at positions 1..: max|diff| %.3g (max|logit| %.3g)\n",
+              diff, max_abs_of(a.logits.data(), V));
+  EXPECT_GT(diff, 1e-3f * max_abs_of(a.logits.data(), V)) << "block position 0 does not see the later positions";
+  // The same on the CPU with the other noise token (so the difference is the math's, not noise).
+  auto src = open_checkpoint_weights(kGolden, other);
+  ModelOptions mo;
+  mo.numerics = Numerics::kReference;
+  auto cpu = Model::from_source(other, *src, mo);
+  auto st = cpu->new_state();
+  cpu_run(*cpu, *st, prompt);
+  Worst worst;
+  expect_draft_near(b, cpu->draft(*st, 4, 1), V, D, 1e-4f, "other noise token vs CPU", worst);
+  expect_same_draft(gpu_draft(g, s, 4, 5), gpu_draft(g, s, 4, 5), "a second draft");
+}
+
+// --- graphs, batching, device probabilities ---------------------------------------------------
+
+TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
+  const HostModel h = load_host(kGolden);
+  const int64_t n_stages = h.cfg.num_nextn_predict_layers, V = h.cfg.vocab_size;
+  GpuModelOptions eager_o = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), graph_o = eager_o;
+  graph_o.cuda_graphs = true;
+  GpuModel eager(h.cfg, h.weights, eager_o), graphs(h.cfg, h.weights, graph_o);
+  constexpr int64_t kSeqs = 3;
+  std::vector<int64_t> se, sg, len;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    const auto p = random_tokens(3 + 7 * i, V, 50 + uint32_t(i));
+    se.push_back(eager.new_sequence());
+    sg.push_back(graphs.new_sequence());
+    gpu_run(eager, se.back(), p);
+    gpu_run(graphs, sg.back(), p);
+    len.push_back(int64_t(p.size()));
+  }
+  std::mt19937 gen(8);
+  for (int step = 0; step < 12; ++step) {  // decode steps of all sequences: graph-replayed
+    std::vector<std::vector<int32_t>> tok(kSeqs);
+    std::vector<GpuChunk> ce, cg;
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      tok[size_t(i)] = {int32_t(gen() % uint32_t(V))};
+      ce.push_back({se[size_t(i)], tok[size_t(i)], false});
+      cg.push_back({sg[size_t(i)], tok[size_t(i)], false});
+      ++len[size_t(i)];
+    }
+    eager.forward(ce);
+    graphs.forward(cg);
+  }
+  EXPECT_GT(graphs.graph_stats().replays, 0);
+  std::vector<int32_t> next;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    EXPECT_EQ(window_keys(graphs, sg[size_t(i)], len[size_t(i)], n_stages),
+              window_keys(eager, se[size_t(i)], len[size_t(i)], n_stages))
+        << "sequence " << i;
+    next.push_back(int32_t(gen() % uint32_t(V)));
+  }
+  const std::vector<DraftBlock> batched = graphs.draft(sg, next, 5);
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 5),
+                      "batched graph-model draft vs one-by-one eager draft, sequence " + std::to_string(i));
+  }
+}
+
+TEST(GpuDspark, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {
+  const HostModel h = load_host(kGolden);
+  GpuModel g(h.cfg, h.weights, ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true));
+  const int64_t V = h.cfg.vocab_size;
+  std::vector<int64_t> seqs;
+  std::vector<int32_t> next;
+  for (int64_t i = 0; i < 3; ++i) {
+    seqs.push_back(g.new_sequence());
+    gpu_run(g, seqs.back(), random_tokens(2 + 9 * i, V, 70 + uint32_t(i)));
+    next.push_back(int32_t(7 * i + 3));
+  }
+  const std::vector<DraftBlock> full = g.draft(seqs, next, 4);
+  std::vector<std::vector<float>> prob;
+  const std::vector<DraftBlock> lean = g.draft(seqs, next, 4, &prob);
+  ASSERT_EQ(prob.size(), seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    EXPECT_EQ(lean[i].tokens, full[i].tokens);
+    EXPECT_EQ(lean[i].confidence, full[i].confidence);
+    EXPECT_TRUE(lean[i].logits.empty() && lean[i].hidden.empty());
+    ASSERT_EQ(prob[i].size(), 4u);
+    for (size_t j = 0; j < 4; ++j) {
+      const float* row = &full[i].logits[j * size_t(V)];
+      const double mx = *std::max_element(row, row + V);
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
+      const double want = std::exp(double(row[full[i].tokens[j]]) - mx) / total;
+      EXPECT_NEAR(prob[i][j], want, 1e-5) << "sequence " << i << " draft " << j;
+    }
+  }
+}
+
+// --- bad requests -----------------------------------------------------------------------------
+
+TEST(GpuDspark, BadRequestsFailCleanly) {
+  const HostModel h = load_host(kGolden);
+  GpuModel g(h.cfg, h.weights, ds_options(Numerics::kReference, true, 5));
+  const int64_t V = h.cfg.vocab_size, K = g.dspark_block_size();
+  const int64_t fresh = g.new_sequence();
+  EXPECT_THROW(gpu_draft(g, fresh, 5, 1), Error);  // nothing committed yet
+  const int64_t s = g.new_sequence();
+  gpu_run(g, s, {3, 4, 5});
+  EXPECT_THROW(gpu_draft(g, s, int32_t(V), 1), Error);
+  EXPECT_THROW(gpu_draft(g, s, -1, 1), Error);
+  EXPECT_THROW(gpu_draft(g, s, 5, 0), Error);
+  EXPECT_THROW(gpu_draft(g, s, 5, K + 1), Error);  // more than the block
+  EXPECT_THROW(gpu_draft(g, s + 2, 5, 1), Error);  // not live
+  const int64_t twice[2] = {s, s};
+  const int32_t nx[2] = {5, 6};
+  EXPECT_THROW(g.draft(twice, nx, 1), Error);
+  EXPECT_THROW(g.draft(std::span<const int64_t>(twice, 1), nx, 1), Error);  // 1 sequence, 2 tokens
+  EXPECT_EQ(gpu_draft(g, s, 5, K).tokens.size(), size_t(K));
+  EXPECT_THROW(g.dspark_key(s, 3, 0), Error);  // no stage 3
+  // Blocks of all sequences beyond max_batch_tokens rows.
+  GpuModelOptions narrow = ds_options(Numerics::kReference, true, 5);
+  narrow.max_batch_tokens = 8;
+  GpuModel n(h.cfg, h.weights, narrow);
+  const int64_t n0 = n.new_sequence(), n1 = n.new_sequence();
+  gpu_run(n, n0, {3});
+  gpu_run(n, n1, {4});
+  const int64_t both[2] = {n0, n1};
+  EXPECT_THROW(n.draft(both, nx, 1), Error);
+  // Two drafters, a checkpoint without DSpark tensors, a V4 config.
+  GpuModelOptions two = ds_options(Numerics::kReference, true, 5);
+  two.mtp = true;
+  EXPECT_THROW(GpuModel(h.cfg, h.weights, two), Error);
+  ModelConfig none = h.cfg;
+  none.dspark = DsparkConfig{};
+  none.num_nextn_predict_layers = 0;
+  auto src = random_weights(none, 31, false);
+  const ModelWeights nw = load_model_weights(none, *src);
+  EXPECT_THROW(GpuModel(none, nw, ds_options(Numerics::kReference, true, 5)), Error);
+  GpuModel plain_model(none, nw, [] {
+    GpuModelOptions o = ds_options(Numerics::kReference, true, 5);
+    o.dspark = false;
+    return o;
+  }());
+  const int64_t t = plain_model.new_sequence();
+  gpu_run(plain_model, t, {3, 4});
+  EXPECT_THROW(gpu_draft(plain_model, t, 5, 1), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer
