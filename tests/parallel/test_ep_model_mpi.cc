@@ -13,6 +13,7 @@
 // rank whose chunk is refused fails alone while the others' step completes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -229,6 +230,13 @@ TEST(EpModelMpi, EplbReplacementDuringARunChangesNoOutput) {
   std::vector<int32_t> zero = table;
   world()->broadcast(zero.data(), static_cast<int64_t>(zero.size() * sizeof(int32_t)), 0);
   EXPECT_EQ(table, zero);
+  // ... and on the windowed counts (all-reduced), which saw the hot expert.
+  std::vector<int64_t> tokens = mt.window_tokens, tokens0 = mt.window_tokens;
+  ASSERT_EQ(static_cast<int64_t>(tokens.size()), cfg.num_layers * cfg.n_routed_experts);
+  world()->broadcast(tokens0.data(), static_cast<int64_t>(tokens0.size() * sizeof(int64_t)), 0);
+  EXPECT_EQ(tokens, tokens0);
+  const int64_t* layer2 = tokens.data() + 2 * cfg.n_routed_experts;
+  EXPECT_EQ(*std::max_element(layer2, layer2 + cfg.n_routed_experts), layer2[hot]);
   int64_t received = mt.weight_bytes_received;
   world()->all_reduce(&received, &received, 1, DType::I64, ReduceOp::kSum);
   EXPECT_GT(received, 0);
