@@ -243,8 +243,8 @@ const OptionGroup kSpeculativeOptionGroup = {
         {"speculative-method", "auto|dspark|mtp|none",
          "Draft tokens with the checkpoint's drafter and verify them in one forward (greedy output "
          "unchanged, sampled output the same distribution). auto (default): the checkpoint's DSpark or "
-         "MTP drafter when it has one and the backend verifies drafts (cpu today), else none; dspark / "
-         "mtp: that drafter, an error when the checkpoint has none."},
+         "MTP drafter when it has one and the backend verifies drafts (cpu; cuda: V4's MTP, V4.1's "
+         "DSpark), else none; dspark / mtp: that drafter, an error when the checkpoint has none."},
         {"num-speculative-tokens", "N",
          "Drafts per verification (default 0: the drafter's own, DSpark its block size, MTP 1)."},
         {"spec-scheduling", "fixed|confidence",

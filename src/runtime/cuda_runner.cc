@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 #include "base/error.h"
@@ -229,8 +230,20 @@ std::vector<RunnerDraft> CudaRunner::draft_batch(std::span<const DraftRequest> r
     n = std::max(n, block_drafter ? std::min(requests[i].n_drafts, draft_length()) : requests[i].n_drafts);
   }
   if (seqs.empty()) return out;
+  // DSpark drafts rows = sequences x block in one pass, at most max_batch_tokens: larger calls
+  // go in groups (one host synchronisation each).
+  const int64_t group = block_drafter ? std::max<int64_t>(1, capacity_.max_batch_tokens / draft_length())
+                                      : int64_t(seqs.size());
   std::vector<std::vector<float>> prob;  // computed on the device: no logits copied back
-  std::vector<DraftBlock> blocks = model_->draft(seqs, next, n, &prob);
+  std::vector<DraftBlock> blocks;
+  for (size_t g0 = 0; g0 < seqs.size(); g0 += size_t(group)) {
+    const size_t len = std::min(seqs.size() - g0, size_t(group));
+    std::vector<std::vector<float>> p;
+    std::vector<DraftBlock> part = model_->draft(std::span<const int64_t>(seqs).subspan(g0, len),
+                                                 std::span<const int32_t>(next).subspan(g0, len), n, &p);
+    std::move(part.begin(), part.end(), std::back_inserter(blocks));
+    std::move(p.begin(), p.end(), std::back_inserter(prob));
+  }
   for (size_t b = 0; b < blocks.size(); ++b) {
     RunnerDraft& d = out[size_t(at[b])];
     const int64_t keep = std::min(requests[size_t(at[b])].n_drafts, int64_t(blocks[b].tokens.size()));

@@ -20,6 +20,11 @@
 //    and four aborts give token for token the outputs of plain greedy on a runner without the
 //    drafter, with every committed token's logits row bitwise the same (batch-invariant):
 //    fixed scheduling (3 drafts) overlap on and off, confidence scheduling, and CUDA graphs.
+//  * Engine with the device DSpark drafter (CudaRunnerOptions::dspark, runtime/gpu_dspark.cc; the
+//    V4.1 DSpark golden checkpoint tests/data/golden_v41/dspark_quant/bf16): the same 64-request
+//    check against plain greedy on a runner without the drafter, drafts of the whole block (5),
+//    fixed scheduling overlap on and off, confidence scheduling (the drafter's own c_i), CUDA
+//    graphs.
 // Label cuda: needs a GPU. On a failure each test prints the first differing row and its max
 // |difference|.
 #include <gtest/gtest.h>
@@ -31,6 +36,8 @@
 #include <random>
 
 #include "engine_test_util.h"
+#include "io/config_parser.h"
+#include "model/weight_source.h"
 #include "model/weights.h"
 #include "runtime/cuda_runner.h"
 
@@ -347,25 +354,48 @@ std::unique_ptr<CudaRunner> mtp_runner(bool mtp, bool cuda_graphs) {
   return std::make_unique<CudaRunner>(mtp_config(), weights, o);
 }
 
-struct MtpRun {
+constexpr const char* kDsparkGolden = "tests/data/golden_v41/dspark_quant/bf16";
+
+// The DSpark golden checkpoint on the device, official numerics, batch-invariant, rollback of a
+// whole block; with or without its drafter.
+std::unique_ptr<CudaRunner> dspark_runner(bool dspark, bool cuda_graphs) {
+  static const ModelConfig config = load_model_config(std::string(kDsparkGolden) + "/config.json");
+  static const ModelWeights weights = [] {
+    auto src = open_checkpoint_weights(kDsparkGolden, config);
+    return load_model_weights(config, *src);
+  }();
+  CudaRunnerOptions o;
+  o.max_sequences = 64;
+  o.max_context = 256;
+  o.max_batch_tokens = 512;
+  o.numerics = Numerics::kOfficial;
+  o.batch_invariant = true;
+  o.kv_cache_dtype = "bf16";
+  o.max_rollback = 5;
+  o.cuda_graphs = cuda_graphs;
+  o.dspark = dspark;
+  return std::make_unique<CudaRunner>(config, weights, o);
+}
+
+struct DrafterRun {
   std::map<std::string, std::vector<RequestOutput>> outputs;
   std::map<std::pair<std::string, int64_t>, std::vector<float>> logits;
   EngineStats stats;
 };
 
-MtpRun run_mtp_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, bool mtp, bool cuda_graphs,
-                      const std::vector<std::string>& aborts, int abort_step) {
-  MtpRun run;
+DrafterRun run_drafter_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, bool mtp, bool cuda_graphs,
+                      const std::vector<std::string>& aborts, int abort_step, bool dspark = false) {
+  DrafterRun run;
   args.on_logits = [&run](const std::string& id, int64_t index, std::span<const float> row) {
     auto [it, fresh] = run.logits.try_emplace({id, index}, row.begin(), row.end());
     if (!fresh) {  // seen again after a preemption: the same row
       ASSERT_TRUE(std::equal(row.begin(), row.end(), it->second.begin())) << id << " output " << index;
     }
   };
-  auto r = mtp_runner(mtp, cuda_graphs);
+  std::unique_ptr<CudaRunner> r = dspark ? dspark_runner(mtp, cuda_graphs) : mtp_runner(mtp, cuda_graphs);
   if (mtp) {
-    EXPECT_EQ(r->drafter(), "mtp");
-    EXPECT_EQ(r->draft_length(), 1);
+    EXPECT_EQ(r->drafter(), dspark ? "dspark" : "mtp");
+    EXPECT_EQ(r->draft_length(), dspark ? 5 : 1);
   } else {
     EXPECT_EQ(r->drafter(), "none");
   }
@@ -381,8 +411,8 @@ MtpRun run_mtp_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, b
   return run;
 }
 
-TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) {
-  const int64_t V = small_config().vocab_size;
+// 64 greedy requests with every per-request feature the verification must honour.
+std::vector<EngineRequest> drafter_jobs(int64_t V) {
   std::vector<EngineRequest> jobs;
   for (int i = 0; i < 64; ++i) {
     EngineRequest r;
@@ -399,14 +429,16 @@ TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) 
     if (i % 8 == 5) r.params.min_tokens = 4;
     jobs.push_back(std::move(r));
   }
-  EngineArgs base;
-  base.max_num_seqs = 64;
-  base.max_num_batched_tokens = 128;
-  base.max_model_len = 160;
-  base.block_size = 8;
-  base.state_budget_bytes = 5 << 19;  // 2.5 MiB (the engine's accounting): forces preemption
+  return jobs;
+}
+
+// A device drafter's speculative greedy runs (fixed overlap on / off, confidence, CUDA graphs)
+// against plain greedy on a runner without it: token for token, logprobs and every committed
+// token's logits row bitwise; preemption forced, four requests aborted.
+void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t k, bool dspark) {
+  const std::vector<EngineRequest> jobs = drafter_jobs(small_config().vocab_size);
   const std::vector<std::string> aborted = {"m3", "m20", "m41", "m62"};
-  const MtpRun plain = run_mtp_engine(base, jobs, false, false, aborted, 6);
+  const DrafterRun plain = run_drafter_engine(base, jobs, false, false, aborted, 6, dspark);
   struct Setting {
     const char* name;
     bool overlap, graphs;
@@ -420,17 +452,19 @@ TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) 
     SCOPED_TRACE(st.name);
     EngineArgs a = base;
     a.overlap = st.overlap;
-    a.speculative_method = "mtp";
-    a.num_speculative_tokens = 3;
+    a.speculative_method = method;
+    a.num_speculative_tokens = k;
     a.spec_scheduling = st.scheduling;
-    const MtpRun spec = run_mtp_engine(a, jobs, true, st.graphs, aborted, 6);
+    const DrafterRun spec = run_drafter_engine(a, jobs, true, st.graphs, aborted, 6, dspark);
     const EngineStats& s = spec.stats;
-    std::printf("mtp drafter, %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted, "
+    std::printf("%s drafter, %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted, "
                 "%lld preemptions (plain %lld)\n",
-                st.name, (long long)s.n_steps, (long long)plain.stats.n_steps, (long long)s.n_verifications,
+                method, st.name, (long long)s.n_steps, (long long)plain.stats.n_steps, (long long)s.n_verifications,
                 (long long)s.n_drafts_accepted, (long long)s.n_drafts_verified, (long long)s.n_preemptions,
                 (long long)plain.stats.n_preemptions);
-    if (std::string(st.scheduling) == "fixed") EXPECT_GT(s.n_verifications, 0);
+    if (std::string(st.scheduling) == "fixed") {
+      EXPECT_GT(s.n_verifications, 0);
+    }
     EXPECT_GT(s.n_preemptions, 0) << "the state budget was meant to force preemption";
     ASSERT_EQ(spec.outputs.size(), plain.outputs.size());
     int64_t bad = 0;
@@ -466,6 +500,30 @@ TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) 
     }
     std::printf("  %lld requests with other tokens\n", (long long)bad);
   }
+}
+
+
+TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) {
+  EngineArgs base;
+  base.max_num_seqs = 64;
+  base.max_num_batched_tokens = 128;
+  base.max_model_len = 160;
+  base.block_size = 8;
+  base.state_budget_bytes = 5 << 19;  // 2.5 MiB (the engine's accounting): forces preemption
+  expect_drafter_lossless(base, "mtp", 3, /*dspark=*/false);
+}
+
+// The DSpark golden checkpoint (vocabulary 64, as the small config), whole blocks of 5 drafts;
+// the engine settings (and the state budget that preempts) of the CPU test of the same
+// checkpoint, test_engine_speculative.cc.
+TEST(EngineSpeculativeCuda, DsparkDrafterGreedyEqualsPlainWithPreemptionAndAborts) {
+  EngineArgs base;
+  base.max_num_seqs = 64;
+  base.max_num_batched_tokens = 96;
+  base.max_model_len = 96;
+  base.block_size = 8;
+  base.state_budget_bytes = 3 << 19;  // 1.5 MiB (the engine's accounting): forces preemption
+  expect_drafter_lossless(base, "dspark", 5, /*dspark=*/true);
 }
 
 }  // namespace
