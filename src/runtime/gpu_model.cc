@@ -513,7 +513,9 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
       for (int64_t l = 0; l < cfg.num_layers; ++l) {
         max_keys = std::max(max_keys, cfg.sliding_window + paged_cmp_max_indices(l));
       }
-      attn_ws_bytes = paged_attention_workspace_bytes(T, cfg.num_heads, cfg.head_dim, max_keys);
+      attn_ws_bytes = std::max(  // shared by the SIMT kernel and the sm90 decode kernel
+          paged_attention_workspace_bytes(T, cfg.num_heads, cfg.head_dim, max_keys),
+          sm90_paged_decode_workspace_bytes(T, cfg.num_heads, cfg.head_dim, max_keys));
       if (attn_ws_bytes > 0) attn_ws = raw_alloc(attn_ws_bytes);
     }
   }
