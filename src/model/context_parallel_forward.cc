@@ -8,7 +8,8 @@
 // post, comb), norms, the q / q_r projections, index queries and head weights, top-k selection
 // and candidate blocks (per query row), attention outputs, the output projection, Engram's update
 // (its n-grams come from the token history, which every rank has), MoE (a rank's rows route and
-// run their experts locally).
+// run their experts locally; under expert parallelism (ModelOptions::expert_parallel) the EP
+// exchange carries those rows, inside the same begin_step / end_step brackets as forward()).
 //
 // Gathered per layer (fp32, bytes per token of the chunk; d = head_dim, d_I = index_head_dim;
 // V4-Flash d = 512, d_I = 128):
@@ -44,6 +45,7 @@
 #include "ops/mhc/mhc.h"
 #include "ops/rms_norm/rms_norm.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -154,7 +156,23 @@ void Model::attention_block_cp(int64_t layer, CpStep& step, const float* x, floa
 }
 
 Tensor Model::forward_context_parallel(const SequenceChunk& chunk, const ContextParallel& cp) const {
-  return forward_context_parallel_rows(chunk, cp);
+  ExpertParallel* ep = options_.expert_parallel.get();
+  if (ep == nullptr) return forward_context_parallel_rows(chunk, cp);
+  // Expert parallelism: the same step brackets as forward_expert_parallel (moe_block.cc); each
+  // CP rank's MoE rows are its own rows.
+  ep->begin_step();
+  Tensor logits;
+  try {
+    logits = forward_context_parallel_rows(chunk, cp);
+  } catch (...) {
+    try {
+      ep->end_step();
+    } catch (const Error&) {
+    }
+    throw;
+  }
+  ep->end_step();
+  return logits;
 }
 
 Tensor Model::forward_context_parallel_rows(const SequenceChunk& chunk, const ContextParallel& cp) const {

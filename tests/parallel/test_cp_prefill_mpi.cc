@@ -6,7 +6,7 @@
 // the sliding window and the first ratio-128 entry; 300), Model::forward_context_parallel's
 // logits equal a single-rank Model::forward of the same prompt bitwise on every rank, the state
 // it leaves equals the single-rank state in every array, and 8 greedy decode steps from it give
-// bitwise the single-rank logits; the drafter's draft from it is the single-rank draft. The
+// bitwise the single-rank logits (also with MoE expert parallelism over the CP ranks); the drafter's draft from it is the single-rank draft. The
 // small V4.1 DSpark checkpoint (window 8) runs the same cases. Also: all_logits, a CP chunk continuing a state, two CP groups
 // of 2 inside 4 ranks, and ranks that disagree on the chunk failing alike.
 // Every rank computes the single-rank reference itself (no rank is trusted for it).
@@ -24,6 +24,7 @@
 #include "model/tiny_model.h"
 #include "model/weight_source.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/mpi_communicator.h"
 
 namespace deepinfer {
@@ -174,6 +175,24 @@ TEST(CpPrefillGroups, TwoGroupsOfTwoRunDifferentPrompts) {
   ASSERT_EQ(cp.size(), 2);
   check_cp_prefill(tiny("v41"), cp, {}, prompt(40 + 31 * group, 11 + group), false, 2,
                    "group " + std::to_string(group));
+}
+
+// CP with MoE expert parallelism over the same ranks (parallel/expert_parallel.h): each CP
+// rank's rows go through the EP exchange; the result is still the single-rank, all-experts one.
+TEST(CpPrefillGroups, WithExpertParallelism) {
+  auto comm = world();
+  for (const std::string family : {"v4", "v41"}) {
+    ModelConfig cfg = family == "v41" ? tiny_v41_model_config() : tiny_model_config();
+    ModelOptions opts;
+    opts.batch_invariant = true;
+    opts.expert_parallel = ExpertParallel::create(std::shared_ptr<Communicator>(comm->split(0, comm->rank())), cfg);
+    auto ep_model = Model::from_source(cfg, *random_weights(cfg, kTinySeed, false), opts);
+    ModelOptions plain;
+    plain.batch_invariant = true;
+    auto model = Model::from_source(cfg, *random_weights(cfg, kTinySeed, false), plain);
+    const ContextParallel cp(*comm);
+    check_cp_prefill(*model, cp, {}, prompt(141, 21), false, 8, family + " cp+ep", ep_model.get());
+  }
 }
 
 TEST(CpPrefillErrors, RanksThatDisagreeAllFail) {
