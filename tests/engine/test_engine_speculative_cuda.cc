@@ -436,7 +436,10 @@ std::vector<EngineRequest> drafter_jobs(int64_t V) {
 // against plain greedy on a runner without it: token for token, logprobs and every committed
 // token's logits row bitwise; preemption forced, four requests aborted.
 void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t k, bool dspark) {
-  const std::vector<EngineRequest> jobs = drafter_jobs(small_config().vocab_size);
+  // The DSpark golden checkpoint has its own vocabulary (64); the MTP runner uses the small config's.
+  const int64_t V = dspark ? load_model_config(std::string(kDsparkGolden) + "/config.json").vocab_size
+                           : small_config().vocab_size;
+  const std::vector<EngineRequest> jobs = drafter_jobs(V);
   const std::vector<std::string> aborted = {"m3", "m20", "m41", "m62"};
   const DrafterRun plain = run_drafter_engine(base, jobs, false, false, aborted, 6, dspark);
   struct Setting {
@@ -513,7 +516,7 @@ TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) 
   expect_drafter_lossless(base, "mtp", 3, /*dspark=*/false);
 }
 
-// The DSpark golden checkpoint (vocabulary 64, as the small config), whole blocks of 5 drafts;
+// The DSpark golden checkpoint (vocabulary 64), whole blocks of 5 drafts;
 // the engine settings (and the state budget that preempts) of the CPU test of the same
 // checkpoint, test_engine_speculative.cc.
 TEST(EngineSpeculativeCuda, DsparkDrafterGreedyEqualsPlainWithPreemptionAndAborts) {

@@ -11,8 +11,10 @@
 //    confidence c_i, tokens equal up to the first row where the CPU's logits are a near tie
 //    (later rows see another Markov input and are not compared); the context keys the forwards
 //    wrote for every position a draft reads. Reference numerics on the plain fp32 state:
-//    bound 1e-4; official: 1e-3 (an FP8 rounding boundary may fall differently after
-//    fp32-level differences in the inputs).
+//    bound 1e-4; official: max(1e-3, 30 x the backbone's own GPU-vs-CPU difference over the
+//    sequence's positions, printed), context keys within the bound or one e4m3 step apart (an
+//    FP8 rounding boundary falls differently after fp32-level input differences; such flips are
+//    counted and at most 1% + 4 of the values).
 //  * rollback (golden, official, paged, batch-invariant): a loop that drafts, verifies
 //    [y, drafts], keeps a random prefix and truncates leaves every key of the window and the
 //    next draft bitwise those of a fresh sequence fed the committed tokens; a prefix state
@@ -183,23 +185,47 @@ TEST_P(GpuDsparkVsCpu, DraftsAfterPrefillDecodeAndRollback) {
   std::vector<std::unique_ptr<SequenceState>> states;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<GpuChunk> chunks;
+  // The backbone's own GPU-vs-CPU difference, per sequence (running max of max|diff| / max|ref|
+  // over every forward's logits rows): in official numerics the drafter's taps carry it.
+  std::vector<float> backbone(lengths.size(), 0.0f);
+  auto note_backbone = [&](size_t i, const float* g, const Tensor& c) {
+    const int64_t n = c.numel();
+    float d = 0;
+    for (int64_t v = 0; v < n; ++v) d = std::max(d, std::abs(g[v] - c.f32()[v]));
+    backbone[i] = std::max(backbone[i], d / max_abs_of(c.f32(), n));
+  };
+  std::vector<Tensor> cpu_prefill;
   for (size_t i = 0; i < lengths.size(); ++i) {
     prompts.push_back(random_tokens(lengths[i], V, 40 + uint32_t(i)));
     seqs.push_back(gpu->new_sequence());
     states.push_back(cpu->new_state());
-    cpu_run(*cpu, *states.back(), prompts.back());
+    cpu_prefill.push_back(cpu_run(*cpu, *states.back(), prompts.back(), /*all=*/true));
   }
-  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], prompts[i], false});
-  gpu->forward(chunks);  // all prefills in one forward: the context write batched over sequences
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], prompts[i], true});
+  // All prefills in one forward: the context write batched over sequences; logits of every
+  // position (the drafter's taps come from all of them).
+  const Tensor gpu_prefill = gpu->forward(chunks);
+  for (size_t i = 0, row = 0; i < seqs.size(); row += prompts[i].size(), ++i) {
+    note_backbone(i, gpu_prefill.f32() + row * size_t(V), cpu_prefill[i]);
+  }
+  // Official numerics: the GPU's backbone differs from the CPU's by its tensor-core FP8
+  // accumulation (test_golden_cuda bounds it), and past index_topk positions a near tie of the
+  // indexer's FP8/FP4 scores may select another key (one position's logits then move by up to a
+  // few per cent: trained-v41 at 2W + 5 positions). The drafter reads the backbone's taps of
+  // every position, so a draft row may differ by kAmplify times the backbone's largest
+  // measured difference over the positions of the same sequence.
+  constexpr float kAmplify = 30.0f;
+  auto bound_of = [&](size_t i) { return official ? std::max(bound, kAmplify * backbone[i]) : bound; };
   std::mt19937 gen(17);
   Worst worst;
+  int64_t key_values = 0, key_flips = 0;
   auto compare_drafts = [&](const std::string& when) {
     std::vector<int32_t> next;
     for (size_t i = 0; i < seqs.size(); ++i) next.push_back(int32_t(gen() % uint32_t(V)));
     const std::vector<DraftBlock> got = gpu->draft(seqs, next, K);
     for (size_t i = 0; i < seqs.size(); ++i) {
       const DraftBlock want = cpu->draft(*states[i], next[i]);
-      expect_draft_near(got[i], want, V, D, bound, when + ", sequence " + std::to_string(i), worst);
+      expect_draft_near(got[i], want, V, D, bound_of(i), when + ", sequence " + std::to_string(i), worst);
     }
     // The context keys a draft reads, stage by stage.
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -210,8 +236,17 @@ TEST_P(GpuDsparkVsCpu, DraftsAfterPrefillDecodeAndRollback) {
           const float* w = &st.draft_rings[k][size_t((t % st.n_draft_slots) * d)];
           const float m = max_abs_of(w, d);
           for (int64_t j = 0; j < d; ++j) {
-            ASSERT_NEAR(g[size_t(j)], w[j], bound * m)
-                << when << ": sequence " << i << " stage " << k << " key " << t << " dim " << j;
+            ++key_values;
+            const float diff = std::abs(g[size_t(j)] - w[j]);
+            if (diff <= bound_of(i) * m) continue;
+            // Official numerics round the context keys to e4m3 (power-of-two scales): inputs a
+            // few ulps apart may round to neighbouring codes, one e4m3 step apart (counted).
+            const float big = std::max(std::abs(g[size_t(j)]), std::abs(w[j]));
+            const float step = std::ldexp(1.0f, std::ilogb(big) - 3);
+            ASSERT_TRUE(official && diff <= step * 1.001f)
+                << when << ": sequence " << i << " stage " << k << " key " << t << " dim " << j << ": "
+                << g[size_t(j)] << " vs the CPU's " << w[j];
+            ++key_flips;
           }
         }
       }
@@ -221,24 +256,28 @@ TEST_P(GpuDsparkVsCpu, DraftsAfterPrefillDecodeAndRollback) {
   for (int step = 0; step < 3; ++step) {
     std::vector<std::vector<int32_t>> tok(seqs.size());
     std::vector<GpuChunk> dc;
+    std::vector<Tensor> want;
     for (size_t i = 0; i < seqs.size(); ++i) {
       tok[i] = {int32_t(gen() % uint32_t(V))};
       dc.push_back({seqs[i], tok[i], false});
-      cpu_run(*cpu, *states[i], tok[i]);
+      want.push_back(cpu_run(*cpu, *states[i], tok[i]));
     }
-    gpu->forward(dc);
+    const Tensor got = gpu->forward(dc);
+    for (size_t i = 0; i < seqs.size(); ++i) note_backbone(i, got.f32() + i * size_t(V), want[i]);
     compare_drafts("after decode step " + std::to_string(step));
   }
   if (official) {  // verification-style forwards of [y, 4 drafts], then a rollback of 1..4 positions
     for (int round = 0; round < 2; ++round) {
       std::vector<std::vector<int32_t>> tok(seqs.size());
       std::vector<GpuChunk> vc;
+      std::vector<Tensor> want;
       for (size_t i = 0; i < seqs.size(); ++i) {
         tok[i] = random_tokens(5, V, 90 + uint32_t(10 * round + i));
         vc.push_back({seqs[i], tok[i], true});
-        cpu_run(*cpu, *states[i], tok[i], true);
+        want.push_back(cpu_run(*cpu, *states[i], tok[i], true));
       }
-      gpu->forward(vc);
+      const Tensor got = gpu->forward(vc);
+      for (size_t i = 0; i < seqs.size(); ++i) note_backbone(i, got.f32() + 5 * i * size_t(V), want[i]);
       for (size_t i = 0; i < seqs.size(); ++i) {
         const int64_t keep = states[i]->n_tokens - 1 - int64_t(gen() % 4);
         gpu->truncate(seqs[i], keep);
@@ -248,6 +287,11 @@ TEST_P(GpuDsparkVsCpu, DraftsAfterPrefillDecodeAndRollback) {
     }
   }
   worst.print((std::string(tc.dir) + (official ? ", official" : ", reference")).c_str());
+  std::printf("  backbone logits max|diff| / max|ref| per sequence:");
+  for (float b : backbone) std::printf(" %.3g", b);
+  std::printf("; context keys: %lld of %lld values one e4m3 step apart\n", (long long)key_flips,
+              (long long)key_values);
+  EXPECT_LE(key_flips, 4 + key_values / 100) << "more e4m3 rounding flips than fp32-level noise explains";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuDsparkVsCpu,

@@ -188,12 +188,16 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel
     if (tid < P) slot_s[tid] = tid < np ? p.row_slot[r0 + pb + tid] : -1;
     __syncthreads();
     const int64_t units = p.kp / 16;
-    for (int64_t i = tid; i < np * units; i += kThreads) {
+    // Every one of the P rows is written (rows np..P-1 as zeros): the n8 tiles read whole
+    // groups of 8 pass tokens.
+    for (int64_t i = tid; i < P * units; i += kThreads) {
       const int pp = static_cast<int>(i / units);
       const int64_t k = (i % units) * 16;
-      const int64_t arow = slot_s[pp] / p.a_div;
       uint4 v = make_uint4(0, 0, 0, 0);
-      if (k < p.a_k) v = *reinterpret_cast<const uint4*>(p.a + arow * p.a_ld + k);
+      if (pp < np && k < p.a_k) {
+        const int64_t arow = slot_s[pp] / p.a_div;
+        v = *reinterpret_cast<const uint4*>(p.a + arow * p.a_ld + k);
+      }
       if (!p.a_permuted) {
         const uint2 lo = split_even_odd(make_uint2(v.x, v.y));
         const uint2 hi = split_even_odd(make_uint2(v.z, v.w));
@@ -201,10 +205,10 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel
       }
       *reinterpret_cast<uint4*>(x_s + pp * stride + k) = v;
     }
-    for (int i = tid; i < np * n_ab; i += kThreads) {
-      const int pp = i % np, b = i / np;
-      const int64_t arow = slot_s[pp] / p.a_div;
-      sa_s[b * P + pp] = b < p.sa_n ? p.sa[arow * p.sa_ld + b] * 64.0f : 0.0f;
+    for (int i = tid; i < P * n_ab; i += kThreads) {
+      const int pp = i % P, b = i / P;
+      sa_s[b * P + pp] =
+          pp < np && b < p.sa_n ? p.sa[(slot_s[pp] / p.a_div) * p.sa_ld + b] * 64.0f : 0.0f;
     }
     __syncthreads();
 
@@ -464,7 +468,7 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   const int64_t T = s.n_tokens, k = s.top_k, E = s.n_experts, D = s.dim, I = s.inter;
   const int64_t dp = w4a8_padded_k(D), ip = w4a8_padded_k(I);
   const int64_t tiles = moe_tiles_cap(T, k, E);
-  const int32_t pass = static_cast<int32_t>(std::min<int64_t>(kPassMax, round_up(T * k, 2)));
+  const int32_t pass = static_cast<int32_t>(std::min<int64_t>(kPassMax, round_up(T * k, 8)));
   moe_align_cuda(stream, ids, T, k, E, ws.align);
   act_quant_cuda(stream, x, DType::F32, T, D, act_block, ws.xq, ws.sx, ScaleLayout::kRowMajor);
 
