@@ -10,7 +10,10 @@
 # verification, bench_spec.h), draft time share, and TPOT / throughput relative to no
 # speculation at the same concurrency. Raw outputs stay in $WORK (default a temp dir).
 # Environment: BIN, DEVICE (cuda; cpu only to try the script), INPUT_LEN (128), OUTPUT_LEN (128), NUM_PROMPTS (64), CONCURRENCY (1,64),
-# LIMIT (seconds per bench invocation, 240), ARGS (extra bench flags, e.g. --weight-format fp8).
+# LIMIT (seconds per bench invocation, 240), ARGS (extra bench flags, e.g. --weight-format fp8),
+# METHOD (mtp; dspark for models/trained-v41, whose checkpoint ships a DSpark drafter), KS (draft
+# lengths, default "1 2 3"; DSpark drafts whole blocks: KS=5), TEMPERATURE (0: greedy; else
+# sampled verification, request i seeded i).
 cd "$(dirname "$0")/../.."
 B=${BIN:-build-cuda/deepinfer}
 MODEL=${MODEL:-models/trained-v4}
@@ -19,7 +22,9 @@ mkdir -p "$WORK"
 CONC=${CONCURRENCY:-1,64}
 COMMON=(bench --device "${DEVICE:-cuda}" --model "$MODEL" --max-model-len 512 --input-len "${INPUT_LEN:-128}"
         --output-len "${OUTPUT_LEN:-128}" --num-prompts "${NUM_PROMPTS:-64}" --concurrency "$CONC"
-        --no-overlap-table)
+        --no-overlap-table --temperature "${TEMPERATURE:-0}")
+METHOD=${METHOD:-mtp}
+KS=${KS:-1 2 3}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 echo "commit ${COMMIT:-unknown}, model $MODEL, bench ${COMMON[*]:1} ${ARGS:-}"
 
@@ -32,16 +37,16 @@ run() {  # name, then the speculative flags
 }
 
 run none --speculative-method none
-for k in 1 2 3; do
+for k in $KS; do
   for s in fixed confidence; do
-    run "mtp-k$k-$s" --speculative-method mtp --num-speculative-tokens "$k" --spec-scheduling "$s"
+    run "$METHOD-k$k-$s" --speculative-method "$METHOD" --num-speculative-tokens "$k" --spec-scheduling "$s"
   done
 done
 
-python3 - "$WORK" <<'PY'
+python3 - "$WORK" "$METHOD" "$KS" <<'PY'
 import json, os, re, sys
-work = sys.argv[1]
-names = ["none"] + [f"mtp-k{k}-{s}" for k in (1, 2, 3) for s in ("fixed", "confidence")]
+work, method, ks = sys.argv[1], sys.argv[2], sys.argv[3].split()
+names = ["none"] + [f"{method}-k{k}-{s}" for k in ks for s in ("fixed", "confidence")]
 rows, base = [], {}
 for name in names:
     try:

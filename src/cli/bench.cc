@@ -34,6 +34,8 @@ const OptionGroups& bench_options() {
        {
            {"input-len", "N", "Prompt tokens per request: random ids, seeded (default 128)."},
            {"output-len", "N", "Output tokens per request: greedy, EOS ignored (default 32)."},
+           {"temperature", "T", "In process: sample at temperature T instead of greedy (request i seeded i; "
+                                "default 0)."},
            {"num-prompts", "N", "Requests per run (default 32)."},
            {"concurrency", "1,4,16", "Closed loop: N requests in flight, a new one sent when one finishes; "
                                      "one run per value (default 1,4,16)."},
@@ -240,6 +242,9 @@ int cmd_bench(int argc, char** argv) {
   CHECK(input_len >= 1 && output_len >= 1 && n_prompts >= 1) << "lengths and --num-prompts must be >= 1";
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0));
   const bool warmup = !args.has("no-warmup");
+  const double temperature = args.get_double("temperature", 0.0);
+  CHECK(temperature >= 0 && temperature <= 100) << "--temperature must be in 0..100";
+  CHECK(!server || !args.has("temperature")) << "--temperature is for the in-process engine (not --base-url)";
 
   HttpTarget target;
   EngineArgs base;
@@ -270,6 +275,8 @@ int cmd_bench(int argc, char** argv) {
       runs.push_back({prompts, std::vector<double>(static_cast<size_t>(n_prompts), 0.0), c, output_len, 0.0});
     }
   }
+
+  for (Traffic& t : runs) t.temperature = temperature;
 
   std::vector<BenchSummary> summaries;
   std::string backend;

@@ -50,7 +50,8 @@ EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, boo
       RequestRecord& r = run.records[next];
       r.n_prompt_tokens = static_cast<int64_t>(traffic.prompts[next].size());
       r.send_s = now();
-      engine.add_request(bench_request(std::to_string(next), traffic.prompts[next], traffic.output_len));
+      engine.add_request(bench_request(std::to_string(next), traffic.prompts[next], traffic.output_len,
+                                       traffic.temperature, static_cast<uint64_t>(next)));
       ++in_flight;
       ++next;
     }
@@ -87,11 +88,13 @@ EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, boo
   return run;
 }
 
-EngineRequest bench_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+EngineRequest bench_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens,
+                            double temperature, uint64_t seed) {
   EngineRequest r;
   r.id = id;
   r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
+  r.params.temperature = static_cast<float>(temperature);
+  r.params.seed = seed;
   r.params.max_tokens = max_tokens;
   r.params.ignore_eos = true;
   return r;

@@ -30,8 +30,10 @@ struct EngineStartupNotes {
 // first when `warmup`. max_num_seqs is the traffic's max_concurrency when it has one.
 // With `startup` the startup summary is printed once the engine is loaded. Speculative
 // counters exclude the warm-up.
-// A benchmark request: greedy, max_tokens tokens, EOS ignored (every request runs to its length).
-EngineRequest bench_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens);
+// A benchmark request: greedy (or sampled at `temperature` with `seed`), max_tokens tokens, EOS
+// ignored (every request runs to its length).
+EngineRequest bench_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens,
+                            double temperature = 0, uint64_t seed = 0);
 
 EngineRun run_engine_traffic(const EngineArgs& base, const Traffic& traffic, bool warmup,
                              const EngineStartupNotes* startup = nullptr);

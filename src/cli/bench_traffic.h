@@ -23,6 +23,7 @@ struct Traffic {
   int64_t max_concurrency = 0;                // 0: unbounded
   int64_t output_len = 0;                     // tokens per request (greedy, EOS ignored)
   double request_rate = 0;                    // 0: closed loop
+  double temperature = 0;                     // 0: greedy; else request i has seed i (in process)
   std::string label() const;                  // "concurrency 4", "rate 2/s (max 8)"
 };
 
