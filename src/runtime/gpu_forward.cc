@@ -183,6 +183,7 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   n_out = n_o;
   chunk_spans.clear();
   graph_stats.last_bucket = 0;
+  graph_stats.last_length = 0;
   if (N == 0) return;
   if (profiling && prof.size() != static_cast<size_t>(4 * cfg.num_layers)) {
     prof.clear();
@@ -190,8 +191,8 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
     prof_parts.clear();
     for (int64_t i = 0; i < 4 * cfg.num_layers; ++i) prof_parts.emplace_back();
   }
-  const int64_t bucket = graph_bucket(chunks, N);
-  const int64_t rows = bucket > 0 ? bucket : N;
+  const GraphKey key = graph_key(chunks);
+  const int64_t rows = key.chunks > 0 ? key.rows() : N;
 
   // Row metadata and block-table columns go into the next pinned staging slot (gpu_model_impl.h
   // says why the ring does not block the engine's overlapped loop).
@@ -228,8 +229,10 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
       }
     }
   }
-  // Padding rows of a graph bucket: token 0 at position 0 of the scratch slot, a chunk of
-  // their own (they see only themselves, emit nothing, route to no expert) and a logits row
+  // Padding rows of a graph key (L, b), the rows N .. b * L - 1 (a verification step's too:
+  // the real chunks of up to L rows come first, whatever their lengths): token 0 at position
+  // 0 of the scratch slot, each a chunk of its own (so a padding row sees only itself, emits
+  // nothing, routes to no expert; no padding row reads what another writes) and a logits row
   // past the real ones. Paged state (note for F2): the scratch slot needs a block-table row
   // in every pool (tables of max_sequences + 1 rows when cuda_graphs) with position 0's
   // window block reserved once (one more window block in the plan), and the paged sections
@@ -264,10 +267,10 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   slot.pending = true;
 
   n_rows = rows;
-  if (bucket > 0) {
-    n_out = rows;
-    run_decode_graph(bucket);  // sets work to the captured body's
-    // Every GEMM of a decode step has m = rows: count the real rows only.
+  if (key.chunks > 0) {
+    n_out = rows;  // every real row is a logits row (graph_key), then the padding rows
+    run_graph(key);  // sets work to the captured body's
+    // Every GEMM of a graph step has m = rows: count the real rows only.
     work.gemm_flops *= static_cast<double>(N) / static_cast<double>(rows);
   } else {
     enqueue_forward();
@@ -288,15 +291,27 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   count_attention_work();
 }
 
-int64_t GpuModel::Impl::graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const {
-  if (!graphs_on || profiling) return 0;
+GpuModel::Impl::GraphKey GpuModel::Impl::graph_key(std::span<const GpuChunk> chunks) const {
+  if (!graphs_on || profiling) return {};
+  // Every launch of enqueue_forward is sized by n_rows = n_out = b * L alone and reads the
+  // rows' metadata (positions, slots, chunk bounds) from the device, so one graph serves any
+  // chunks of up to L tokens whose every row is a logits row; causal attention inside a chunk
+  // comes from those per-row positions (the paged slot lists, the compressors' chunk rows),
+  // as in the eager forward.
+  int64_t L = 1;
   for (const GpuChunk& c : chunks) {
-    if (c.tokens.size() != 1) return 0;  // all_logits of one token is the same single row
+    const auto len = static_cast<int64_t>(c.tokens.size());
+    if (len > 1 && !c.all_logits) return {};  // a prefill chunk (one logits row of many)
+    L = std::max(L, len);
   }
+  if (L > 1 && L > opt.max_rollback + 1) return {};  // not a verification of <= max_rollback drafts
+  const auto n = static_cast<int64_t>(chunks.size());
   for (int64_t b : opt.graph_buckets) {
-    if (b >= n) return b;
+    if (b < n) continue;
+    if (b * L > std::min(opt.max_batch_tokens, opt.max_out_rows)) return {};
+    return GraphKey{L, b};
   }
-  return 0;
+  return {};
 }
 
 // The forward's device work over n_rows rows (metadata already uploaded) with n_out logits

@@ -1,13 +1,15 @@
-// GpuModel: CUDA graphs for decode steps (GpuModelOptions::cuda_graphs; gpu_model.h says which
-// forwards qualify and how padding rows are kept away from real sequences).
+// GpuModel: CUDA graphs for decode and verification steps (GpuModelOptions::cuda_graphs;
+// gpu_model.h says which forwards qualify and how padding rows are kept away from real
+// sequences).
 //
-// A bucket's graph is captured lazily, on its first use: that forward runs the padded step
-// eagerly (its results are the forward's; it also performs every lazy set-up outside the
-// capture: cuBLASLt heuristics, kernel attributes), then captures the same enqueue sequence
-// without running it. Later forwards of the bucket upload their metadata (outside the graph,
-// one async copy from pinned memory) and replay it. Capture time is logged and summed in
-// graph_stats().capture_ms. A failed capture (an op that synchronises or allocates inside the
-// forward) is logged and turns graphs off for the model; the forward itself has already run.
+// A key's graph (L tokens per chunk, a bucket of b chunks: b * L rows) is captured lazily, on
+// its first use: that forward runs the padded step eagerly (its results are the forward's; it
+// also performs every lazy set-up outside the capture: cuBLASLt heuristics, kernel attributes),
+// then captures the same enqueue sequence without running it. Later forwards of the key upload
+// their metadata (outside the graph, one async copy from pinned memory) and replay it. Capture
+// time is logged and summed in graph_stats().capture_ms. A failed capture (an op that
+// synchronises or allocates inside the forward) is logged and turns graphs off for the model;
+// the forward itself has already run.
 #include <chrono>
 
 #include "base/error.h"
@@ -16,14 +18,16 @@
 
 namespace deepinfer {
 
-void GpuModel::Impl::run_decode_graph(int64_t bucket) {
+void GpuModel::Impl::run_graph(GraphKey key) {
   cudaStream_t stream = ctx.stream();
-  graph_stats.last_bucket = bucket;
-  auto it = graphs.find(bucket);
+  graph_stats.last_bucket = key.rows();
+  graph_stats.last_length = key.length;
+  auto it = graphs.find(key);
   if (it != graphs.end()) {
     it->second.launch(stream);
-    work = graph_work.at(bucket);
+    work = graph_work.at(key);
     ++graph_stats.replays;
+    if (key.length > 1) ++graph_stats.verify_replays;
     return;
   }
   enqueue_forward();
@@ -36,19 +40,21 @@ void GpuModel::Impl::run_decode_graph(int64_t bucket) {
     // This forward already ran (eagerly) and is valid; later ones stay eager.
     work = body;
     graphs_on = false;
-    LOG(WARNING) << "GpuModel: capturing the decode graph of bucket " << bucket
-                 << " failed, CUDA graphs turned off: " << e.what();
+    LOG(WARNING) << "GpuModel: capturing the graph of " << key.chunks << " chunks x " << key.length
+                 << " tokens failed, CUDA graphs turned off: " << e.what();
     return;
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   work = body;
-  graph_work[bucket] = body;
+  graph_work[key] = body;
   graph_stats.capture_ms += ms;
   ++graph_stats.captured;
-  LOG(INFO) << "GpuModel: captured the decode graph of bucket " << bucket << " ("
-            << g.n_nodes() << " nodes) in " << ms << " ms";
-  graphs.emplace(bucket, std::move(g));
+  if (key.length > 1) ++graph_stats.verify_captured;
+  LOG(INFO) << "GpuModel: captured the " << (key.length > 1 ? "verification" : "decode") << " graph of "
+            << key.chunks << " chunks x " << key.length << " tokens (" << g.n_nodes() << " nodes) in " << ms
+            << " ms";
+  graphs.emplace(key, std::move(g));
 }
 
 const GpuGraphStats& GpuModel::graph_stats() const { return impl_->graph_stats; }

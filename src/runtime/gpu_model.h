@@ -78,18 +78,23 @@
 // three forwards back, has not run yet, which the engine's overlapped step loop never meets
 // (gpu_model_impl.h says why); host_waits() counts the waits that blocked.
 //
-// CUDA graphs (cuda_graphs; needs kGrouped, either format): a forward whose chunks are all one
-// token (a decode step; all_logits of one token is that row) of n rows, not profiled, with a
-// bucket b >= n in graph_buckets, runs as b rows: rows n.. b-1 are padding (token 0 at
+// CUDA graphs (cuda_graphs; needs kGrouped, either format): a forward, not profiled, of n
+// chunks that are all one token (a decode step, L = 1; all_logits of one token is that row)
+// or that are a verification step (every chunk of 2+ tokens all_logits, the longest L <=
+// max_rollback + 1; shorter chunks, one-token ones included, may be mixed in), with a bucket
+// b >= n in graph_buckets and b * L <= max_batch_tokens, max_out_rows, runs as the graph of
+// key (L, b): b * L rows, the N real ones first, rows N.. b*L-1 padding (token 0 at
 // position 0 of a state slot of its own, scratch_slot = max_sequences, so the state pools
-// have max_sequences + 1 slots; a padding row sees only itself, emits no compressed entry,
-// routes to no expert, and its logits row is past the real ones). The bucket's graph is
+// have max_sequences + 1 slots; each padding row is a chunk of its own: it sees only
+// itself, emits no compressed entry, routes to no expert, and its logits row is past the
+// real ones). Inside a real chunk attention is causal by the rows' positions (slot lists and
+// compressor rows from the metadata), exactly as in the eager forward. The key's graph is
 // captured on its first use (that forward runs eagerly, then the capture; the capture time
 // is logged and in graph_stats()) and replayed afterwards. What changes per step lives in
 // device buffers at fixed addresses: the row metadata and the counts after it (real rows,
 // emitting rows per compress ratio), uploaded by one cudaMemcpyAsync before the launch.
 // Launches whose size depended on per-step host values and how each is made graph-safe:
-//  * row count n_rows: every launch of the step uses the bucket size b (GEMMs and their
+//  * row count n_rows: every launch of the step uses the key's rows b * L (GEMMs and their
 //    activation quantisation, norms, RoPE, mHC, ring stores, compressor ape, indexer scores
 //    (grid max_entries x b, per-row key counts from the positions) and top-k (b blocks),
 //    paged slot lists / stores (rows with slot -1 store nothing), attention (heads x b;
@@ -97,12 +102,13 @@
 //    output-projection copies, head): padding rows are computed and ignored;
 //  * compressor emission (gpu_attention.cc): grid = b, the kernel reads the emitting-row
 //    count of its ratio from the device (CompressorEmitParams::n_emit_device);
-//  * MoE: kGrouped sizes every launch from b (moe_grouped_cuda.h); padding rows get expert
+//  * MoE: kGrouped sizes every launch from b * L (moe_grouped_cuda.h); padding rows get expert
 //    id -1 from the device count of real rows (runtime/moe_rows.h);
-//  * logits rows n_out: b (the real rows are the first n; n_logits_rows() returns n);
+//  * logits rows n_out: b * L (the real rows are the first N; n_logits_rows() returns N);
 //  * the work accounting is host arithmetic outside the graph (experts used: work()).
 // Batch invariance carries over: with batch_invariant every kernel is per row, so a graph
-// step's real rows are bitwise those of the eager unpadded forward; without it, cuBLASLt
+// (or verification) step's real rows are bitwise those of the eager unpadded forward, and so
+// is the state it leaves; without it, cuBLASLt
 // (chosen per M) may differ between n and b rows, as between any two batch sizes.
 //
 // Thread-safety: one thread at a time (forward mutates the state pools and its buffers).
@@ -150,10 +156,10 @@ struct GpuModelOptions {
   WeightFormat weight_format = WeightFormat::kF32;
   bool batch_invariant = false;  // see the header comment
   MoeImpl moe_impl = MoeImpl::kAuto;
-  // CUDA graphs for decode steps (see "CUDA graphs" above); needs kGrouped (kPerExpert
+  // CUDA graphs for decode and verification steps (see "CUDA graphs" above); needs kGrouped (kPerExpert
   // reads the routing back to the host inside the forward).
   bool cuda_graphs = false;
-  // Decode batch-size buckets; empty = 1, 2, 4, ..., 256. Sorted, deduplicated and capped at
+  // Buckets of chunks (decode batch sizes); empty = 1, 2, 4, ..., 256. Sorted, deduplicated, capped at
   // min(max_batch_tokens, max_out_rows, max_sequences) at construction.
   std::vector<int64_t> graph_buckets;
   // Format of the window and compressed K=V entries (ops/kv_cache/kv_cache.h; the
@@ -235,6 +241,8 @@ struct GpuGraphStats {
   int64_t replays = 0;      // forwards that replayed a captured graph
   double capture_ms = 0;    // host time spent capturing + instantiating, all buckets
   int64_t last_bucket = 0;  // rows the last forward ran as (0: eager, unpadded)
+  int64_t last_length = 0;  // L of the last forward's key (1: decode; 0: eager)
+  int64_t verify_captured = 0, verify_replays = 0;  // the same for keys of L >= 2
 };
 
 class GpuModel {

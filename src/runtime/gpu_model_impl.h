@@ -2,7 +2,7 @@
 // tensors), activation buffers, state pools and the per-forward row metadata. Internal to
 // src/runtime. Files: gpu_model.cc (construction), gpu_forward.cc (sequences, forward, work
 // accounting), gpu_attention.cc, gpu_moe.cc (grouped device MoE or the per-expert plain
-// path), gpu_graphs.cc (decode CUDA graphs), gpu_paged_state.cc.
+// path), gpu_graphs.cc (decode / verification CUDA graphs), gpu_paged_state.cc.
 //
 // Graph rule for everything enqueued by enqueue_forward(): launch sizes may depend only on
 // n_rows / n_out (the bucket in a graph step) and on construction-time sizes; per-step
@@ -336,12 +336,21 @@ struct GpuModel::Impl {
   int32_t* route_ids_host = nullptr;
   float* route_w_host = nullptr;
 
-  // CUDA graphs (gpu_graphs.cc): decode steps padded to a bucket of opt.graph_buckets; padding
-  // rows live in the state slot scratch_slot (= max_sequences; the pools have one extra slot
-  // when cuda_graphs is on).
+  // CUDA graphs (gpu_graphs.cc): decode and verification steps padded to a key (L, b): b a
+  // bucket of opt.graph_buckets (chunks), L the tokens per chunk (1: decode), b * L rows;
+  // padding rows live in the state slot scratch_slot (= max_sequences; the pools have one
+  // extra slot when cuda_graphs is on).
+  struct GraphKey {
+    int64_t length = 0;  // L: tokens of the longest chunk (1: a decode step)
+    int64_t chunks = 0;  // b: the bucket of chunks; 0: the forward runs eagerly
+    int64_t rows() const { return length * chunks; }
+    bool operator<(const GraphKey& o) const {
+      return length != o.length ? length < o.length : chunks < o.chunks;
+    }
+  };
   int64_t scratch_slot = -1;
-  std::map<int64_t, cuda::Graph> graphs;  // bucket -> captured forward
-  std::map<int64_t, GpuWork> graph_work;  // bucket -> work of the captured body
+  std::map<GraphKey, cuda::Graph> graphs;  // key -> captured forward
+  std::map<GraphKey, GpuWork> graph_work;  // key -> work of the captured body
   GpuGraphStats graph_stats;
   bool graphs_on = false;  // opt.cuda_graphs, switched by set_cuda_graphs
 
@@ -443,11 +452,13 @@ struct GpuModel::Impl {
   // it has not, counting host_waits); the caller records slot.uploaded after its copies.
   StagingSlot& take_staging_slot();
   void forward_device(std::span<const GpuChunk> chunks, const int32_t* samples, void* start_event);
-  // The graph bucket a forward runs as (0: eager): every chunk one token, graphs on, not
-  // profiling, and a bucket >= n rows.
-  int64_t graph_bucket(std::span<const GpuChunk> chunks, int64_t n) const;
+  // The graph key a forward runs as (chunks 0: eager): graphs on, not profiling, every chunk
+  // one token (L = 1, a decode step) or every chunk of 2+ tokens with all its logits and the
+  // longest L <= max_rollback + 1 (a verification step), and a bucket b >= the chunks with
+  // b * L <= max_batch_tokens and max_out_rows.
+  GraphKey graph_key(std::span<const GpuChunk> chunks) const;
   void enqueue_forward();
-  void run_decode_graph(int64_t bucket);
+  void run_graph(GraphKey key);
 
   // Prefix caching (gpu_prefix_state.cc): the arena is made on the first export. The byte
   // ranges of sequence `seq`'s state that positions [begin, end) appended (compressed

@@ -25,7 +25,10 @@
 //    inputs at block positions 1.., changes block position 0's logits, on the GPU as on the
 //    CPU); drafting is deterministic (a second draft is bitwise the first).
 //  * CUDA graph decode steps write the same keys and give the same drafts as eager ones
-//    (batch-invariant, bitwise); a batched draft equals one-by-one drafts (bitwise); the
+//    (batch-invariant, bitwise); verification forwards [y, drafts] replayed from graphs (keys
+//    (L, bucket)) give bitwise the eager logits and, after a rollback, the next eager decode's
+//    logits and the context keys bitwise the eager model's; a batched draft equals one-by-one
+//    drafts (bitwise); the
 //    device-side probabilities (CudaRunner's path) are the softmax of the logits (1e-5) and the
 //    confidences are those of the host-logits call.
 //  * bad requests and bad options fail with Error.
@@ -35,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -448,6 +452,93 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
     expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 5),
                       "batched graph-model draft vs one-by-one eager draft, sequence " + std::to_string(i));
   }
+}
+
+// Verification forwards replayed from CUDA graphs (GpuModel "CUDA graphs": key (L, bucket of
+// chunks)) against eager ones on the golden V4.1 DSpark checkpoint (ratios 2 / 1, KV and index
+// sources, candidate blocks), batch-invariant: three sequences (bucket 4: one padding chunk) run
+// the same speculative loop on both models: batched drafts (bitwise equal), the verification
+// [y, drafts] of every sequence with all logits (L = 2, 4, 6 in turn; every fourth step one
+// sequence verifies fewer drafts and another only y, shorter than the key's L) bitwise equal; a
+// random prefix kept (truncate), then one EAGER decode step on both whose logits must be bitwise
+// equal (the state the graph verification left, rolled back, is the eager one's), and at the end
+// every stage's context keys of the window.
+TEST(GpuDspark, VerificationGraphsAreBitwiseTheEagerForwards) {
+  const HostModel h = load_host(kGolden);
+  const int64_t n_stages = h.cfg.num_nextn_predict_layers, V = h.cfg.vocab_size;
+  GpuModelOptions eager_o = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), graph_o = eager_o;
+  graph_o.cuda_graphs = true;
+  GpuModel eager(h.cfg, h.weights, eager_o), graphs(h.cfg, h.weights, graph_o);
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  constexpr int64_t kSeqs = 3;
+  std::vector<int64_t> se, sg;
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    const auto p = random_tokens(2 + 17 * i, V, 80 + uint32_t(i));
+    se.push_back(eager.new_sequence());
+    sg.push_back(graphs.new_sequence());
+    ASSERT_TRUE(same_bits(gpu_run(eager, se.back(), p), gpu_run(graphs, sg.back(), p)));
+    EXPECT_EQ(graphs.graph_stats().last_bucket, 0);  // a prefill chunk runs eagerly
+  }
+  std::mt19937 gen(21);
+  int64_t verifies = 0, differ = 0, decode_differ = 0;
+  const int64_t Ls[3] = {2, 4, 6};
+  for (int step = 0; step < 12; ++step) {
+    const int64_t L = Ls[step % 3];
+    std::vector<int32_t> next;
+    for (int64_t i = 0; i < kSeqs; ++i) next.push_back(int32_t(gen() % uint32_t(V)));
+    const std::vector<DraftBlock> dg = graphs.draft(sg, next, L - 1), de = eager.draft(se, next, L - 1);
+    std::vector<std::vector<int32_t>> tok(kSeqs);
+    std::vector<GpuChunk> ce, cg;
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      expect_same_draft(dg[size_t(i)], de[size_t(i)], "draft, step " + std::to_string(step));
+      tok[size_t(i)] = {next[size_t(i)]};
+      tok[size_t(i)].insert(tok[size_t(i)].end(), dg[size_t(i)].tokens.begin(), dg[size_t(i)].tokens.end());
+      if (step % 4 == 3 && i > 0) tok[size_t(i)].resize(size_t(i == 1 ? 1 : L - 1));  // shorter chunks
+      ce.push_back({se[size_t(i)], tok[size_t(i)], true});
+      cg.push_back({sg[size_t(i)], tok[size_t(i)], true});
+    }
+    const Tensor le = eager.forward(ce), lg = graphs.forward(cg);
+    ++verifies;
+    differ += le.numel() != lg.numel() || std::memcmp(le.raw(), lg.raw(), le.nbytes()) != 0;
+    EXPECT_EQ(graphs.graph_stats().last_length, L) << "step " << step;
+    EXPECT_EQ(graphs.graph_stats().last_bucket, 4 * L) << "step " << step;  // 3 chunks -> bucket 4
+    EXPECT_TRUE(std::all_of(lg.f32(), lg.f32() + lg.numel(), [](float v) { return std::isfinite(v); }));
+    for (int64_t i = 0; i < kSeqs; ++i) {  // keep y and a random number of the drafts
+      const auto len = int64_t(tok[size_t(i)].size());
+      const int64_t keep = eager.n_tokens(se[size_t(i)]) - len + 1 + int64_t(gen() % uint32_t(len));
+      eager.truncate(se[size_t(i)], keep);
+      graphs.truncate(sg[size_t(i)], keep);
+    }
+    graphs.set_cuda_graphs(false);  // the next decode runs eagerly on both: it reads the state
+    std::vector<std::vector<int32_t>> one(kSeqs);
+    std::vector<GpuChunk> de1, dg1;
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      one[size_t(i)] = {int32_t(gen() % uint32_t(V))};
+      de1.push_back({se[size_t(i)], one[size_t(i)], false});
+      dg1.push_back({sg[size_t(i)], one[size_t(i)], false});
+    }
+    const Tensor xe = eager.forward(de1), xg = graphs.forward(dg1);
+    decode_differ += std::memcmp(xe.raw(), xg.raw(), xe.nbytes()) != 0;
+    EXPECT_EQ(graphs.graph_stats().last_bucket, 0);
+    graphs.set_cuda_graphs(true);
+  }
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    const int64_t n = eager.n_tokens(se[size_t(i)]);
+    ASSERT_EQ(graphs.n_tokens(sg[size_t(i)]), n);
+    EXPECT_EQ(window_keys(graphs, sg[size_t(i)], n, n_stages), window_keys(eager, se[size_t(i)], n, n_stages))
+        << "sequence " << i;
+  }
+  const GpuGraphStats& gs = graphs.graph_stats();
+  std::printf("DSpark verification graphs: %lld verifications, %lld differ bitwise, %lld next eager decodes "
+              "differ; %lld verification graphs captured, %lld replays\n",
+              (long long)verifies, (long long)differ, (long long)decode_differ, (long long)gs.verify_captured,
+              (long long)gs.verify_replays);
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(decode_differ, 0);
+  EXPECT_EQ(gs.verify_captured, 3);
+  EXPECT_GT(gs.verify_replays, 0);
 }
 
 TEST(GpuDspark, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {
