@@ -19,8 +19,16 @@
 //     entry). FLOPs = GEMMs + attention/indexer, all counted against the FP8 peak.
 //     The routed experts run through the grouped device path (moe_impl kGrouped, no host
 //     sync); the attention / MoE block times come from a profiled eager run of each case.
-// Output: markdown, the results table last. Usage:
-//   bench_gpu_forward [--quick] [--check-only] [--commit SHA] [--out FILE]
+//  4. speculative verification steps (issue 15): B sequences x (k + 1) tokens ([y, k drafts])
+//     with the logits of every row, k = 1, 3, 5 (--quick: 3), B = 1, 16, 64, 256 at context
+//     4K, eager and replayed from CUDA graphs (keys (k + 1, B)), timed as the decode steps,
+//     and a table of verify / decode step time at the same B (eager / eager, graph / graph).
+//     The model keeps max_rollback 5 (the state a speculative server holds) for every case.
+// Output: markdown, the results tables last. Usage:
+//   bench_gpu_forward [--quick] [--check-only] [--no-verify] [--verify-only] [--commit SHA]
+//                     [--out FILE]
+//   --verify-only: skips the correctness check, the 32K decode and the prefill cases (the 4K
+//   decode rows stay: the ratios need them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -360,11 +369,13 @@ void finish_row(Row& r, const GpuWork& w, const Ceilings& c) {
 
 int main(int argc, char** argv) {
   using namespace deepinfer;
-  bool quick = false, check_only = false;
+  bool quick = false, check_only = false, verify = true, verify_only = false;
   std::string commit = "unknown", out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--check-only")) check_only = true;
+    else if (!std::strcmp(argv[i], "--no-verify")) verify = false;
+    else if (!std::strcmp(argv[i], "--verify-only")) verify_only = true;
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
@@ -378,9 +389,9 @@ int main(int argc, char** argv) {
     out("# GPU forward benchmark, V4-Flash shapes, 4 layers, random FP8 weights\n\n"
         "GPU: %s (%d SMs, %.0f GiB); CUDA driver API %d; commit %s.\n\n",
         prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
-    bool ok = false;
+    bool ok = verify_only;  // --verify-only: no correctness check
     try {
-      ok = run_check();
+      if (!verify_only) ok = run_check();
     } catch (const std::exception& e) {
       out("Correctness check failed to run: %s\n\n", e.what());
     }
@@ -396,7 +407,10 @@ int main(int argc, char** argv) {
     fo.max_sequences = 256;
     fo.max_context = 32768 + 256;
     fo.max_batch_tokens = 16384;
-    fo.max_out_rows = 256;
+    const std::vector<int64_t> verify_k = quick ? std::vector<int64_t>{3} : std::vector<int64_t>{1, 3, 5};
+    constexpr int64_t kMaxDrafts = 5;
+    fo.max_out_rows = 256 * (kMaxDrafts + 1);  // verification steps: every row's logits
+    fo.max_rollback = kMaxDrafts;  // verification graphs need chunks <= max_rollback + 1
     fo.weight_format = WeightFormat::kFp8;
     // The serving configuration: official numerics (FP8 KV cache, FP4 indexer round trips,
     // bf16 tensor-core attention for prefill-size forwards).
@@ -414,12 +428,17 @@ int main(int argc, char** argv) {
         "official numerics (FP8 KV cache; prefill attention on bf16 tensor cores with hi + lo "
         "terms, and once on the fp32 SIMT kernel for comparison), "
         "device weights %.2f GB (FP8 projections + experts, fp32 small tensors; embedding not "
-        "counted), built in %.1f s; device memory in use %.1f GiB.\n\n",
-        m.device_weight_bytes() / 1e9, init_s, (total_b - free_b) / 1073741824.0);
+        "counted), max_rollback %lld (speculative state: W - 1 + %lld window positions kept, "
+        "compressor rings 2m + %lld), built in %.1f s; device memory in use %.1f GiB.\n\n",
+        m.device_weight_bytes() / 1e9, static_cast<long long>(fo.max_rollback),
+        static_cast<long long>(fo.max_rollback), static_cast<long long>(fo.max_rollback), init_s,
+        (total_b - free_b) / 1073741824.0);
 
     std::vector<Row> rows;
     const int reps = quick ? 3 : 7;
+    std::map<std::pair<int64_t, bool>, double> decode_4k;  // (B, graphs) -> ms
     for (int64_t ctxlen : {4096, 32768}) {
+      if (verify_only && ctxlen != 4096) continue;
       for (int64_t B : {1, 16, 64, 256}) {
         for (bool graphs : {false, true}) {
           if (graphs && ctxlen != 4096) continue;
@@ -442,6 +461,7 @@ int main(int argc, char** argv) {
             }
             finish_row(r, m.work(), c);
             if (!graphs) r.prof = profiled(m, ch);
+            if (ctxlen == 4096) decode_4k[{B, graphs}] = r.ms;
           } catch (const std::exception& e) {
             r.why = e.what();
           }
@@ -450,11 +470,58 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // Verification steps at 4K: each sequence's chunk [y, k drafts], all logits.
+    struct VerifyRow {
+      int64_t B = 0, k = 0;
+      double ms[2] = {0, 0};  // eager, graph (0: did not run)
+    };
+    std::vector<VerifyRow> verify_rows;
+    for (int64_t k : verify ? verify_k : std::vector<int64_t>{}) {
+      for (int64_t B : {1, 16, 64, 256}) {
+        VerifyRow vr;
+        vr.B = B;
+        vr.k = k;
+        for (bool graphs : {false, true}) {
+          Row r;
+          r.name = "verify B=" + std::to_string(B) + " k=" + std::to_string(k) + " ctx=4K" + (graphs ? " graph" : "");
+          r.graphs = graphs;
+          try {
+            m.set_cuda_graphs(graphs);
+            const int64_t L = k + 1;
+            const auto toks = random_tokens(B * L, cfg.vocab_size, static_cast<uint32_t>(7 * B + k));
+            Step ch;
+            for (int64_t b = 0; b < B; ++b) {
+              ch.chunks.push_back({seqs[b], std::span<const int32_t>(toks.data() + b * L, L), true});
+              ch.starts.push_back(4096);
+            }
+            r.ms = time_forward(m, ch, 2, reps);  // graphs: the first warm-up captures
+            r.tokens = static_cast<double>(B * L);
+            const GpuGraphStats& gs = m.graph_stats();
+            if (graphs && (gs.last_length != L || gs.last_bucket != B * L)) {
+              throw std::runtime_error("ran as " + std::to_string(gs.last_bucket) + " rows of key length " +
+                                       std::to_string(gs.last_length));
+            }
+            if (m.n_logits_rows() != B * L) throw std::runtime_error("logits rows " + std::to_string(m.n_logits_rows()));
+            finish_row(r, m.work(), c);
+            if (!graphs) r.prof = profiled(m, ch);
+            vr.ms[graphs ? 1 : 0] = r.ms;
+          } catch (const std::exception& e) {
+            r.why = e.what();
+          }
+          rows.push_back(r);
+          out("%s: %s\n", r.name.c_str(), r.ran ? (std::to_string(r.ms) + " ms").c_str() : r.why.c_str());
+        }
+        verify_rows.push_back(vr);
+      }
+    }
     m.set_cuda_graphs(false);
-    out("CUDA graphs: %lld buckets captured in %.1f ms (host: capture + instantiate), %lld "
-        "replays.\n", static_cast<long long>(m.graph_stats().captured), m.graph_stats().capture_ms,
-        static_cast<long long>(m.graph_stats().replays));
+    out("CUDA graphs: %lld captured (%lld of them verification keys) in %.1f ms (host: capture + "
+        "instantiate), %lld replays (%lld verification).\n",
+        static_cast<long long>(m.graph_stats().captured), static_cast<long long>(m.graph_stats().verify_captured),
+        m.graph_stats().capture_ms, static_cast<long long>(m.graph_stats().replays),
+        static_cast<long long>(m.graph_stats().verify_replays));
     for (int64_t L : {4096, 16384}) for (bool mma : {false, true}) {
+      if (verify_only) break;
       Row r;
       r.name = "prefill " + std::to_string(L / 1024) + "K tokens" +
                (mma ? "" : " (fp32 SIMT attention)");
@@ -501,6 +568,34 @@ int main(int argc, char** argv) {
           r.work.state_bytes / 1e9, (r.work.gemm_flops + r.work.attn_flops) / 1e9,
           static_cast<long long>(r.work.experts_used), r.roof_ms, r.bw_ms, r.fl_ms,
           r.tokens / (r.roof_ms * 1e-3), 100.0 * r.roof_ms / r.ms, blocks);
+    }
+    if (!verify_rows.empty()) {
+      out("\nVerification step vs decode step at context 4K, same B (issue 15): a verification "
+          "forward is B sequences x (k + 1) tokens [y, k drafts] with the logits of every row; "
+          "ratio = verify ms / decode ms of the same B, eager / eager and graph / graph (graph: "
+          "key (k + 1, B), decode: bucket B). A speculative step at acceptance length a "
+          "(tokens committed per sequence) beats plain decode when verify + draft time < a x "
+          "decode time.\n\n"
+          "| B | k | rows | decode ms | verify ms | ratio | decode graph ms | verify graph ms | ratio (graph) |\n"
+          "|---|---|---|---|---|---|---|---|---|\n");
+      auto cell = [](double v) {
+        char b[32];
+        if (v > 0) std::snprintf(b, sizeof(b), "%.3f", v); else std::snprintf(b, sizeof(b), "-");
+        return std::string(b);
+      };
+      auto ratio = [](double a, double b) {
+        char r[32];
+        if (a > 0 && b > 0) std::snprintf(r, sizeof(r), "%.2f", a / b); else std::snprintf(r, sizeof(r), "-");
+        return std::string(r);
+      };
+      for (const VerifyRow& v : verify_rows) {
+        const double de = decode_4k.count({v.B, false}) ? decode_4k[{v.B, false}] : 0;
+        const double dg = decode_4k.count({v.B, true}) ? decode_4k[{v.B, true}] : 0;
+        out("| %lld | %lld | %lld | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(v.B),
+            static_cast<long long>(v.k), static_cast<long long>(v.B * (v.k + 1)), cell(de).c_str(),
+            cell(v.ms[0]).c_str(), ratio(v.ms[0], de).c_str(), cell(dg).c_str(), cell(v.ms[1]).c_str(),
+            ratio(v.ms[1], dg).c_str());
+      }
     }
     save();
     return ok ? 0 : 1;
