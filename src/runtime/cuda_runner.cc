@@ -98,6 +98,7 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.batch_invariant = o.batch_invariant;
   g.cuda_graphs = o.cuda_graphs;
   g.expert_checkpoint = o.expert_checkpoint;
+  g.expert_format = parse_expert_format(o.expert_format);
   g.max_rollback = o.max_rollback;
   g.mtp = o.mtp;
   g.dspark = o.dspark;

@@ -48,6 +48,9 @@ struct CudaRunnerOptions {
   std::string kv_cache_dtype = "auto";  // "auto" (GpuModel's default) | "fp8" | "bf16"
   bool cuda_graphs = false;             // GpuModelOptions::cuda_graphs
   std::string expert_checkpoint;        // GpuModelOptions::expert_checkpoint (fp8 weights)
+  // GpuModelOptions::expert_format: "auto" (W4A8 for FP4 checkpoint experts with fp8 weights
+  // on sm_90), "fp8" or "w4a8". The sizing estimate counts the experts in FP8 either way.
+  std::string expert_format = "auto";
   int64_t max_rollback = 0;             // GpuModelOptions::max_rollback (rollback_depth())
   // GpuModelOptions::mtp: V4's MTP-1 drafter on the device (the weights must have mtp.0;
   // device dummy weights: random). drafter() is then "mtp".

@@ -13,11 +13,14 @@
 #include "base/logging.h"
 #include "cuda/cuda_check.h"
 #include "io/config_parser.h"
+#include "io/dequant.h"
+#include "io/weight_names.h"
 #include "model/rope_config.h"
 #include "model/weight_source.h"
 #include "ops/gemm/gemm.h"
 #include "ops/kv_cache/kv_cache_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
+#include "ops/moe/moe_w4a8.h"
 #include "ops/rope/rope.h"
 #include "runtime/gpu_kernels.h"
 #include "runtime/gpu_model_impl.h"
@@ -30,7 +33,29 @@ constexpr int64_t kExpertRowAlign = 64;  // keeps every per-expert GEMM operand 
 
 float proj_std(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
 
+// RMS of the e2m1 values of fill_random_e4m3's bytes read as FP4 nibbles (the e4m3 codes of
+// uniform values in [-448, 448): high nibbles are mostly +-4 / +-6), for dummy W4A8 experts.
+constexpr double kDummyFp4Rms = 4.27;
+
+const char* const kExpertMats[3] = {"w1", "w3", "w2"};
+
 }  // namespace
+
+const char* expert_format_name(ExpertFormat format) {
+  switch (format) {
+    case ExpertFormat::kAuto: return "auto";
+    case ExpertFormat::kFp8: return "fp8";
+    case ExpertFormat::kW4a8: return "w4a8";
+  }
+  return "?";
+}
+
+ExpertFormat parse_expert_format(const std::string& name) {
+  if (name == "auto") return ExpertFormat::kAuto;
+  if (name == "fp8") return ExpertFormat::kFp8;
+  if (name == "w4a8") return ExpertFormat::kW4a8;
+  THROW(kInvalidInput) << "expert format '" << name << "' (auto, fp8 or w4a8)";
+}
 
 void* GpuModel::Impl::raw_alloc(int64_t bytes) {
   owned.emplace_back(static_cast<size_t>(std::max<int64_t>(bytes, 16)));
@@ -148,8 +173,8 @@ std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const T
   if (host.empty()) fill_fp8(q, s, n_experts, n, k, std);
   for (int64_t e = 0; e < n_experts; ++e) {
     // Quantised in the checkpoint: its codes (FP4 converted exactly) and power-of-two scales;
-    // otherwise the host fp32 values, re-quantised. Kept per expert so that a W4A8 kernel can
-    // later take CheckpointExperts::fp4 here instead.
+    // otherwise the host fp32 values, re-quantised (expert_format kFp8; kW4a8 takes the FP4
+    // codes as stored in expert_stack_w4a8).
     std::optional<Fp8BlockWeight> stored;
     if (!host.empty() && ckpt != nullptr) stored = ckpt->fp8(layer, e, w, n, k);
     if (stored) {
@@ -167,6 +192,116 @@ std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const T
   stack->q = q;
   stack->s = s;
   return views;
+}
+
+void GpuModel::Impl::expert_stack_w4a8(const std::vector<const Tensor*>& host, int64_t n_experts,
+                                       int64_t n, int64_t k, float std, CheckpointExperts* ckpt,
+                                       int64_t layer, const char* w, const uint8_t** codes,
+                                       const uint8_t** scales) {
+  ICHECK(host.empty() || static_cast<int64_t>(host.size()) == n_experts);
+  const int64_t cb = w4a8_code_bytes(n, k), sb = w4a8_scale_bytes(n, k);
+  auto* q = static_cast<uint8_t*>(raw_alloc(n_experts * cb));
+  auto* s = static_cast<uint8_t*>(raw_alloc(n_experts * sb));
+  if (host.empty()) {
+    // Dummy weights: random nibbles, one power-of-two scale for a spread of about std. Codes
+    // of the K padding (k not a multiple of 128) are random too; they meet zero activations.
+    fill_random_e4m3(ctx.stream(), q, n_experts * cb, seed * 1000003 + ++fill_counter);
+    const long e2 = std::lround(std::log2(static_cast<double>(std) / kDummyFp4Rms));
+    CUDA_CHECK(cudaMemsetAsync(s, static_cast<int>(std::clamp<long>(127 + e2, 1, 254)),
+                               static_cast<size_t>(n_experts * sb), ctx.stream()));
+  }
+  std::vector<uint8_t> packed_codes, packed_scales;  // one expert (checkpoint path)
+  for (int64_t e = 0; e < static_cast<int64_t>(host.size()); ++e) {
+    const void* placeholder = host[e]->raw();
+    if (GpuWeightStream* ws = GpuWeightStream::owner_of(placeholder)) {
+      ws->upload_w4a8(placeholder, n, k, q + e * cb, s + e * sb, ctx.stream());
+      continue;
+    }
+    ICHECK(ckpt != nullptr) << "GpuModel kW4a8: no source of FP4 codes (resolve_expert_format)";
+    const std::string name = native_expert_name(layer, e, w);
+    const std::string where = "' in checkpoint '" + ckpt->path() + "'";
+    CHECK_KIND(kUnsupported, ckpt->storage(layer, e, w) == ExpertStorage::kFp4)
+        << "expert_format w4a8: routed expert tensor '" << name << where << " is not stored as FP4";
+    const Fp4Packed p = ckpt->fp4(layer, e, w);
+    CHECK(is_fp4_pair(p.codes, p.scale) && p.codes.size(0) == n && 2 * p.codes.size(1) == k &&
+          p.scale.numel() == n * (k / 32))
+        << "FP4 expert tensor '" << name << where << " is " << p.codes.str() << " with scale "
+        << p.scale.str() << ", expected packed [" << n << ", " << k / 2 << "] with F8_E8M0 [" << n
+        << ", " << k / 32 << "]";
+    const auto* sc = static_cast<const uint8_t*>(p.scale.raw());
+    for (int64_t i = 0; i < p.scale.numel(); ++i) {
+      CHECK(sc[i] != 255) << "scale of FP4 expert tensor '" << name << where << " at ["
+                          << i / (k / 32) << ", " << i % (k / 32) << "] is the e8m0 NaN code 255";
+    }
+    packed_codes.resize(static_cast<size_t>(cb));
+    packed_scales.resize(static_cast<size_t>(sb));
+    w4a8_pack(static_cast<const uint8_t*>(p.codes.raw()), sc, n, k, packed_codes.data(),
+              packed_scales.data());
+    CUDA_CHECK(cudaMemcpy(q + e * cb, packed_codes.data(), cb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s + e * sb, packed_scales.data(), sb, cudaMemcpyHostToDevice));
+  }
+  weight_bytes_total += static_cast<double>(n_experts * (cb + sb));
+  *codes = q;
+  *scales = s;
+}
+
+void GpuModel::Impl::resolve_expert_format(const ModelWeights* hw, GpuWeightStream* streamed,
+                                           CheckpointExperts* ckpt) {
+  const int64_t L = cfg.num_layers, E = cfg.n_routed_experts;
+  const int64_t D = cfg.hidden_size, I = cfg.moe_intermediate_size;
+  int dev = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  // The first backbone expert matrix not stored FP4 ("" when all are), from the weights' source.
+  auto non_fp4 = [&]() -> std::string {
+    for (int64_t l = 0; l < L; ++l) {
+      for (int64_t e = 0; e < E; ++e) {
+        for (const char* w : kExpertMats) {
+          bool fp4 = false;
+          if (streamed != nullptr) {
+            const ExpertWeightsT& x = hw->layers[l].moe.experts[e];
+            const Tensor& t = w[1] == '1' ? x.w1 : w[1] == '3' ? x.w3 : x.w2;
+            const StoredTensor* st = streamed->stored_tensor(t.raw());
+            fp4 = st != nullptr && st->kind == StoredTensor::Kind::kFp4;
+          } else {
+            fp4 = ckpt->storage(l, e, w) == ExpertStorage::kFp4;
+          }
+          if (!fp4) return native_expert_name(l, e, w);
+        }
+      }
+    }
+    return "";
+  };
+  const bool fp4_source = hw != nullptr && (streamed != nullptr || ckpt != nullptr);
+  const bool shapes_ok = D % 32 == 0 && I % 32 == 0;
+  if (opt.expert_format == ExpertFormat::kAuto) {
+    const bool w4a8_ok = fp8() && grouped_moe && major == 9 && shapes_ok && fp4_source && E > 0 &&
+                         non_fp4().empty();
+    opt.expert_format = w4a8_ok ? ExpertFormat::kW4a8 : ExpertFormat::kFp8;
+  }
+  if (!w4a8()) return;
+  CHECK_KIND(kUnsupported, major == 9)
+      << "GpuModel: expert_format w4a8 needs an sm_90 device (the W4A8 kernel is built for "
+         "sm_90a); this one is sm_" << major << "x";
+  CHECK_KIND(kUnsupported, grouped_moe)
+      << "GpuModel: expert_format w4a8 needs moe_impl kGrouped (the per-expert plain path runs "
+         "weight_format's experts; compare with expert_format fp8)";
+  CHECK_KIND(kUnsupported, shapes_ok)
+      << "GpuModel: expert_format w4a8 needs hidden_size " << D << " and moe_intermediate_size "
+      << I << " to be multiples of 32 (FP4 scale blocks)";
+  if (hw != nullptr) {
+    CHECK_KIND(kUnsupported, fp4_source)
+        << "GpuModel: expert_format w4a8 needs the checkpoint's FP4 codes (streamed weights, or "
+           "host weights with expert_checkpoint)";
+    const std::string bad = non_fp4();
+    CHECK_KIND(kUnsupported, bad.empty())
+        << "GpuModel: expert_format w4a8: routed expert tensor '" << bad << "' is not stored as FP4 "
+        << "in checkpoint '" << (streamed != nullptr ? streamed->streamed().path() : ckpt->path())
+        << "'; use expert_format fp8";
+  }
+  w4a8_act_block = cfg.is_v41() ? 32 : 128;  // MODEL_SPEC §B.4: b_a
+  w4a8_rows = std::min<int64_t>(opt.max_batch_tokens, kW4a8MaxTokens);
+  expert_count_pieces = ceil_div64(opt.max_batch_tokens, w4a8_rows);
 }
 
 DeviceLinear GpuModel::Impl::linear(const Tensor* t, int64_t n, int64_t k, float std,
@@ -260,9 +395,11 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   // tensor itself, routed experts included (as CheckpointExperts would).
   GpuWeightStream* streamed = host ? GpuWeightStream::owner_of(hw->embed.raw()) : nullptr;
   std::unique_ptr<CheckpointExperts> ckpt;
-  if (fp8() && host && !streamed && !opt.expert_checkpoint.empty()) {
+  if ((fp8() || opt.expert_format == ExpertFormat::kW4a8) && host && !streamed &&
+      !opt.expert_checkpoint.empty()) {
     ckpt = std::make_unique<CheckpointExperts>(opt.expert_checkpoint, cfg);
   }
+  resolve_expert_format(hw, streamed, ckpt.get());
   for (int64_t l = 0; l < L; ++l) {
     const LayerWeights* lw = host ? &hw->layers[l] : nullptr;
     GpuLayerW& g = layers[l];
@@ -344,12 +481,32 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
       h3.push_back(&m->experts[e].w3);
       h2.push_back(&m->experts[e].w2);
     }
-    MoeStack s1, s3, s2;
-    g.w1 = expert_stack(h1, E, I, D, proj_std(D), &s1, ckpt.get(), l, "w1");
-    g.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3, ckpt.get(), l, "w3");
-    g.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2, ckpt.get(), l, "w2");
-    g.experts = MoeExpertsFp8Weights{s1.q, s1.s, s3.q, s3.s, s2.q, s2.s};
-    g.experts_f32 = MoeExpertsF32Weights{s1.f, s3.f, s2.f};
+    // Device bytes of one expert's matrix [n, k] (codes, scales) in the resolved format.
+    auto mat_bytes = [&](int64_t n, int64_t kk) -> std::pair<int64_t, int64_t> {
+      if (w4a8()) return {w4a8_code_bytes(n, kk), w4a8_scale_bytes(n, kk)};
+      if (fp8()) return {n * kk, 4 * ceil_div64(n, kFp8GemmBlock) * fp8_weight_scale_ld(kk)};
+      return {4 * n * kk, 0};
+    };
+    g.expert_bytes_each = 0;
+    for (const auto& [n, kk] : {std::pair{I, D}, std::pair{I, D}, std::pair{D, I}}) {
+      const auto [c, sc] = mat_bytes(n, kk);
+      expert_bytes.codes += E * c;
+      expert_bytes.scales += E * sc;
+      g.expert_bytes_each += static_cast<double>(c + sc);
+    }
+    if (w4a8()) {  // FP4 as stored (moe_w4a8.h); no per-expert views
+      MoeW4a8Weights& x = g.experts_w4a8;
+      expert_stack_w4a8(h1, E, I, D, proj_std(D), ckpt.get(), l, "w1", &x.w1, &x.s1);
+      expert_stack_w4a8(h3, E, I, D, proj_std(D), ckpt.get(), l, "w3", &x.w3, &x.s3);
+      expert_stack_w4a8(h2, E, D, I, proj_std(I), ckpt.get(), l, "w2", &x.w2, &x.s2);
+    } else {
+      MoeStack s1, s3, s2;
+      g.w1 = expert_stack(h1, E, I, D, proj_std(D), &s1, ckpt.get(), l, "w1");
+      g.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3, ckpt.get(), l, "w3");
+      g.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2, ckpt.get(), l, "w2");
+      g.experts = MoeExpertsFp8Weights{s1.q, s1.s, s3.q, s3.s, s2.q, s2.s};
+      g.experts_f32 = MoeExpertsF32Weights{s1.f, s3.f, s2.f};
+    }
     g.sw1 = linear(m ? &m->shared.w1 : nullptr, Is, D, proj_std(D));
     g.sw3 = linear(m ? &m->shared.w3 : nullptr, Is, D, proj_std(D));
     g.sw2 = linear(m ? &m->shared.w2 : nullptr, D, Is, proj_std(Is));
@@ -389,7 +546,13 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
       cand_n_picked = reinterpret_cast<int32_t*>(alloc(T));
     }
   }
-  if (ckpt) {
+  LOG(INFO) << "GpuModel: routed experts " << expert_format_name(opt.expert_format)
+            << (w4a8() ? (w4a8_act_block == 32 ? " (FP4 as stored, activations 1x32)"
+                                               : " (FP4 as stored, activations 1x128)")
+                       : fp8() ? " (128x128 block FP8)" : " (fp32)")
+            << ": " << expert_bytes.total() / 1e6 << " MB on the device (" << expert_bytes.codes / 1e6
+            << " MB codes + " << expert_bytes.scales / 1e6 << " MB scales)";
+  if (ckpt && !w4a8()) {
     LOG(INFO) << "GpuModel: routed experts from " << ckpt->path() << ": "
               << ckpt->n_fp4_converted() << " FP4 tensors converted exactly to block FP8, "
               << ckpt->n_fp8_as_stored() << " block-FP8 tensors as stored, "
@@ -461,11 +624,13 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   route_w = alloc(T * k);
   route_ids = reinterpret_cast<int32_t*>(alloc(T * k));
   if (grouped_moe) {
-    const MoeExpertsShape ms = moe_shape(T);
-    moe_ws = raw_alloc(static_cast<int64_t>(fp8() ? moe_experts_fp8_workspace_bytes(ms)
-                                                  : moe_experts_f32_workspace_bytes(ms)));
-    expert_counts = reinterpret_cast<int32_t*>(alloc(L * E));
-    CUDA_CHECK(cudaMallocHost(&expert_counts_host, L * E * sizeof(int32_t)));
+    const MoeExpertsShape ms = moe_shape(w4a8() ? w4a8_rows : T);
+    moe_ws = raw_alloc(static_cast<int64_t>(
+        w4a8() ? moe_experts_w4a8_workspace_bytes(ms, w4a8_act_block)
+               : fp8() ? moe_experts_fp8_workspace_bytes(ms) : moe_experts_f32_workspace_bytes(ms)));
+    const int64_t n_counts = L * expert_count_pieces * E;
+    expert_counts = reinterpret_cast<int32_t*>(alloc(n_counts));
+    CUDA_CHECK(cudaMallocHost(&expert_counts_host, n_counts * sizeof(int32_t)));
   } else {
     moe_rows_cap = T * k + E * kExpertRowAlign;
     xs = alloc(moe_rows_cap * D);
@@ -582,6 +747,8 @@ std::unique_ptr<GpuModel> GpuModel::load(const std::string& dir, const GpuModelO
 GpuModel::ExpertFp8Copy GpuModel::download_expert_fp8(int64_t layer, int64_t expert,
                                                        const std::string& w) const {
   const Impl& m = *impl_;
+  CHECK_KIND(kUnsupported, !m.w4a8())
+      << "download_expert_fp8: the routed experts are in expert_format w4a8 (download_expert_w4a8)";
   CHECK(m.fp8() && layer >= 0 && layer < m.cfg.num_layers && expert >= 0 &&
         expert < m.cfg.n_routed_experts && (w == "w1" || w == "w2" || w == "w3"))
       << "download_expert_fp8: layer " << layer << " expert " << expert << " " << w
@@ -595,6 +762,29 @@ GpuModel::ExpertFp8Copy GpuModel::download_expert_fp8(int64_t layer, int64_t exp
   CUDA_CHECK(cudaMemcpy(out.scales.raw(), d.s, n_nb * ld * sizeof(float), cudaMemcpyDeviceToHost));
   return out;
 }
+
+GpuModel::ExpertW4a8Copy GpuModel::download_expert_w4a8(int64_t layer, int64_t expert,
+                                                         const std::string& w) const {
+  const Impl& m = *impl_;
+  CHECK(m.w4a8() && layer >= 0 && layer < m.cfg.num_layers && expert >= 0 &&
+        expert < m.cfg.n_routed_experts && (w == "w1" || w == "w2" || w == "w3"))
+      << "download_expert_w4a8: layer " << layer << " expert " << expert << " " << w
+      << " (needs expert_format w4a8, a layer and expert in range, w1 / w2 / w3)";
+  const int64_t D = m.cfg.hidden_size, I = m.cfg.moe_intermediate_size;
+  const int64_t n = w == "w2" ? D : I, k = w == "w2" ? I : D;
+  const int64_t cb = w4a8_code_bytes(n, k), sb = w4a8_scale_bytes(n, k);
+  const MoeW4a8Weights& x = m.layers[layer].experts_w4a8;
+  const uint8_t* codes = w == "w1" ? x.w1 : w == "w3" ? x.w3 : x.w2;
+  const uint8_t* scales = w == "w1" ? x.s1 : w == "w3" ? x.s3 : x.s2;
+  const int64_t kp = w4a8_padded_k(k);
+  ExpertW4a8Copy out{Tensor::empty(DType::U8, {n, kp / 2}), Tensor::empty(DType::U8, {n, kp / 32})};
+  CUDA_CHECK(cudaStreamSynchronize(m.ctx.stream()));
+  CUDA_CHECK(cudaMemcpy(out.codes.raw(), codes + expert * cb, cb, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(out.scales.raw(), scales + expert * sb, sb, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+GpuExpertBytes GpuModel::expert_bytes() const { return impl_->expert_bytes; }
 
 void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool routed_experts) {
   auto rt = [](Tensor& t, int64_t n, int64_t k) {

@@ -30,6 +30,21 @@
 //    expert_checkpoint stores quantised: their FP4 codes are converted exactly to block FP8
 //    (power-of-two scales), block-FP8 ones taken as stored (runtime/expert_loader.h), so the
 //    device holds exactly the checkpoint's values (fp8_round_trip(..., false) for the CPU).
+//    That is expert_format kFp8; kW4a8 (below) keeps FP4 experts as FP4.
+// Routed experts of the backbone (GpuModelOptions::expert_format; the MTP / DSpark drafters'
+// experts always follow weight_format):
+//  * kFp8: weight_format's own form (the FP8 blocks above, fp32 under kF32), through
+//    moe_experts_fp8_cuda / moe_experts_f32_cuda: the plain path kW4a8 is compared with;
+//  * kW4a8: the checkpoint's FP4 codes and UE8M0 per-32 scales as stored, repacked into
+//    ops/moe/moe_w4a8.h's layout on the host one expert (streamed: one row range) at a time,
+//    and moe_experts_w4a8_cuda (dequantised to e4m3 on chip; the per-32 weight scale times the
+//    activation scale applied per 32-wide K step). Activations e4m3 per 1 x 128 block (V4) or
+//    1 x 32 (V4.1), the family's official recipe (MODEL_SPEC §B.4). Device bytes per weight
+//    0.5 + 1/32 (K padded to 128), half of kFp8's 1 + 4/128^2. Forwards of more rows than
+//    kW4a8MaxTokens run the kernel over consecutive pieces of that many rows (each token's
+//    output is independent of the others', so this is exact). Needs sm_90, kGrouped, hidden
+//    and intermediate sizes multiples of 32 and FP4 routed experts in the checkpoint (dummy
+//    weights: random FP4 codes).
 // Activations and softmaxes are fp32 in both formats. State: the window and compressed K=V
 // entries live in paged caches in kv_cache_dtype (FP8 584-byte MODEL1 entries or bf16),
 // indexer keys in the FP8 index cache (kFp8) or fp32 (kBf16); compressor rings fp32. With
@@ -147,6 +162,25 @@ class GpuWeightStream;  // runtime/gpu_weight_stream.h
 //  * kAuto: kGrouped (both formats).
 enum class MoeImpl { kAuto, kGrouped, kPerExpert };
 
+// Device format of the backbone's routed experts (see "Routed experts" above).
+//  * kAuto: kW4a8 when weight_format is kFp8, every routed expert matrix of the checkpoint is
+//    stored FP4 (streamed weights, or host weights with expert_checkpoint) and the device is
+//    sm_90; otherwise kFp8. options() reports the resolved value.
+//  * kFp8: weight_format's own (128x128 block FP8 under kFp8, FP4 converted exactly; fp32
+//    under kF32).
+//  * kW4a8: FP4 as stored (kUnsupported when a requirement is missing, naming it).
+enum class ExpertFormat { kAuto, kFp8, kW4a8 };
+const char* expert_format_name(ExpertFormat format);  // "auto", "fp8", "w4a8"
+// Throws Error(kInvalidInput) naming the accepted values.
+ExpertFormat parse_expert_format(const std::string& name);
+
+// Device bytes of the backbone's routed experts (GpuModel::expert_bytes).
+struct GpuExpertBytes {
+  int64_t codes = 0;   // FP8 e4m3 codes, FP4 packed codes (kW4a8) or fp32 values (kF32)
+  int64_t scales = 0;  // fp32 128x128 block scales (kFp8) or UE8M0 per-32 bytes (kW4a8)
+  int64_t total() const { return codes + scales; }
+};
+
 struct GpuModelOptions {
   int64_t max_sequences = 4;
   int64_t max_context = 4096;      // tokens per sequence
@@ -156,6 +190,7 @@ struct GpuModelOptions {
   WeightFormat weight_format = WeightFormat::kF32;
   bool batch_invariant = false;  // see the header comment
   MoeImpl moe_impl = MoeImpl::kAuto;
+  ExpertFormat expert_format = ExpertFormat::kAuto;  // the backbone's routed experts, above
   // CUDA graphs for decode and verification steps (see "CUDA graphs" above); needs kGrouped (kPerExpert
   // reads the routing back to the host inside the forward).
   bool cuda_graphs = false;
@@ -183,7 +218,9 @@ struct GpuModelOptions {
   // stored) instead of being re-quantised from the host fp32 experts (which are then not
   // read). Experts stored otherwise still come from the host. GpuModel::load sets it to its
   // directory; empty: none. The count of converted experts is logged. Unused with streamed
-  // weights (GpuWeightStream converts the stored experts itself, the same way).
+  // weights (GpuWeightStream converts the stored experts itself, the same way). Under
+  // expert_format kW4a8 (any weight_format) the FP4 codes and scales are taken from it as
+  // stored (every routed expert must be FP4 there).
   std::string expert_checkpoint;
   // How many positions truncate() may roll a sequence back (speculative verification of up
   // to this many drafts). 0 (default): no rollback, and the state is sized exactly as
@@ -283,6 +320,15 @@ class GpuModel {
     Tensor scales;  // F32 [ceil(n/128), ld]
   };
   ExpertFp8Copy download_expert_fp8(int64_t layer, int64_t expert, const std::string& w) const;
+  // The same under expert_format kW4a8 (moe_w4a8.h's device layout): codes U8 [n, kp/2] and
+  // UE8M0 scales U8 [n, kp/32], kp = k rounded up to 128. For tests.
+  struct ExpertW4a8Copy {
+    Tensor codes;
+    Tensor scales;
+  };
+  ExpertW4a8Copy download_expert_w4a8(int64_t layer, int64_t expert, const std::string& w) const;
+  // Device bytes of the backbone's routed experts (all layers; logged at construction).
+  GpuExpertBytes expert_bytes() const;
 
   const ModelConfig& config() const;
   const GpuModelOptions& options() const;

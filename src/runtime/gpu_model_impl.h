@@ -22,6 +22,7 @@
 #include "ops/moe/moe.h"
 #include "ops/moe/moe_grouped_cuda.h"
 #include "ops/moe/moe_grouped_f32_cuda.h"
+#include "ops/moe/moe_w4a8_cuda.h"
 #include "runtime/device_linear.h"
 #include "runtime/expert_loader.h"
 #include "runtime/gpu_engram.h"
@@ -59,9 +60,12 @@ struct GpuLayerW {
   DeviceLinear idx_wproj, gate;  // always fp32
   const float* bias = nullptr;
   const int32_t* tid2eid = nullptr;
-  std::vector<DeviceLinear> w1, w3, w2;  // per routed expert (views into the stacks below)
+  // Per routed expert (views into the stacks below; empty under expert_format kW4a8).
+  std::vector<DeviceLinear> w1, w3, w2;
   MoeExpertsFp8Weights experts;          // kFp8: the stacked [E, n, k] codes and scales
   MoeExpertsF32Weights experts_f32;      // kF32: the stacked [E, n, k] fp32 matrices
+  MoeW4a8Weights experts_w4a8;           // expert_format kW4a8: moe_w4a8.h's stacks
+  double expert_bytes_each = 0;          // device bytes of one routed expert (w1 + w3 + w2)
   DeviceLinear sw1, sw3, sw2;
 };
 
@@ -279,11 +283,16 @@ struct GpuModel::Impl {
         *ysh = nullptr;
   int64_t moe_rows_cap = 0;  // rows of xs / eg / ev / ys (routed slots + per-expert padding)
   // kGrouped: moe_experts_fp8_cuda's (kFp8) or moe_experts_f32_cuda's (kF32) workspace
-  // (sized for max_batch_tokens) and the rows routed to each expert per layer [L, E] (copied
-  // from the workspace after each layer, read by work() on demand). xs / eg / ev / ys / moe_*
-  // are only allocated for kPerExpert.
+  // (sized for max_batch_tokens), or moe_experts_w4a8_cuda's (expert_format kW4a8, sized for
+  // w4a8_rows: forwards of more rows run it over pieces of w4a8_rows), and the rows routed to
+  // each expert per layer and piece [L, expert_count_pieces, E] (copied from the workspace
+  // after each call, read by work() on demand). xs / eg / ev / ys / moe_* are only allocated
+  // for kPerExpert.
   bool grouped_moe = false;
   void* moe_ws = nullptr;
+  int64_t w4a8_rows = 0, w4a8_act_block = 0;  // kW4a8: rows per kernel call; 128 V4, 32 V4.1
+  int64_t expert_count_pieces = 1;
+  GpuExpertBytes expert_bytes;  // the backbone's routed experts on the device
   int32_t* expert_counts = nullptr;
   int32_t* expert_counts_host = nullptr;
   bool expert_work_pending = false;
@@ -368,6 +377,7 @@ struct GpuModel::Impl {
   }
 
   bool fp8() const { return opt.weight_format == WeightFormat::kFp8; }
+  bool w4a8() const { return opt.expert_format == ExpertFormat::kW4a8; }
   const int32_t* sec(int s) const { return meta + static_cast<int64_t>(s) * opt.max_batch_tokens; }
   const int32_t* counts() const { return sec(n_sections); }
   int64_t meta_ints() const {
@@ -394,6 +404,21 @@ struct GpuModel::Impl {
                                          int64_t n, int64_t k, float std, MoeStack* stack,
                                          CheckpointExperts* ckpt = nullptr, int64_t layer = 0,
                                          const char* w = "");
+  // expert_format kW4a8 (gpu_model.cc): the matrix [n, k] (checkpoint name w) of every
+  // routed expert of `layer` in moe_w4a8.h's device layout, codes [E, n, kp/2] to *codes and
+  // scales [E, n, kp/32] to *scales: the checkpoint's FP4 codes and UE8M0 scales as stored
+  // (host[e] a streamed placeholder: GpuWeightStream::upload_w4a8, a row range at a time
+  // through its staging; else ckpt->fp4, packed per expert), or, for dummy weights (host
+  // empty), random codes with one power-of-two scale per matrix for a value spread of about
+  // std.
+  void expert_stack_w4a8(const std::vector<const Tensor*>& host, int64_t n_experts, int64_t n,
+                         int64_t k, float std, CheckpointExperts* ckpt, int64_t layer,
+                         const char* w, const uint8_t** codes, const uint8_t** scales);
+  // Resolves opt.expert_format (kAuto; the requirements of kW4a8, refused by name) from the
+  // weights' source: host weights streamed (`streamed`), with a checkpoint (`ckpt`) or neither;
+  // null hw: dummy weights.
+  void resolve_expert_format(const ModelWeights* hw, GpuWeightStream* streamed,
+                             CheckpointExperts* ckpt);
 
   // y = x · W^T with the work accounting; lin_q reuses an already quantised input (kFp8) or
   // reads x_f32 (kF32).
@@ -437,7 +462,8 @@ struct GpuModel::Impl {
   // kPerExpert (the oracle of kGrouped, for tests): reads the routing back to the host, so
   // it synchronises once per MoE layer and cannot run inside a CUDA graph.
   void moe_experts_per_expert(int64_t layer, const float* x_in);
-  // kGrouped, either format: moe_experts_fp8_cuda / moe_experts_f32_cuda, no host sync.
+  // kGrouped, either format: moe_experts_fp8_cuda / moe_experts_f32_cuda, or
+  // moe_experts_w4a8_cuda under expert_format kW4a8; no host sync.
   void moe_experts_grouped(int64_t layer, const float* x_in, float* out);
   MoeExpertsShape moe_shape(int64_t n_tokens) const;
   // The router of the backbone's score-routed layers (MODEL_SPEC §A.8, §C.9: gate

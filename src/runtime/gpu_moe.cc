@@ -4,10 +4,14 @@
 //
 // Routed experts, two implementations (GpuModelOptions::moe_impl):
 //  * kGrouped (the default, both formats): moe_experts_fp8_cuda (kFp8) or
-//    moe_experts_f32_cuda (kF32) over the stacked expert weights, no host sync; the shared
-//    expert's output goes in as its y_shared. Rows at or past the forward's count of real
-//    rows (counts()[kRealRows], padding rows of a graph bucket) get expert id -1: no expert
-//    row, no GEMM work, output = the shared expert's only.
+//    moe_experts_f32_cuda (kF32) over the stacked expert weights, or moe_experts_w4a8_cuda
+//    (expert_format kW4a8, either weight format: FP4 stacks, activation blocks of
+//    w4a8_act_block), no host sync; the shared expert's output goes in as its y_shared. Rows
+//    at or past the forward's count of real rows (counts()[kRealRows], padding rows of a
+//    graph bucket) get expert id -1: no expert row, no GEMM work, output = the shared
+//    expert's only. kW4a8 runs over consecutive pieces of at most w4a8_rows rows (the
+//    kernel's kW4a8MaxTokens; a decode bucket is one piece): every launch size comes from
+//    n_rows, so graph capture holds, and a token's output never depends on the other rows.
 //  * kPerExpert (plain path, the oracle, for tests): after reading the routing back to the
 //    host (one stream synchronisation per MoE layer), rows grouped by expert and per used
 //    expert the w1 / w3 GEMMs + SwiGLU + the w2 GEMM.
@@ -78,6 +82,19 @@ void GpuModel::Impl::moe_experts_grouped(int64_t layer, const float* x_in, float
   cudaStream_t stream = ctx.stream();
   const int64_t N = n_rows, E = cfg.n_routed_experts, k = cfg.n_experts_per_tok;
   mask_padding_slots_cuda(stream, route_ids, N, k, counts() + kRealRows);
+  if (w4a8()) {
+    const int64_t D = cfg.hidden_size;
+    const GpuLayerW& w = layers[layer];
+    for (int64_t r0 = 0, piece = 0; r0 < N; r0 += w4a8_rows, ++piece) {
+      const MoeExpertsShape shape = moe_shape(std::min(w4a8_rows, N - r0));
+      moe_experts_w4a8_cuda(stream, shape, w4a8_act_block, x_in + r0 * D, route_ids + r0 * k,
+                            route_w + r0 * k, w.experts_w4a8, ysh + r0 * D, moe_ws, out + r0 * D);
+      const int32_t* counts_e = moe_experts_w4a8_workspace(shape, w4a8_act_block, moe_ws).align.counts;
+      CUDA_CHECK(cudaMemcpyAsync(expert_counts + (layer * expert_count_pieces + piece) * E, counts_e,
+                                 E * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
   const MoeExpertsShape shape = moe_shape(N);
   const int32_t* counts_e = nullptr;  // rows per expert, in the workspace
   if (fp8()) {
@@ -89,23 +106,26 @@ void GpuModel::Impl::moe_experts_grouped(int64_t layer, const float* x_in, float
                          moe_ws, out);
     counts_e = moe_experts_f32_workspace(shape, moe_ws).align.counts;
   }
-  CUDA_CHECK(cudaMemcpyAsync(expert_counts + layer * E, counts_e, E * sizeof(int32_t),
-                             cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(expert_counts + layer * expert_count_pieces * E, counts_e,
+                             E * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
 }
 
 void GpuModel::Impl::finish_expert_work() {
   if (!expert_work_pending) return;
   expert_work_pending = false;
-  const int64_t L = cfg.num_layers, E = cfg.n_routed_experts;
-  CUDA_CHECK(cudaMemcpyAsync(expert_counts_host, expert_counts, L * E * sizeof(int32_t),
+  const int64_t L = cfg.num_layers, E = cfg.n_routed_experts, P = expert_count_pieces;
+  // Pieces the last forward ran (kW4a8; the counts of later pieces are stale).
+  const int64_t used = w4a8() ? ceil_div64(n_rows, w4a8_rows) : 1;
+  CUDA_CHECK(cudaMemcpyAsync(expert_counts_host, expert_counts, L * P * E * sizeof(int32_t),
                              cudaMemcpyDeviceToHost, ctx.stream()));
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
   for (int64_t l = 0; l < L; ++l) {
-    const GpuLayerW& w = layers[l];
     for (int64_t e = 0; e < E; ++e) {
-      if (expert_counts_host[l * E + e] == 0) continue;
+      bool any = false;
+      for (int64_t p = 0; p < used; ++p) any = any || expert_counts_host[(l * P + p) * E + e] != 0;
+      if (!any) continue;
       ++work.experts_used;
-      work.weight_bytes += w.w1[e].bytes() + w.w3[e].bytes() + w.w2[e].bytes();
+      work.weight_bytes += layers[l].expert_bytes_each;
     }
   }
 }

@@ -15,6 +15,7 @@
 #include "io/fp4_to_fp8.h"
 #include "io/weight_stream.h"
 #include "ops/gemm/gemm.h"
+#include "ops/moe/moe_w4a8.h"
 #include "runtime/fp8_weight_quant.h"
 
 namespace deepinfer {
@@ -87,6 +88,11 @@ GpuWeightStream* GpuWeightStream::owner_of(const void* host) {
   return nullptr;
 }
 
+const StoredTensor* GpuWeightStream::stored_tensor(const void* host) const {
+  const auto where = streamed_.find(host);
+  return where.has_value() ? where->tensor : nullptr;
+}
+
 uint8_t* GpuWeightStream::acquire(size_t bytes) {
   Staging& st = *staging_;
   ICHECK(bytes <= st.half) << "GpuWeightStream: " << bytes << " bytes for a staging half of " << st.half;
@@ -141,7 +147,8 @@ void GpuWeightStream::finish(void* stream) {
               << " GB read, " << stats_.bytes_uploaded / 1e9 << " GB to the device in "
               << stats_.seconds << " s (" << stats_.bytes_read / 1e9 / std::max(stats_.seconds, 1e-9)
               << " GB/s); " << stats_.fp8_as_stored << " FP8 tensors as stored, "
-              << stats_.fp4_converted << " FP4 converted exactly to FP8, " << stats_.fp8_requantised
+              << stats_.fp4_converted << " FP4 converted exactly to FP8, " << stats_.fp4_as_stored
+              << " FP4 as stored (W4A8), " << stats_.fp8_requantised
               << " quantised to FP8, " << stats_.f32_tensors << " fp32";
   }
 }
@@ -266,6 +273,53 @@ void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t
     release_mapped_rows(t, r0 + b, r0 + b + m);
   }
   ++stats_.fp8_requantised;
+}
+
+void GpuWeightStream::upload_w4a8(const void* host, int64_t n, int64_t k, uint8_t* codes,
+                                  uint8_t* scales, void* stream) {
+  const auto where = streamed_.find(host);
+  ICHECK(where.has_value()) << "GpuWeightStream::upload_w4a8: not a placeholder";
+  const StoredTensor& t = *where->tensor;
+  const std::string where_s = "' in checkpoint '" + streamed_.path() + "'";
+  CHECK_KIND(kUnsupported, t.kind == StoredTensor::Kind::kFp4 && t.scale.defined() &&
+                               t.scale.dtype() == DType::F8_E8M0)
+      << "expert_format w4a8: tensor '" << t.origin << where_s << " is not stored as FP4 (codes + "
+      << "F8_E8M0 scales per 32); use expert_format fp8";
+  CHECK_KIND(kUnsupported, t.shape.size() == 2 && t.shape[1] == k && k % 32 == 0 &&
+                               where->offset % k == 0 && where->offset / k + n <= t.shape[0])
+      << "expert_format w4a8: [" << n << ", " << k << "] at element " << where->offset << " of '"
+      << t.origin << where_s << " " << shape_str(t.shape) << " (K a multiple of 32)";
+  const int64_t r0 = where->offset / k, kp = w4a8_padded_k(k);
+  const int64_t code_row = kp / 2, scale_row = kp / 32;
+  // Rows per range: as many packed code rows as a staging half holds.
+  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(staging_->half) / code_row);
+  std::vector<uint8_t> packed_scales;
+  for (int64_t b = 0; b < n;) {
+    const int64_t m = std::min(per, n - b);
+    const StoredRows sr = stored_rows_slice(t, r0 + b, r0 + b + m);
+    CHECK((sr.weight.dtype() == DType::U8 || sr.weight.dtype() == DType::I8) &&
+          sr.weight.numel() == m * (k / 2) && sr.scale.numel() == m * (k / 32))
+        << "expert_format w4a8: FP4 tensor '" << t.origin << where_s << " rows [" << r0 + b << ", "
+        << r0 + b + m << ") are " << sr.weight.str() << " with scale " << sr.scale.str()
+        << ", expected packed [" << m << ", " << k / 2 << "] with F8_E8M0 [" << m << ", " << k / 32
+        << "]";
+    const auto* sc = static_cast<const uint8_t*>(sr.scale.raw());
+    for (int64_t i = 0; i < sr.scale.numel(); ++i) {
+      CHECK(sc[i] != 255) << "scale of FP4 tensor '" << t.origin << where_s << " at ["
+                          << r0 + b + i / (k / 32) << ", " << i % (k / 32)
+                          << "] is the e8m0 NaN code 255";
+    }
+    packed_scales.resize(static_cast<size_t>(m * scale_row));
+    uint8_t* buf = acquire(static_cast<size_t>(m * code_row));
+    w4a8_pack(static_cast<const uint8_t*>(sr.weight.raw()), sc, m, k, buf, packed_scales.data());
+    submit(codes + b * code_row, static_cast<size_t>(m * code_row), stream);
+    stage(packed_scales.data(), packed_scales.size(), scales + b * scale_row, stream);
+    account(static_cast<double>(sr.weight.nbytes() + sr.scale.nbytes()),
+            static_cast<double>(m * (code_row + scale_row)));
+    release_mapped_rows(t, r0 + b, r0 + b + m);
+    b += m;
+  }
+  ++stats_.fp4_as_stored;
 }
 
 }  // namespace deepinfer

@@ -14,9 +14,11 @@
 //    convert_rows: bf16 / fp16 / fp64 widened, block FP8 and FP4 dequantised, tid2eid to I32);
 //  * kFp8 projections stored as block FP8 with UE8M0 scales on the device's 128x128 grid (V4's
 //    checkpoints): the e4m3 codes as stored, the scales expanded to the GEMMs' fp32 layout;
-//  * FP4 (routed experts, V4-Flash): converted exactly to 128x128 block FP8
-//    (io/fp4_to_fp8.h kExact, as runtime/expert_loader.h does; an inexact one is an Error
-//    naming the tensor);
+//  * FP4 (routed experts, V4-Flash) under GpuModel's expert_format kFp8: converted exactly to
+//    128x128 block FP8 (io/fp4_to_fp8.h kExact, as runtime/expert_loader.h does; an inexact
+//    one is an Error naming the tensor); under kW4a8 (upload_w4a8): the codes and UE8M0
+//    scales as stored, repacked into ops/moe/moe_w4a8.h's device layout (w4a8_pack) a row
+//    range at a time straight into the staging (no fp32 anywhere);
 //  * anything else under kFp8 (bf16 / fp32 weights, other block grids or scale dtypes, a row
 //    slice off the 128 grid): dequantised per 128-row group and quantised as GpuModel does
 //    (quantize_fp8_blocks), so the device holds what the host path would give it.
@@ -55,6 +57,7 @@ struct GpuWeightStreamStats {
   double bytes_uploaded = 0;  // bytes copied to the device
   double seconds = 0;         // from the first upload to finish()
   int64_t fp8_as_stored = 0, fp4_converted = 0, fp8_requantised = 0, f32_tensors = 0;
+  int64_t fp4_as_stored = 0;  // upload_w4a8
 };
 
 class GpuWeightStream {
@@ -72,6 +75,8 @@ class GpuWeightStream {
   const StreamedWeights& streamed() const { return streamed_; }
   // The stream whose placeholders hold `host`, or null (then `host` is real host memory).
   static GpuWeightStream* owner_of(const void* host);
+  // The stored tensor behind placeholder `host` (its kind, checkpoint name), or null.
+  const StoredTensor* stored_tensor(const void* host) const;
 
   // For GpuModel's construction. `stream`: a cudaStream_t; the copies are enqueued on it.
   // n 4-byte elements (F32, or I32 for tid2eid) starting at placeholder `host` to `device`.
@@ -79,6 +84,12 @@ class GpuWeightStream {
   // The [n, k] matrix starting at placeholder `host` in GpuModel's kFp8 format: e4m3 codes
   // [n, k] to q, fp32 scales [ceil(n/128), fp8_weight_scale_ld(k)] to s.
   void upload_fp8(const void* host, int64_t n, int64_t k, uint8_t* q, float* s, void* stream);
+  // The [n, k] matrix at placeholder `host`, stored FP4 (codes [n, k/2] + F8_E8M0 [n, k/32]),
+  // in moe_w4a8.h's device layout: codes [n, kp/2] to `codes`, scales [n, kp/32] to `scales`
+  // (kp = k rounded up to 128). Throws Error naming the tensor when it is not stored FP4 of
+  // that shape (kUnsupported) or has an e8m0 NaN scale (255).
+  void upload_w4a8(const void* host, int64_t n, int64_t k, uint8_t* codes, uint8_t* scales,
+                   void* stream);
   // Waits for the copies and logs the final progress line.
   void finish(void* stream);
   const GpuWeightStreamStats& stats() const { return stats_; }

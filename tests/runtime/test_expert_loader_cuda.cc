@@ -49,6 +49,7 @@ GpuModelOptions small_options() {
   opt.max_context = 512;
   opt.max_batch_tokens = 512;
   opt.weight_format = WeightFormat::kFp8;
+  opt.expert_format = ExpertFormat::kFp8;  // the FP4 -> FP8 path (W4A8: test_gpu_w4a8_experts_cuda)
   return opt;
 }
 

@@ -31,6 +31,7 @@ GpuModelOptions options(WeightFormat format, const std::string& dir, bool mtp) {
   o.max_context = 512;
   o.max_batch_tokens = 128;
   o.weight_format = format;
+  o.expert_format = ExpertFormat::kFp8;  // the FP4 -> FP8 path (W4A8: test_gpu_w4a8_experts_cuda)
   o.expert_checkpoint = dir;  // the host path's routed experts, as the runner factory sets it
   o.mtp = mtp;
   if (mtp) o.max_rollback = 1;

@@ -319,6 +319,7 @@ TEST(GpuStreamRss, FullSizeV4FlashTensorsLoadWithBoundedHostMemory) {
   opt.max_context = 256;
   opt.max_batch_tokens = 16;
   opt.weight_format = WeightFormat::kFp8;
+  opt.expert_format = ExpertFormat::kFp8;  // the FP4 -> FP8 conversion checked below
   auto stream = std::make_unique<GpuWeightStream>(dir.path().string(), cfg);
   GpuModel model(cfg, *stream, opt);
   const double peak = status_bytes("VmHWM:");
