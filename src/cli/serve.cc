@@ -21,6 +21,7 @@
 #include "server/server.h"
 #include "server/spec_metrics.h"
 #include "model/tiny_model.h"
+#include "parallel/parallel_metrics.h"
 
 namespace deepinfer {
 
@@ -78,7 +79,17 @@ const OptionGroups& serve_options() {
        {
            {"data-parallel-size", "N", "Attention data-parallel replicas, each its own process with its own requests (default 1)."},
            {"expert-parallel-size", "N", "Ranks per MoE expert-parallel group; its replicas step in lockstep (default 1)."},
-           {"context-parallel-size", "N", "Ranks per context-parallel prefill group (default 1; not yet served)."},
+           {"context-parallel-size", "N",
+            "Ranks per context-parallel group (default 1): each group is one replica whose rank 0 serves it; "
+            "long prefill chunks run on all its ranks (zigzag split), the rest on rank 0 (cpu)."},
+           {"cp-min-tokens", "N",
+            "Context parallel: the shortest prefill chunk run on the whole group (default 256)."},
+           {"eplb-interval", "N",
+            "Expert parallel load balancer: re-place the routed experts every N engine steps from the "
+            "windowed expert loads (default 0: off; the load imbalance is measured either way, /metrics)."},
+           {"eplb-window", "N", "EPLB: steps of expert loads the placement sees (default 100)."},
+           {"eplb-extra-slots", "N",
+            "EPLB: redundant expert slots per rank, filled with copies of the hottest experts (default 0)."},
            {"internal-port-base", "P", "Rank r serves 127.0.0.1:(P + r) behind the front (default --port + 1)."},
            {"dp-poll-interval", "S", "Seconds between the front's load polls of each replica (default 0.2)."},
            {"dp-health-timeout", "S", "A replica that does not answer a poll this long is out of service (default 5)."},
@@ -142,6 +153,8 @@ int cmd_serve(int argc, char** argv) {
   if (const std::optional<int> rc = setup_serve_parallel(args, argc, argv, options.host, port, engine_args, parallel)) {
     return *rc;
   }
+  // A context-parallel follower has no server: it runs its leader's prefill chunks (cp_serve.h).
+  if (parallel.cp_follower()) return run_serve_cp_follower(engine_args, parallel);
   options.port = static_cast<uint16_t>(port);
   options.api_key = args.get("api-key");
   options.allowed_origins = server::parse_allowed_origins(args.get("allowed-origins"));
@@ -194,6 +207,11 @@ int cmd_serve(int argc, char** argv) {
       << "serving needs a tokenizer: " << (selects_builtin_model(dir) ? tiny_tokenizer_path() : dir + "/tokenizer.json")
       << " does not exist (give --tokenizer PATH)";
   StartupSummary summary = engine_startup_summary("serve", engine_args, *engine, device_note, tokenizer_choice.note);
+  if (engine_args.device == "cpu" && parallel.model_expert_bytes == 0) {
+    parallel.model_expert_bytes = model_routed_expert_bytes(engine->model_config());
+  }
+  if (parallel.expert_parallel) summary.memory += "; " + parallel.expert_memory_plan();
+  options.extra_metrics = [&parallel] { return parallel.metrics_text(); };
   if (parallel.parallel()) {
     summary.parallelism = parallel.describe();
     print_startup_summary(summary, parallel.log_prefix());

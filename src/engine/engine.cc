@@ -67,6 +67,7 @@ std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
   r.cuda_graphs = args.cuda_graphs;
   r.speculative_method = args.speculative_method;
   r.num_speculative_tokens = args.num_speculative_tokens;
+  r.cpu_step_driver = args.cpu_step_driver;
   return make_model_runner(r);
 }
 

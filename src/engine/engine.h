@@ -96,6 +96,7 @@ namespace recipe {
 class Tokenizer;
 }
 class StateCache;
+class CpuStepDriver;  // runtime/cpu_runner.h
 
 struct EngineArgs {
   std::string model_dir;               // empty: the built-in tiny model
@@ -126,6 +127,9 @@ struct EngineArgs {
   // then run one at a time (overlap is ignored); speculative decoding is refused (kUnsupported:
   // drafting runs forwards of its own, a different number per rank).
   bool collective_steps = false;
+  // Device cpu: runs every launched step's forward in place of Model::forward (serve's
+  // context-parallel prefill, parallel/dp/cp_serve.h; CpuRunnerOptions::step_driver). Null: off.
+  std::shared_ptr<CpuStepDriver> cpu_step_driver;
   bool priority = false;               // priority scheduling instead of FCFS
   // tokenizer.json for detokenization and stop strings. Empty: model_dir/tokenizer.json,
   // or for the built-in tiny model $DEEPINFER_TINY_TOKENIZER or the repository's

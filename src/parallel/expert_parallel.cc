@@ -109,6 +109,7 @@ void ExpertParallel::check_loaded(int64_t dim, int64_t inter) {
           << ", " << inter << "]";
     }
   }
+  publish();
 }
 
 void ExpertParallel::routed_contributions(int64_t layer, const float* x, int64_t N, int64_t D,
@@ -306,12 +307,14 @@ void ExpertParallel::end_step() {
   }
   next_layer_ = 0;
   ++metrics_.steps;
-  if (!counting()) return;
-  comm_->all_reduce(step_counts_.data(), step_counts_.data(),
-                    static_cast<int64_t>(step_counts_.size()), DType::I64, ReduceOp::kSum);
-  window_.push(step_counts_);
-  std::fill(step_counts_.begin(), step_counts_.end(), 0);
-  metrics_.imbalance = window_imbalance(placements_);
+  if (counting()) {
+    comm_->all_reduce(step_counts_.data(), step_counts_.data(),
+                      static_cast<int64_t>(step_counts_.size()), DType::I64, ReduceOp::kSum);
+    window_.push(step_counts_);
+    std::fill(step_counts_.begin(), step_counts_.end(), 0);
+    metrics_.imbalance = window_imbalance(placements_);
+  }
+  publish();
 }
 
 double ExpertParallel::window_imbalance(const std::vector<ExpertPlacement>& placements) const {
@@ -357,6 +360,7 @@ bool ExpertParallel::rebalance() {
   metrics_.imbalance_after = metrics_.imbalance = window_imbalance(placements_);
   ++metrics_.rebalances;
   metrics_.last_rebalance_step = metrics_.steps;
+  publish();
   return true;
 }
 
@@ -420,16 +424,33 @@ void ExpertParallel::move_weights(int64_t layer, const ExpertPlacement& next) {
   experts_[layer] = std::move(kept);
 }
 
-ExpertParallelMetrics ExpertParallel::metrics() const {
-  ExpertParallelMetrics m = metrics_;
-  m.expert_bytes = 0;
+int64_t ExpertParallel::held_expert_bytes() const {
+  int64_t bytes = 0;
   for (const std::vector<ExpertTensors>& layer : experts_) {
     for (const ExpertTensors& w : layer) {
-      if (w.w1.defined()) m.expert_bytes += w.w1.nbytes() + w.w3.nbytes() + w.w2.nbytes();
+      if (w.w1.defined()) bytes += w.w1.nbytes() + w.w3.nbytes() + w.w2.nbytes();
     }
   }
+  return bytes;
+}
+
+ExpertParallelMetrics ExpertParallel::metrics() const {
+  ExpertParallelMetrics m = metrics_;
+  m.expert_bytes = held_expert_bytes();
   if (window_.n_steps() > 0) m.window_tokens = window_.totals();
   return m;
+}
+
+void ExpertParallel::publish() {
+  ExpertParallelMetrics m = metrics_;
+  m.expert_bytes = held_expert_bytes();
+  std::lock_guard<std::mutex> lock(published_mu_);
+  published_ = std::move(m);
+}
+
+ExpertParallelMetrics ExpertParallel::published_metrics() const {
+  std::lock_guard<std::mutex> lock(published_mu_);
+  return published_;
 }
 
 }  // namespace deepinfer

@@ -33,11 +33,13 @@
 // for that step's layers. No request state depends on the placement, so in-flight requests
 // continue unchanged.
 //
-// Thread-safety: one thread at a time (the Model's forward). Not copyable.
+// Thread-safety: one thread at a time (the Model's forward), except published_metrics(), which
+// any thread may call at any time. Not copyable.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,10 @@ class ExpertParallel {
                             int64_t top_k, float* contrib, GemmMode mode);
 
   ExpertParallelMetrics metrics() const;
+  // metrics() without window_tokens as of the last check_loaded / end_step / rebalance
+  // (a copy taken then on the model's thread). Thread-safe: the server's /metrics reads it
+  // while the model steps.
+  ExpertParallelMetrics published_metrics() const;
 
  private:
   ExpertParallel(std::shared_ptr<Communicator> comm, const ModelConfig& config,
@@ -143,6 +149,8 @@ class ExpertParallel {
   double window_imbalance(const std::vector<ExpertPlacement>& placements) const;
   // Moves weights so this rank holds what `next` gives it (collective).
   void move_weights(int64_t layer, const ExpertPlacement& next);
+  int64_t held_expert_bytes() const;
+  void publish();  // copies metrics() (less window_tokens) into published_
 
   std::shared_ptr<Communicator> comm_;
   ExpertParallelOptions options_;
@@ -154,6 +162,8 @@ class ExpertParallel {
   std::vector<int64_t> step_counts_;  // this rank's counts of the current step
   int64_t next_layer_ = 0;            // the layer this step's next exchange is for
   ExpertParallelMetrics metrics_;
+  mutable std::mutex published_mu_;
+  ExpertParallelMetrics published_;  // guarded by published_mu_
 };
 
 }  // namespace deepinfer

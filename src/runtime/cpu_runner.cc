@@ -90,6 +90,7 @@ SequenceState& CpuRunner::live(int64_t sequence) const {
 
 void CpuRunner::free_sequence(int64_t sequence) {
   live(sequence);
+  if (options_.step_driver) options_.step_driver->invalidate(sequence);
   states_[size_t(sequence)].reset();
   free_ids_.push_back(sequence);
   --n_live_;
@@ -104,6 +105,7 @@ int64_t CpuRunner::draft_length() const { return model_->draft_length(); }
 void CpuRunner::truncate(int64_t sequence, int64_t n_tokens) {
   ICHECK(n_launched_.load() == n_collected_.load()) << "CpuRunner: truncate() with a launched step uncollected";
   model_->truncate(live(sequence), n_tokens);
+  if (options_.step_driver) options_.step_driver->invalidate(sequence);
 }
 
 RunnerDraft CpuRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
@@ -132,8 +134,9 @@ RunnerDraft CpuRunner::draft(int64_t sequence, int32_t next, int64_t n_drafts) {
   return d;
 }
 
-Tensor CpuRunner::run_model(std::span<const RunnerChunk> chunks) {
+Tensor CpuRunner::run_model(std::span<const RunnerChunk> chunks, bool step) {
   chunks_.clear();
+  chunk_sequences_.clear();
   int64_t rows = 0;
   for (const RunnerChunk& c : chunks) {
     SequenceState& s = live(c.sequence);
@@ -141,16 +144,21 @@ Tensor CpuRunner::run_model(std::span<const RunnerChunk> chunks) {
       CHECK(prev.state != &s) << "CpuRunner: sequence " << c.sequence << " appears twice in one batch";
     }
     chunks_.push_back({&s, c.tokens, c.all_logits, c.prompt_length});
+    chunk_sequences_.push_back(c.sequence);
     rows += int64_t(c.tokens.size());
   }
   CHECK_KIND(kResourceExhausted, rows <= options_.max_batch_tokens)
       << "CpuRunner: " << rows << " rows exceed max_batch_tokens " << options_.max_batch_tokens;
+  CpuStepDriver* driver = options_.step_driver.get();
+  if (driver == nullptr) return model_->forward(chunks_);
+  if (step) return driver->forward_step(*model_, chunks_, chunk_sequences_);
+  for (int64_t id : chunk_sequences_) driver->invalidate(id);
   return model_->forward(chunks_);
 }
 
 Tensor CpuRunner::forward(std::span<const RunnerChunk> chunks) {
   const auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = run_model(chunks);
+  Tensor logits = run_model(chunks, false);
   busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return logits;
 }
@@ -184,7 +192,7 @@ void CpuRunner::launch(std::span<const RunnerChunk> chunks, std::span<const RowR
   CHECK(!any_sample || sampler_) << "CpuRunner: kSample rows without a sampler (set_sampler)";
   Launched& out = slots_[n % 2];
   const auto t0 = std::chrono::steady_clock::now();
-  out.result.logits = run_model(plain);  // busy time counted at collect()
+  out.result.logits = run_model(plain, true);  // busy time counted at collect()
   if (before_sampling) before_sampling();
   const int64_t V = model_->config().vocab_size;
   out.result.tokens.assign(rows.size(), -1);

@@ -7,6 +7,10 @@
 // layer, above this one); collect() hands the result over. kHost rows' logits are the
 // forward's logits tensor itself (logits_row[i] = i), nothing copied.
 //
+// A CpuStepDriver (CpuRunnerOptions::step_driver; serve's context-parallel prefill,
+// parallel/dp/cp_serve.h) runs each launch()'s forward in place of Model::forward and hears of
+// every other change to a sequence's state (free_sequence, truncate, forward()).
+//
 // Thread-safety: as ModelRunner (one thread at a time; collect() of step t may overlap
 // launch() of step t+1).
 #pragma once
@@ -21,9 +25,24 @@
 
 namespace deepinfer {
 
+// Runs the forward of every launched step in place of model.forward(chunks) (it must return
+// what that returns: the same rows, the same logits bitwise under batch_invariant, every state
+// advanced the same way). Called by the runner's launching thread only.
+class CpuStepDriver {
+ public:
+  virtual ~CpuStepDriver() = default;
+  // chunks[i] is a chunk of runner sequence sequences[i].
+  virtual Tensor forward_step(const Model& model, std::span<const SequenceChunk> chunks,
+                              std::span<const int64_t> sequences) = 0;
+  // Sequence `sequence`'s state changed outside forward_step (advanced by forward(), rolled
+  // back) or the sequence was freed (its id may be handed out again).
+  virtual void invalidate(int64_t sequence) = 0;
+};
+
 struct CpuRunnerOptions {
   int64_t max_sequences = 1 << 20;  // the states live in host memory: no real bound
   int64_t max_batch_tokens = 1 << 20;
+  std::shared_ptr<CpuStepDriver> step_driver;  // null: launch() calls Model::forward
 };
 
 // Samples one kSample row from its raw logits row (called from several threads at once).
@@ -69,7 +88,8 @@ class CpuRunner final : public ModelRunner {
   };
   SequenceState& live(int64_t sequence) const;
   int64_t take_id();  // a free sequence id, counted live (its state not set)
-  Tensor run_model(std::span<const RunnerChunk> chunks);  // forward() without the timing
+  // forward() without the timing; `step`: a launched step (through the step driver if any).
+  Tensor run_model(std::span<const RunnerChunk> chunks, bool step);
 
   std::unique_ptr<Model> model_;
   CpuRunnerOptions options_;
@@ -77,6 +97,7 @@ class CpuRunner final : public ModelRunner {
   std::vector<int64_t> free_ids_;
   int64_t n_live_ = 0;
   std::vector<SequenceChunk> chunks_;
+  std::vector<int64_t> chunk_sequences_;  // runner id of each of chunks_
   double busy_seconds_ = 0;
   HostRowSampler sampler_;
   Launched slots_[2];                    // launch n writes slots_[n % 2]

@@ -66,6 +66,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       << "engine: kv_cache_dtype and cuda_graphs are settings of device cuda";
   CHECK_KIND(kUnsupported, args.device == "cpu" || args.model_options.swa_bounded_replay_keep == 0)
       << "engine: --swa-bounded-replay (swa_bounded_replay_keep) is not implemented on device cuda yet";
+  CHECK_KIND(kUnsupported, args.device == "cpu" || args.cpu_step_driver == nullptr)
+      << "engine: context-parallel prefill (--context-parallel-size) runs on device cpu only for now";
   if (args.device == "cpu") {
     std::unique_ptr<Model> model;
     if (builtin(args) || args.dummy_weights) {
@@ -76,6 +78,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     }
     CpuRunnerOptions o;
     o.max_sequences = std::max<int64_t>(args.max_sequences, 1);
+    o.step_driver = args.cpu_step_driver;
     return std::make_unique<CpuRunner>(std::move(model), o);
   }
   // DeepSeek-V4.1 on the CUDA backend: phase 1 of issue 14 (fp32 weights, the bf16 KV cache);

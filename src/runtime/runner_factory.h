@@ -11,6 +11,8 @@
 
 namespace deepinfer {
 
+class CpuStepDriver;  // runtime/cpu_runner.h
+
 struct RunnerArgs {
   std::string device = "cpu";   // "cpu" | "cuda"
   std::string model_dir;        // empty: the built-in tiny model
@@ -32,6 +34,8 @@ struct RunnerArgs {
   // checkpoint's drafter whatever these say.
   std::string speculative_method = "none";
   int64_t num_speculative_tokens = 0;
+  // CPU: CpuRunnerOptions::step_driver (serve's context-parallel prefill); refused on cuda.
+  std::shared_ptr<CpuStepDriver> cpu_step_driver;
 };
 
 // Default depth of the GPU state pools when no max_model_len is given (V4's 1M-token limit

@@ -151,7 +151,9 @@ void HttpSession::route() {
       endpoint_ = path;
       if (!get) throw method_not_allowed("GET", path);
       const SpecDecodeCounters spec = state_.options.spec_stats ? state_.options.spec_stats->get() : SpecDecodeCounters{};
-      return respond(200, "text/plain; version=0.0.4; charset=utf-8", state_.metrics.render(state_.engine.stats(), &spec));
+      std::string text = state_.metrics.render(state_.engine.stats(), &spec);
+      if (state_.options.extra_metrics) text += state_.options.extra_metrics();
+      return respond(200, "text/plain; version=0.0.4; charset=utf-8", text);
     }
     if (path == "/version") {
       endpoint_ = path;

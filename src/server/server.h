@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct ServerOptions {
   // Speculative decoding's counters for /metrics (spec_metrics.h: make_spec_stats_tap posts
   // them); null: none shown.
   std::shared_ptr<const SpecStatsBoard> spec_stats;
+  // More Prometheus text for /metrics, appended as it is (the parallel serve's expert- and
+  // context-parallel lines: parallel/parallel_metrics.h, parallel/dp/cp_serve.h). Called from
+  // the I/O threads, any number at once: it must be thread-safe. Null: nothing appended.
+  std::function<std::string()> extra_metrics;
 };
 
 // What every connection shares.

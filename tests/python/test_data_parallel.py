@@ -6,7 +6,10 @@ children, one mpirun job per expert-parallel group, the front on --port) must gi
 exactly the output of a single-process `deepinfer serve` of the same model; and a rank that
 dies (kill -9) or hangs (SIGSTOP) must give every client whose request was on its group a clear
 error within the timeout while the front stays up: 503 for the dead group, answers from a live
-replica if one remains.
+replica if one remains. Under expert parallelism each rank holds half of the routed experts
+(/metrics), with EPLB re-placing them mid-run the outputs stay the same; a context-parallel group
+(--context-parallel-size 2: one replica of two ranks) prefills long prompts on both ranks with the
+single-process tokens, and a follower that dies or hangs fails its replica's requests clearly.
 """
 import concurrent.futures
 import http.client
@@ -172,32 +175,78 @@ def run_all(port, reqs, workers=16):
         return list(pool.map(lambda b: complete(port, b), reqs))
 
 
+def long_prompt_requests(n=10, seed=11):
+    """Prompts longer than several prefill chunks (--max-num-batched-tokens 128 below) mixed with
+    short ones, for context-parallel prefill."""
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "kappa", "sigma", "omega", "tensor", "expert", "token"]
+    reqs = []
+    for i in range(n):
+        length = rng.randint(200, 420) if i % 2 == 0 else rng.randint(1, 30)
+        prompt = " ".join(rng.choice(words) for _ in range(length))
+        reqs.append({"prompt": prompt, "max_tokens": rng.randint(2, 8), "temperature": 0,
+                     "ignore_eos": True, "stream": i % 3 == 0})
+    return reqs
+
+
+def metric(text, name):
+    """The value of an unlabelled Prometheus sample `name` (None when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def rank_metrics(s, rank):
+    """GET /metrics of a rank's own server (internal port base = --port + 1)."""
+    status, text = request(s.port + 1 + rank, "GET", "/metrics")
+    assert status == 200, text
+    return text
+
+
 @pytest.fixture(scope="module")
 def reference_outputs():
+    """get(model) -> the single-process outputs of mixed_requests(); get.long(model) those of
+    long_prompt_requests(); get.metrics(model) its /metrics after them."""
     cache = {}
 
-    def get(model):
+    def run(model):
         if model not in cache:
             s = Serve(["--model", model, "--batch-invariant"])
             try:
-                cache[model] = run_all(s.port, mixed_requests())
+                mixed = run_all(s.port, mixed_requests())
+                long = run_all(s.port, long_prompt_requests()) if model == "tiny" else None
+                cache[model] = {"mixed": mixed, "long": long, "metrics": request(s.port, "GET", "/metrics")[1]}
             finally:
                 s.stop()
         return cache[model]
+
+    def get(model):
+        return run(model)["mixed"]
+    get.long = lambda model: run(model)["long"]
+    get.metrics = lambda model: run(model)["metrics"]
     return get
 
 
-@pytest.mark.parametrize("model,ep", [("tiny", 2), ("tiny-v4.1", 2), ("tiny", 1)])
-def test_dp_serve_matches_single_process(model, ep, reference_outputs):
+# tiny ep 2: the experts are sharded (each rank holds half of them); tiny-v4.1 ep 2 with EPLB
+# re-placing (and replicating) them every 4 steps while the requests run.
+@pytest.mark.parametrize("model,ep,eplb", [("tiny", 2, False), ("tiny-v4.1", 2, True), ("tiny", 1, False)])
+def test_dp_serve_matches_single_process(model, ep, eplb, reference_outputs):
     want = reference_outputs(model)
     assert all(status == 200 and err is None for status, _, err in want)
-    s = Serve(["--model", model, "--batch-invariant", "--data-parallel-size", "2",
-               "--expert-parallel-size", str(ep)], world=2)
+    single_bytes = metric(reference_outputs.metrics(model), "deepinfer_ep_expert_bytes")
+    assert single_bytes and single_bytes > 0
+    args = ["--model", model, "--batch-invariant", "--data-parallel-size", "2", "--expert-parallel-size", str(ep)]
+    if eplb:
+        args += ["--eplb-interval", "4", "--eplb-window", "16", "--eplb-extra-slots", "1"]
+    s = Serve(args, world=2)
     try:
+        before = [rank_metrics(s, r) for r in range(2)]
         got = run_all(s.port, mixed_requests())
         status, body = request(s.port, "GET", "/internal/replicas")
         replicas = json.loads(body)
         status_m, metrics = request(s.port, "GET", "/metrics")
+        after = [rank_metrics(s, r) for r in range(2)]
     finally:
         s.stop()
     for i, (g, w) in enumerate(zip(got, want)):
@@ -207,6 +256,53 @@ def test_dp_serve_matches_single_process(model, ep, reference_outputs):
     assert sum(r["affinity_routed"] for r in replicas) > 0, replicas
     assert status_m == 200 and 'deepinfer_dp_requests_routed_total{replica="1"}' in metrics
     assert any('replica="0"' in line and not line.startswith("deepinfer_dp_") for line in metrics.splitlines())
+    for r in range(2):
+        assert metric(before[r], "deepinfer_ep_size") == ep
+        assert metric(before[r], "deepinfer_ep_model_expert_bytes") == single_bytes
+        held = metric(before[r], "deepinfer_ep_expert_bytes")
+        # Sharded for real: each rank holds its half of the routed experts (the tiny models'
+        # expert counts are even), measured from the tensors it keeps.
+        assert held == (single_bytes / 2 if ep == 2 else single_bytes), (r, held, single_bytes)
+        if ep == 2:
+            assert metric(after[r], "deepinfer_ep_steps_total") > 0
+            assert metric(after[r], "deepinfer_eplb_imbalance") >= 1
+        if eplb:
+            assert metric(after[r], "deepinfer_eplb_rebalances_total") > 0, after[r]
+            assert metric(after[r], "deepinfer_eplb_weight_bytes_received_total") > 0
+            assert metric(after[r], "deepinfer_eplb_imbalance_after") <= metric(after[r], "deepinfer_eplb_imbalance_before")
+        elif ep == 2:
+            assert metric(after[r], "deepinfer_eplb_rebalances_total") == 0
+
+
+# Context parallel: one replica of 2 ranks (the leader serves, the follower runs the long prefill
+# chunks with it). Chunks of at most 128 tokens, so the long prompts take 2-4 chunks, all but a
+# short last one context-parallel; with ep 2 the two ranks also shard the experts (then only a
+# step whose one chunk is long runs context-parallel: the first request goes alone).
+@pytest.mark.parametrize("ep", [1, 2])
+def test_cp_serve_matches_single_process(ep, reference_outputs):
+    want = reference_outputs.long("tiny")
+    assert all(status == 200 and err is None for status, _, err in want)
+    s = Serve(["--model", "tiny", "--batch-invariant", "--context-parallel-size", "2", "--expert-parallel-size",
+               str(ep), "--max-num-batched-tokens", "128", "--cp-min-tokens", "64"], world=2)
+    try:
+        reqs = long_prompt_requests()
+        first = complete(s.port, reqs[0])
+        got = [first] + run_all(s.port, reqs[1:], workers=8)
+        status, body = request(s.port, "GET", "/internal/replicas")
+        replicas = json.loads(body)
+        leader = rank_metrics(s, 0)
+    finally:
+        s.stop()
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"request {i}: {g} != {w}"
+    assert len(replicas) == 1, replicas  # the follower serves no HTTP
+    assert metric(leader, "deepinfer_cp_size") == 2
+    assert metric(leader, "deepinfer_cp_prefill_chunks_total") >= 2, leader
+    assert metric(leader, "deepinfer_cp_prefill_tokens_total") >= 128, leader
+    assert metric(leader, "deepinfer_cp_releases_total") > 0, leader
+    assert metric(leader, "deepinfer_cp_mirrored_sequences") == 0, leader
+    if ep == 2:
+        assert metric(leader, "deepinfer_ep_expert_bytes") == metric(leader, "deepinfer_ep_model_expert_bytes") / 2
 
 
 def long_request(i, stream):
@@ -282,6 +378,44 @@ def test_failed_rank_of_an_expert_parallel_group(how):
         assert status == 503, body
         status, _, err = complete(s.port, {"prompt": "any", "max_tokens": 2, "temperature": 0})
         assert status == 503 and "replica" in err, err
+    finally:
+        if how == "stop" and 1 in pids:
+            try:
+                os.kill(pids[1], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        s.stop()
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_failed_follower_of_a_context_parallel_group(how):
+    s = Serve(["--model", "tiny", "--batch-invariant", "--context-parallel-size", "2", "--dp-health-timeout", "2"],
+              world=2, env={"DEEPINFER_COMM_TIMEOUT_S": "3"})
+    pids = {}
+    try:
+        pool, futures = start_long_requests(s.port, 3)
+        wait_in_flight(s.port, [0])
+        pids = s.rank_pids()
+        assert sorted(pids) == [0, 1], pids
+        t0 = time.time()
+        os.kill(pids[1], signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        results = [f.result(timeout=60) for f in futures]
+        elapsed = time.time() - t0
+        pool.shutdown()
+        # kill: mpirun ends the job, leader included (the front: "replica 0 failed"); stop: the
+        # leader's next agreement with the follower times out ("... timed out after 3 s ...").
+        for status, _, err in results:
+            assert err is not None and status in (200, 503), (status, err)
+            assert ("replica" in err and "failed" in err) or "timed out after 3 s" in err, err
+        assert elapsed < 20, elapsed
+        # The replica is out of service from then on (the front sees it at its next poll).
+        deadline = time.time() + 5
+        while True:
+            status, body = request(s.port, "GET", "/health")
+            if status == 503 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert status == 503, body
     finally:
         if how == "stop" and 1 in pids:
             try:

@@ -23,7 +23,7 @@ LockstepEngine::LockstepEngine(std::unique_ptr<StepEngine> inner, std::unique_pt
 void LockstepEngine::break_group(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (unavailable_.empty()) {
-    unavailable_ = "rank " + std::to_string(comm_->rank()) + " of its expert-parallel group of " +
+    unavailable_ = "rank " + std::to_string(comm_->rank()) + " of its lockstep group of " +
                    std::to_string(comm_->size()) + ": " + what;
     LOG(ERROR) << "data parallel: this replica is unavailable from now on (" << unavailable_ << ")";
   }
@@ -41,7 +41,7 @@ bool LockstepEngine::agree_to_step(bool busy) {
   }
   if (a.n_leaving > 0) {
     break_group(std::to_string(a.n_leaving) + " rank(s) of the group shut down");
-    THROW(kDevice) << "this replica's expert-parallel group is shutting down (" << unavailable() << ")";
+    THROW(kDevice) << "this replica's lockstep group is shutting down (" << unavailable() << ")";
   }
   return a.any_busy;
 }

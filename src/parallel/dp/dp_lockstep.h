@@ -8,6 +8,10 @@
 // again every idle_poll (AsyncEngine waits on its inbox meanwhile: no spinning). Mixed
 // prefill + decode batches stay allowed: only the number of forwards must match.
 //
+// The same lockstep ties a context-parallel replica's leader to its followers (cp_serve.h): the
+// group is then the step group of serve_parallel.h (lcm(ep, cp) ranks), the followers agreeing
+// as ranks without work.
+//
 // LockstepEngine wraps the StepEngine that AsyncEngine drives (StepEngine::agree_to_step,
 // idle_poll, unavailable; async_engine.h). A failed agreement or step (a peer died or hangs:
 // the communicator's timeout, DEEPINFER_COMM_TIMEOUT_S) breaks the group for good: the

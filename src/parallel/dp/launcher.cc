@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "base/error.h"
@@ -19,9 +20,12 @@ extern char** environ;
 
 namespace deepinfer::dp {
 
-std::vector<ReplicaAddress> rank_replicas(int world, int ep, uint16_t internal_port_base) {
+int step_group_size(int ep, int cp) { return std::lcm(ep, cp); }
+
+std::vector<ReplicaAddress> rank_replicas(int world, int ep, int cp, uint16_t internal_port_base) {
+  const int group = step_group_size(ep, cp);
   std::vector<ReplicaAddress> out;
-  for (int r = 0; r < world; ++r) out.push_back({"127.0.0.1", uint16_t(internal_port_base + r), r / ep});
+  for (int r = 0; r < world; r += cp) out.push_back({"127.0.0.1", uint16_t(internal_port_base + r), r / group});
   return out;
 }
 
@@ -30,15 +34,16 @@ std::vector<std::vector<std::string>> child_commands(const LaunchPlan& p) {
   CHECK(p.dp >= 1 && p.ep >= 1 && p.cp >= 1 && world % p.ep == 0)
       << "--expert-parallel-size " << p.ep << " must divide the world of " << world
       << " ranks (--data-parallel-size x --context-parallel-size)";
+  const int group = step_group_size(p.ep, p.cp);  // divides world: ep and cp do
   CHECK(int(p.internal_port_base) + world <= 65535) << "--internal-port-base " << p.internal_port_base
                                                     << " leaves no room for " << world << " ranks";
   std::vector<std::vector<std::string>> out;
-  for (int first = 0; first < world; first += p.ep) {
+  for (int first = 0; first < world; first += group) {
     std::vector<std::string> argv;
-    if (p.ep > 1) {
+    if (group > 1) {
       argv = {p.mpirun, "--oversubscribe"};
       if (p.as_root) argv.push_back("--allow-run-as-root");
-      argv.insert(argv.end(), {"-np", std::to_string(p.ep)});
+      argv.insert(argv.end(), {"-np", std::to_string(group)});
     }
     argv.insert(argv.end(), {p.self, "serve"});
     argv.insert(argv.end(), p.serve_args.begin(), p.serve_args.end());
@@ -79,7 +84,7 @@ std::string describe_status(int status) {
 
 int run_launcher(LaunchPlan plan) {
   const std::vector<std::vector<std::string>> commands = child_commands(plan);
-  plan.front.replicas = rank_replicas(plan.dp * plan.cp, plan.ep, plan.internal_port_base);
+  plan.front.replicas = rank_replicas(plan.dp * plan.cp, plan.ep, plan.cp, plan.internal_port_base);
   // SIGINT / SIGTERM are taken by a sigwait thread (blocked here before any thread starts).
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -3,12 +3,15 @@
 // rank runs its own `deepinfer serve` on an internal port (base + rank, 127.0.0.1) and this
 // process runs the front (dp_front.h) on the user's --host / --port.
 //
-// Failure domains: every expert-parallel group is started as its own job, so that a rank
-// that dies takes down only its group (mpirun ends a job when one of its processes dies):
-//   E == 1  each replica is a plain child process `deepinfer serve ... --internal-port-base P
+// Failure domains: every step group (G = lcm(E, C) contiguous ranks: an expert-parallel group
+// steps together, a context-parallel group of C ranks is one replica, cli/serve_parallel.h) is
+// started as its own job, so that a rank that dies takes down only its group (mpirun ends a job
+// when one of its processes dies):
+//   G == 1  each replica is a plain child process `deepinfer serve ... --internal-port-base P
 //           --dp-rank-offset r` (no MPI at all: the replicas share nothing);
-//   E > 1   each group g is `mpirun --oversubscribe [--allow-run-as-root] -np E deepinfer serve
-//           ... --internal-port-base P --dp-rank-offset g*E` (its MPI world is the EP group).
+//   G > 1   each group g is `mpirun --oversubscribe [--allow-run-as-root] -np G deepinfer serve
+//           ... --internal-port-base P --dp-rank-offset g*G` (its MPI world is the step group).
+// Only CP rank 0 of each CP group serves HTTP (the replica); the front routes to those.
 // --allow-run-as-root is added only when running as uid 0. $DEEPINFER_MPIRUN names another
 // mpirun. Children get their own process group; SIGINT / SIGTERM to the launcher stop the
 // front and are passed on (mpirun forwards them to its ranks); children still alive after
@@ -42,10 +45,13 @@ struct LaunchPlan {
   FrontOptions front;                   // host, port, timeouts (replicas filled in here)
 };
 
-// The argv of every child process (one per EP group; per replica when ep == 1).
+// lcm(ep, cp): the ranks that step together (one job of the launcher).
+int step_group_size(int ep, int cp);
+// The argv of every child process (one per step group; per replica when that is one rank).
 std::vector<std::vector<std::string>> child_commands(const LaunchPlan& plan);
-// The front's replicas: rank r on 127.0.0.1:(base + r), failure group r / ep.
-std::vector<ReplicaAddress> rank_replicas(int world, int ep, uint16_t internal_port_base);
+// The front's replicas: the CP leaders r = 0, cp, 2cp, ... of the world's ranks, on
+// 127.0.0.1:(base + r), failure group r / step_group_size(ep, cp).
+std::vector<ReplicaAddress> rank_replicas(int world, int ep, int cp, uint16_t internal_port_base);
 
 // Starts the children, serves the front until a signal, stops the children. Returns the
 // process exit code.
