@@ -23,12 +23,15 @@
 //    norm, head, the Markov head step by step (block position i's rows are contiguous, so
 //    each step is one embedding gather, one rank-R correction and one arg-max), the
 //    confidences, and one copy of the results to the host (the call's one synchronisation).
+//    With cuda_graphs the device part (dspark_draft_enqueue) runs as a bucket of sequences,
+//    captured on first use and replayed after (graph_stats draft_captured / draft_replays).
 //  * rollback: everything is kept by position and a draft writes only scratch rows, so a draft
 //    changes no state and truncate() needs nothing here.
 #include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "cuda/cuda_check.h"
 #include "ops/attention/sparse_attention_cuda.h"
 #include "ops/embedding/embedding_cuda.h"
@@ -206,58 +209,18 @@ void GpuModel::Impl::dspark_write_context() {
   }
 }
 
-std::vector<DraftBlock> GpuModel::Impl::dspark_draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
-                                                     int64_t n_drafts, std::vector<std::vector<float>>* probabilities) {
+// Everything after the metadata upload through the results on the device: launches sized by b
+// (rows n = b * block) and construction-time sizes only, per-row values read from g.meta, so
+// a bucket's graph replays it (dspark_draft).
+void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
   GpuDspark& g = *dspark;
-  const int64_t B = static_cast<int64_t>(sequences.size()), Bm = opt.max_sequences, K = g.block;
+  const int64_t K = g.block, n = B * K;
   const int64_t W = cfg.sliding_window, D = cfg.hidden_size, hc = cfg.hc_mult, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, d = cfg.head_dim, r = cfg.rope_dim, Rq = cfg.q_lora_rank, R = g.rank;
   const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
   const int64_t Is = cfg.moe_intermediate_size * cfg.n_shared_experts;
   const int64_t S = opt.max_sequences + (opt.cuda_graphs ? 1 : 0), L = W + K;
-  CHECK(B == static_cast<int64_t>(next.size())) << "draft: " << B << " sequences but " << next.size() << " next tokens";
-  CHECK(n_drafts >= 1 && n_drafts <= K) << "draft: " << n_drafts << " drafts asked; the DSpark block drafts 1 to " << K;
-  CHECK_KIND(kResourceExhausted, B * K <= opt.max_batch_tokens)
-      << "draft: " << B << " sequences x the block of " << K << " exceed max_batch_tokens " << opt.max_batch_tokens;
-  std::vector<DraftBlock> out(static_cast<size_t>(B));
-  if (B == 0) return out;
-  std::vector<bool> seen(seq_tokens.size(), false);
-  for (int64_t i = 0; i < B; ++i) {
-    const int64_t s = sequences[i];
-    CHECK(s >= 0 && s < static_cast<int64_t>(seq_tokens.size()) && seq_tokens[s] >= 0)
-        << "draft: " << s << " is not a live sequence";
-    CHECK(!seen[s]) << "draft: sequence " << s << " appears twice";
-    seen[s] = true;
-    CHECK(seq_tokens[s] > 0) << "draft: sequence " << s << " has no committed position yet";
-    CHECK(next[i] >= 0 && next[i] < V) << "draft: next token " << next[i] << " is outside the vocabulary [0, " << V << ")";
-  }
-  // Metadata (positions are known on the host; the drafts stay on the device until the end).
-  const int64_t n = B * K;
-  int32_t* mh = g.meta_host;
-  auto at = [&](int s, int64_t row) -> int32_t& { return mh[s * g.rows + row]; };
-  int32_t* gather = mh + kQSections * g.rows;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t s = sequences[b], p = seq_tokens[s] - 1, lo = std::max<int64_t>(0, p - W + 1);
-    const int64_t n_keys = (p - lo + 1) + K;
-    for (int64_t i = 0; i < K; ++i) {
-      const int64_t row = i * B + b;
-      at(kQIds, row) = i == 0 ? next[b] : static_cast<int32_t>(g.noise);
-      at(kQPos, row) = static_cast<int32_t>(p + 1 + i);
-      at(kQAttn, row) = static_cast<int32_t>(lo + n_keys - 1);
-      at(kQLo, row) = static_cast<int32_t>(lo);
-      at(kQRow0, row) = static_cast<int32_t>(b * L);
-      at(kQZero, row) = 0;
-    }
-    int32_t* list = gather + b * L;
-    for (int64_t t = 0; t < L; ++t) {  // ring rows of lo..p, the block rows, then padding (never read)
-      const int64_t k = std::min(t, n_keys - 1);
-      list[t] = static_cast<int32_t>(k <= p - lo ? s * g.n_slots + (lo + k) % g.n_slots
-                                                 : S * g.n_slots + (k - (p - lo + 1)) * B + b);
-    }
-  }
   cudaStream_t stream = ctx.stream();
-  const GpuWork saved = work;  // work() keeps describing the last forward
-  CUDA_CHECK(cudaMemcpyAsync(g.meta, mh, g.meta_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   const int32_t* sm = g.meta;
   auto section = [&](int s) { return sm + static_cast<int64_t>(s) * g.rows; };
   const float eps = static_cast<float>(cfg.rms_norm_eps);
@@ -345,8 +308,96 @@ std::vector<DraftBlock> GpuModel::Impl::dspark_draft(std::span<const int64_t> se
     argmax_rows_cuda(stream, g.logits + i * B * V, B, V, g.tokens + i * B);
   }
   dspark_confidence_cuda(stream, g.h, g.e, g.confidence, n, D, R, g.conf);
+  if (prob) mtp_top_probability_cuda(stream, g.logits, n, V, g.prob);
+}
+
+std::vector<DraftBlock> GpuModel::Impl::dspark_draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
+                                                     int64_t n_drafts, std::vector<std::vector<float>>* probabilities) {
+  GpuDspark& g = *dspark;
+  const int64_t B = static_cast<int64_t>(sequences.size()), K = g.block;
+  const int64_t W = cfg.sliding_window, D = cfg.hidden_size, V = cfg.vocab_size;
+  const int64_t S = opt.max_sequences + (opt.cuda_graphs ? 1 : 0), L = W + K;
+  CHECK(B == static_cast<int64_t>(next.size())) << "draft: " << B << " sequences but " << next.size() << " next tokens";
+  CHECK(n_drafts >= 1 && n_drafts <= K) << "draft: " << n_drafts << " drafts asked; the DSpark block drafts 1 to " << K;
+  CHECK_KIND(kResourceExhausted, B * K <= opt.max_batch_tokens)
+      << "draft: " << B << " sequences x the block of " << K << " exceed max_batch_tokens " << opt.max_batch_tokens;
+  std::vector<DraftBlock> out(static_cast<size_t>(B));
+  if (B == 0) return out;
+  std::vector<bool> seen(seq_tokens.size(), false);
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t s = sequences[i];
+    CHECK(s >= 0 && s < static_cast<int64_t>(seq_tokens.size()) && seq_tokens[s] >= 0)
+        << "draft: " << s << " is not a live sequence";
+    CHECK(!seen[s]) << "draft: sequence " << s << " appears twice";
+    seen[s] = true;
+    CHECK(seq_tokens[s] > 0) << "draft: sequence " << s << " has no committed position yet";
+    CHECK(next[i] >= 0 && next[i] < V) << "draft: next token " << next[i] << " is outside the vocabulary [0, " << V << ")";
+  }
+  // Graphs (cuda_graphs, not profiling): the draft runs as a bucket Bb >= B of sequences (the
+  // smallest of graph_buckets); sequences B.. Bb-1 are padding: token 0 then the noise at
+  // positions 0.., attending to their own block keys only (no ring row), results ignored.
+  int64_t Bb = B;
+  bool graph = false;
+  if (graphs_on && !profiling) {
+    for (int64_t b : opt.graph_buckets) {
+      if (b >= B) {
+        graph = b * K <= opt.max_batch_tokens;
+        if (graph) Bb = b;
+        break;
+      }
+    }
+  }
+  // Metadata (positions are known on the host; the drafts stay on the device until the end).
+  const int64_t n = Bb * K;
+  int32_t* mh = g.meta_host;
+  auto at = [&](int s, int64_t row) -> int32_t& { return mh[s * g.rows + row]; };
+  int32_t* gather = mh + kQSections * g.rows;
+  for (int64_t b = 0; b < Bb; ++b) {
+    const bool pad = b >= B;
+    const int64_t s = pad ? -1 : sequences[b], p = pad ? -1 : seq_tokens[s] - 1;
+    const int64_t lo = pad ? 0 : std::max<int64_t>(0, p - W + 1);
+    const int64_t n_keys = (p - lo + 1) + K;
+    for (int64_t i = 0; i < K; ++i) {
+      const int64_t row = i * Bb + b;
+      at(kQIds, row) = i == 0 ? (pad ? 0 : next[b]) : static_cast<int32_t>(g.noise);
+      at(kQPos, row) = static_cast<int32_t>(p + 1 + i);
+      at(kQAttn, row) = static_cast<int32_t>(lo + n_keys - 1);
+      at(kQLo, row) = static_cast<int32_t>(lo);
+      at(kQRow0, row) = static_cast<int32_t>(b * L);
+      at(kQZero, row) = 0;
+    }
+    int32_t* list = gather + b * L;
+    for (int64_t t = 0; t < L; ++t) {  // ring rows of lo..p, the block rows, then padding (never read)
+      const int64_t k = std::min(t, n_keys - 1);
+      list[t] = static_cast<int32_t>(k <= p - lo ? s * g.n_slots + (lo + k) % g.n_slots
+                                                 : S * g.n_slots + (k - (p - lo + 1)) * Bb + b);
+    }
+  }
+  cudaStream_t stream = ctx.stream();
+  const GpuWork saved = work;  // work() keeps describing the last forward
+  CUDA_CHECK(cudaMemcpyAsync(g.meta, mh, g.meta_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   const bool host_logits = probabilities == nullptr;
-  if (!host_logits) mtp_top_probability_cuda(stream, g.logits, n, V, g.prob);
+  if (graph) {  // captured on first use: that call runs eagerly, then the capture
+    auto it = g.graphs.find({Bb, !host_logits});
+    if (it != g.graphs.end()) {
+      it->second.launch(stream);
+      ++graph_stats.draft_replays;
+    } else {
+      dspark_draft_enqueue(Bb, !host_logits);
+      try {
+        cuda::Graph cg = cuda::Graph::capture(stream, [&] { dspark_draft_enqueue(Bb, !host_logits); });
+        LOG(INFO) << "GpuModel: captured the DSpark draft graph of " << Bb << " sequences (" << cg.n_nodes()
+                  << " nodes)";
+        g.graphs.emplace(std::make_pair(Bb, !host_logits), std::move(cg));
+        ++graph_stats.draft_captured;
+      } catch (const Error& e) {  // this draft already ran; later ones stay eager
+        graphs_on = false;
+        LOG(WARNING) << "GpuModel: capturing the DSpark draft graph failed, CUDA graphs turned off: " << e.what();
+      }
+    }
+  } else {
+    dspark_draft_enqueue(Bb, !host_logits);
+  }
   // Results: one copy each into pinned memory (tokens, confidences, probabilities), the
   // logits and hidden rows only when asked for, then the one synchronisation.
   float* oh = g.out_host;
@@ -368,7 +419,7 @@ std::vector<DraftBlock> GpuModel::Impl::dspark_draft(std::span<const int64_t> se
   for (int64_t b = 0; b < B; ++b) {
     DraftBlock& ob = out[static_cast<size_t>(b)];
     for (int64_t i = 0; i < n_drafts; ++i) {
-      const int64_t row = i * B + b;
+      const int64_t row = i * Bb + b;
       ob.tokens.push_back(tokens[row]);
       ob.confidence.push_back(oh[g.rows + row]);
       if (!host_logits) {

@@ -280,6 +280,7 @@ struct GpuGraphStats {
   int64_t last_bucket = 0;  // rows the last forward ran as (0: eager, unpadded)
   int64_t last_length = 0;  // L of the last forward's key (1: decode; 0: eager)
   int64_t verify_captured = 0, verify_replays = 0;  // the same for keys of L >= 2
+  int64_t draft_captured = 0, draft_replays = 0;    // DSpark drafts (GpuModel::draft)
 };
 
 class GpuModel {
@@ -368,13 +369,15 @@ class GpuModel {
   //
   // DSpark (GpuModelOptions::dspark), as Model::draft (model/dspark.cc): one block
   // [next, noise x (block - 1)] per sequence at positions p + 1.., all sequences' blocks in one
-  // eager pass of sequences.size() * block rows through the three stages (each block position
+  // pass of sequences.size() * block rows through the three stages (each block position
   // attends to its stage's context keys of positions max(0, p - W + 1)..p and to all block keys,
   // bidirectionally, with the sink), the head, then the Markov head step by step on the device
   // and the confidences. Returns per sequence the first n_drafts (1 <= n_drafts <= block) of
   // tokens, Markov-corrected logits [n, V], hidden [n, D] (the last-site collapse) and
   // confidence [n] (raw c_i, always, also with `probabilities`). One host synchronisation per
-  // call (the results' copy); the draft's own keys go to scratch rows, never the rings.
+  // call (the results' copy); the draft's own keys go to scratch rows, never the rings. With
+  // cuda_graphs the pass runs as a bucket b >= sequences.size() of graph_buckets (padding
+  // sequences see only their own block), replayed from the graph of (b, probabilities or not).
   std::vector<DraftBlock> draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
                                 int64_t n_drafts, std::vector<std::vector<float>>* probabilities = nullptr);
   bool has_mtp() const;

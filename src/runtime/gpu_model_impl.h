@@ -181,6 +181,9 @@ struct GpuDspark {
   float* out_host = nullptr;                    // pinned: tokens, confidences, probabilities [3 * rows]
   ActScratch a;                                 // kFp8 activation scratch (unused: V4.1 is kF32)
   void* moe_ws = nullptr;                       // grouped MoE workspace for `rows` rows
+  // CUDA graphs of a draft's device work (cuda_graphs): key (bucket of sequences, with the
+  // device probabilities), captured on first use (gpu_dspark.cc).
+  std::map<std::pair<int64_t, bool>, cuda::Graph> graphs;
 };
 
 // Prefix pieces' link to the model's stream (gpu_prefix_state.cc): pieces hold it weakly
@@ -511,6 +514,9 @@ struct GpuModel::Impl {
   void init_dspark(const ModelWeights* host);
   void dspark_tap(int64_t layer, const float* X_in);
   void dspark_write_context();
+  // The device work of a draft of b sequences (rows i * b + j, metadata uploaded), through the
+  // Markov head and the confidences (and the probabilities when `prob`): graph-safe.
+  void dspark_draft_enqueue(int64_t b, bool prob);
   std::vector<DraftBlock> dspark_draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
                                        int64_t n_drafts, std::vector<std::vector<float>>* probabilities);
   // A drafter block's weights (the MTP block, a DSpark stage): ratio-0 attention and a

@@ -28,7 +28,8 @@
 //    (batch-invariant, bitwise); verification forwards [y, drafts] replayed from graphs (keys
 //    (L, bucket)) give bitwise the eager logits and, after a rollback, the next eager decode's
 //    logits and the context keys bitwise the eager model's; a batched draft equals one-by-one
-//    drafts (bitwise); the
+//    drafts (bitwise), also replayed from a draft graph (bucket of sequences, with and without
+//    the device probabilities); the
 //    device-side probabilities (CudaRunner's path) are the softmax of the logits (1e-5) and the
 //    confidences are those of the host-logits call.
 //  * bad requests and bad options fail with Error.
@@ -447,11 +448,32 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
         << "sequence " << i;
     next.push_back(int32_t(gen() % uint32_t(V)));
   }
-  const std::vector<DraftBlock> batched = graphs.draft(sg, next, 5);
-  for (int64_t i = 0; i < kSeqs; ++i) {
-    expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 5),
-                      "batched graph-model draft vs one-by-one eager draft, sequence " + std::to_string(i));
+  // The graph model drafts 3 sequences as a bucket of 4 (one padding sequence): the first call
+  // runs eagerly and captures, the second replays; both bitwise the one-by-one eager drafts.
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<DraftBlock> batched = graphs.draft(sg, next, 5);
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 5),
+                        "batched graph-model draft (call " + std::to_string(call) +
+                            ") vs one-by-one eager draft, sequence " + std::to_string(i));
+    }
   }
+  EXPECT_EQ(graphs.graph_stats().draft_captured, 1);
+  EXPECT_EQ(graphs.graph_stats().draft_replays, 1);
+  // CudaRunner's form (device probabilities, no logits): its own graph, replayed bitwise.
+  std::vector<std::vector<float>> pe, pg1, pg2;
+  const std::vector<DraftBlock> le = eager.draft(se, next, 4, &pe);
+  const std::vector<DraftBlock> lg1 = graphs.draft(sg, next, 4, &pg1), lg2 = graphs.draft(sg, next, 4, &pg2);
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    EXPECT_EQ(lg1[size_t(i)].tokens, le[size_t(i)].tokens) << "sequence " << i;
+    EXPECT_EQ(lg2[size_t(i)].tokens, le[size_t(i)].tokens) << "sequence " << i;
+    EXPECT_EQ(lg2[size_t(i)].confidence, le[size_t(i)].confidence) << "sequence " << i;
+    EXPECT_EQ(pg1[size_t(i)], pe[size_t(i)]) << "sequence " << i;
+    EXPECT_EQ(pg2[size_t(i)], pe[size_t(i)]) << "sequence " << i;
+  }
+  EXPECT_EQ(graphs.graph_stats().draft_captured, 2);
+  EXPECT_EQ(graphs.graph_stats().draft_replays, 2);
+  EXPECT_EQ(eager.graph_stats().draft_captured, 0);
 }
 
 // Verification forwards replayed from CUDA graphs (GpuModel "CUDA graphs": key (L, bucket of
