@@ -186,6 +186,10 @@ const OptionGroup kDeviceOptionGroup = {
         {"weight-format", "auto|fp8|fp32",
          "cuda: auto (default) = fp8: projections, experts and head in 128x128 block FP8 (a checkpoint's "
          "FP8 weights as stored, FP4 experts converted exactly); fp32 only on request. cpu: fp32."},
+        {"expert-format", "auto|fp8|w4a8",
+         "cuda: routed experts on the device; auto (default) = w4a8 for a checkpoint's FP4 experts with "
+         "fp8 weights on an sm_90 GPU (FP4 codes as stored, half the memory of fp8), else fp8 (FP4 "
+         "converted exactly to 128x128 block FP8; fp32 with --weight-format fp32)."},
         {"kv-cache-dtype", "auto|fp8|bf16",
          "cuda: KV entries; auto (default) = fp8 with official numerics, bf16 with reference."},
         {"cuda-graphs", "", "cuda: decode steps replay CUDA graphs (the default on cuda)."},
@@ -215,6 +219,7 @@ std::string apply_device_options(const Args& args, EngineArgs& engine_args) {
   request.device = args.get("device", "auto");
   request.weight_format = args.get("weight-format", "auto");
   request.kv_cache_dtype = args.get("kv-cache-dtype", "auto");
+  request.expert_format = args.get("expert-format", "auto");
   request.cuda_graphs = args.has("cuda-graphs") ? 1 : args.has("no-cuda-graphs") ? 0 : -1;
   return resolve_device(request, cuda_device_count(), engine_args);
 }

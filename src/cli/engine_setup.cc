@@ -97,6 +97,10 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
   const bool fp8_auto = cuda && !model_config_of(engine_args).is_v41();
   engine_args.weight_format = request.weight_format != "auto" ? request.weight_format : fp8_auto ? "fp8" : "fp32";
   engine_args.kv_cache_dtype = request.kv_cache_dtype;
+  CHECK(request.expert_format == "auto" || request.expert_format == "fp8" || request.expert_format == "w4a8")
+      << "--expert-format must be auto, fp8 or w4a8, not '" << request.expert_format << "'";
+  CHECK(cuda || request.expert_format == "auto") << "--expert-format is a setting of --device cuda";
+  engine_args.expert_format = request.expert_format;
   engine_args.cuda_graphs = request.cuda_graphs < 0 ? cuda : request.cuda_graphs == 1;
   if (cuda && engine_args.weight_format == "fp8") {
     const bool stored_fp8 = !engine_args.dummy_weights && model_config_of(engine_args).quant.method == "fp8";

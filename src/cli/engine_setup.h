@@ -17,6 +17,7 @@ struct DeviceRequest {
   std::string device = "auto";          // auto | cpu | cuda
   std::string weight_format = "auto";   // auto | fp8 | fp32
   std::string kv_cache_dtype = "auto";  // auto | fp8 | bf16 (passed on: the runner resolves auto)
+  std::string expert_format = "auto";   // auto | fp8 | w4a8 (passed on: GpuModel resolves auto)
   int cuda_graphs = -1;                 // -1: the device's default, 0: off, 1: on
 };
 

@@ -64,6 +64,7 @@ std::unique_ptr<ModelRunner> make_engine_runner(const EngineArgs& args) {
   r.gpu_memory_utilization = args.gpu_memory_utilization;
   r.weight_format = args.weight_format;
   r.kv_cache_dtype = args.kv_cache_dtype;
+  r.expert_format = args.expert_format;
   r.cuda_graphs = args.cuda_graphs;
   r.speculative_method = args.speculative_method;
   r.num_speculative_tokens = args.num_speculative_tokens;

@@ -108,6 +108,9 @@ struct EngineArgs {
   double gpu_memory_utilization = 0.9;
   std::string weight_format = "fp32";  // cuda: "fp32" | "fp8" (block-scaled FP8 projections)
   std::string kv_cache_dtype = "auto";  // cuda: "auto" (fp8 official, bf16 reference) | "fp8" | "bf16"
+  // cuda: the routed experts' device format (GpuModelOptions::expert_format): "auto" (w4a8 for
+  // FP4 checkpoint experts with fp8 weights on sm_90, else fp8) | "fp8" | "w4a8".
+  std::string expert_format = "auto";
   bool cuda_graphs = false;            // cuda: decode steps replay CUDA graphs (either weight format)
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;

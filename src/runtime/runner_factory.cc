@@ -105,6 +105,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   // V4.1: auto is the bf16 cache (the FP8 / FP4 values of official numerics are exact in it).
   o.kv_cache_dtype = v41 && args.kv_cache_dtype == "auto" ? "bf16" : args.kv_cache_dtype;
   o.cuda_graphs = args.cuda_graphs;
+  o.expert_format = args.expert_format;
   o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
   // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) or V4.1's DSpark
   // (GpuModelOptions::dspark) when asked for (mtp / dspark, auto) and the checkpoint has it;

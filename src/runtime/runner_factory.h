@@ -25,6 +25,7 @@ struct RunnerArgs {
   double gpu_memory_utilization = 0.9;
   std::string weight_format = "fp32";  // CUDA: "fp32" | "fp8" (block-scaled FP8 projections)
   std::string kv_cache_dtype = "auto";  // CUDA: "auto" | "fp8" | "bf16" (GpuModelOptions::kv_cache_dtype)
+  std::string expert_format = "auto";   // CUDA: "auto" | "fp8" | "w4a8" (GpuModelOptions::expert_format)
   bool cuda_graphs = false;             // CUDA: GpuModelOptions::cuda_graphs
   // CUDA: the drafter the runner keeps (EngineArgs::speculative_method / num_speculative_tokens):
   // "mtp" or "auto" with a checkpoint that has mtp.0 builds the MTP-1 drafter on the device
