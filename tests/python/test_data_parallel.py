@@ -137,13 +137,17 @@ def mixed_requests(n=64, seed=5):
         prompt = " ".join(rng.choice(words) for _ in range(rng.randint(1, 60)))
         if i % 4 == 0:  # a shared prefix: affinity routing
             prompt = "shared system prompt " * 6 + prompt
-        reqs.append({"prompt": prompt, "max_tokens": rng.randint(1, 12), "temperature": 0,
-                     "ignore_eos": True, "stream": i % 3 == 0})
+        req = {"prompt": prompt, "max_tokens": rng.randint(1, 12), "temperature": 0,
+               "ignore_eos": True, "stream": i % 3 == 0}
+        if i % 3 != 0 and i % 2 == 1:  # the committed tokens' logprobs, compared exactly (bitwise logits)
+            req["logprobs"] = 3
+        reqs.append(req)
     return reqs
 
 
 def complete(port, body, timeout=180):
-    """(status, text, error message or None); streams are joined."""
+    """(status, text, error message or None); streams are joined; with "logprobs" the text is
+    (text, the logprobs object as JSON)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("POST", "/v1/completions", body=json.dumps(body),
@@ -157,7 +161,10 @@ def complete(port, body, timeout=180):
     if r.status != 200:
         return r.status, "", json.loads(raw)["error"]["message"]
     if not body.get("stream"):
-        return 200, json.loads(raw)["choices"][0]["text"], None
+        choice = json.loads(raw)["choices"][0]
+        if body.get("logprobs"):  # text plus the logprobs as the server printed them
+            return 200, (choice["text"], json.dumps(choice.get("logprobs"), sort_keys=True)), None
+        return 200, choice["text"], None
     text, error = "", None
     for line in raw.split("\n"):
         if not line.startswith("data: ") or line == "data: [DONE]":
