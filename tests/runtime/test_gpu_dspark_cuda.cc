@@ -50,6 +50,7 @@
 #include "model/weight_source.h"
 #include "runtime/gpu_model.h"
 #include "../model/model_test_util.h"
+#include "verify_graphs_test_util.h"
 
 namespace deepinfer {
 namespace {
@@ -58,6 +59,9 @@ constexpr const char* kGolden = "tests/data/golden_v41/dspark_quant/bf16";
 constexpr const char* kTrained = "models/trained-v41";
 
 using testing::random_tokens;
+using testing::expect_verify_graphs_bitwise;
+using testing::VerifyGraphCase;
+using testing::expect_same_draft_bits;
 
 float max_abs_of(const float* a, int64_t n) {
   float m = 0;
@@ -321,12 +325,6 @@ std::vector<std::vector<float>> window_keys(const GpuModel& g, int64_t seq, int6
   return keys;
 }
 
-void expect_same_draft(const DraftBlock& a, const DraftBlock& b, const std::string& what) {
-  EXPECT_EQ(a.tokens, b.tokens) << what;
-  EXPECT_EQ(a.logits, b.logits) << what;
-  EXPECT_EQ(a.hidden, b.hidden) << what;
-  EXPECT_EQ(a.confidence, b.confidence) << what;
-}
 
 TEST(GpuDspark, RollbackLoopEqualsAFreshSequence) {
   const HostModel h = load_host(kGolden);
@@ -352,12 +350,12 @@ TEST(GpuDspark, RollbackLoopEqualsAFreshSequence) {
   const int64_t fresh = g.new_sequence();
   gpu_run(g, fresh, committed);
   EXPECT_EQ(window_keys(g, s, g.n_tokens(s), n_stages), window_keys(g, fresh, g.n_tokens(fresh), n_stages));
-  expect_same_draft(gpu_draft(g, s, 7, K), gpu_draft(g, fresh, 7, K), "rolled-back vs fresh sequence");
+  expect_same_draft_bits(gpu_draft(g, s, 7, K), gpu_draft(g, fresh, 7, K), "rolled-back vs fresh sequence");
   // A prefix state carries the rings: the imported sequence drafts as the exporter.
   const std::shared_ptr<const PrefixState> piece = g.export_prefix(s, nullptr);
   const PrefixState* chain[1] = {piece.get()};
   const int64_t imported = g.import_prefix(chain);
-  expect_same_draft(gpu_draft(g, imported, 9, K), gpu_draft(g, s, 9, K), "imported vs exporting sequence");
+  expect_same_draft_bits(gpu_draft(g, imported, 9, K), gpu_draft(g, s, 9, K), "imported vs exporting sequence");
 }
 
 // --- MODEL_SPEC §E.16 / §E.17 -----------------------------------------------------------------
@@ -406,7 +404,7 @@ TEST(GpuDspark, BlockIsBidirectionalAndDraftingDeterministic) {
   cpu_run(*cpu, *st, prompt);
   Worst worst;
   expect_draft_near(b, cpu->draft(*st, 4, 1), V, D, 1e-4f, "other noise token vs CPU", worst);
-  expect_same_draft(gpu_draft(g, s, 4, 5), gpu_draft(g, s, 4, 5), "a second draft");
+  expect_same_draft_bits(gpu_draft(g, s, 4, 5), gpu_draft(g, s, 4, 5), "a second draft");
 }
 
 // --- graphs, batching, device probabilities ---------------------------------------------------
@@ -453,7 +451,7 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
   for (int call = 0; call < 2; ++call) {
     const std::vector<DraftBlock> batched = graphs.draft(sg, next, 5);
     for (int64_t i = 0; i < kSeqs; ++i) {
-      expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 5),
+      expect_same_draft_bits(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 5),
                         "batched graph-model draft (call " + std::to_string(call) +
                             ") vs one-by-one eager draft, sequence " + std::to_string(i));
     }
@@ -476,91 +474,24 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
   EXPECT_EQ(eager.graph_stats().draft_captured, 0);
 }
 
-// Verification forwards replayed from CUDA graphs (GpuModel "CUDA graphs": key (L, bucket of
-// chunks)) against eager ones on the golden V4.1 DSpark checkpoint (ratios 2 / 1, KV and index
-// sources, candidate blocks), batch-invariant: three sequences (bucket 4: one padding chunk) run
-// the same speculative loop on both models: batched drafts (bitwise equal), the verification
-// [y, drafts] of every sequence with all logits (L = 2, 4, 6 in turn; every fourth step one
-// sequence verifies fewer drafts and another only y, shorter than the key's L) bitwise equal; a
-// random prefix kept (truncate), then one EAGER decode step on both whose logits must be bitwise
-// equal (the state the graph verification left, rolled back, is the eager one's), and at the end
-// every stage's context keys of the window.
+// Verification forwards replayed from CUDA graphs against eager ones (verify_graphs_test_util.h)
+// on the golden V4.1 DSpark checkpoint (ratios 2 / 1, KV and index sources, candidate blocks),
+// L = 2, 4, 6 in turn, every stage's context keys of the window compared at the end.
 TEST(GpuDspark, VerificationGraphsAreBitwiseTheEagerForwards) {
   const HostModel h = load_host(kGolden);
-  const int64_t n_stages = h.cfg.num_nextn_predict_layers, V = h.cfg.vocab_size;
+  const int64_t n_stages = h.cfg.num_nextn_predict_layers;
   GpuModelOptions eager_o = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), graph_o = eager_o;
   graph_o.cuda_graphs = true;
   GpuModel eager(h.cfg, h.weights, eager_o), graphs(h.cfg, h.weights, graph_o);
-  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  VerifyGraphCase c;
+  c.label = "DSpark";
+  c.lengths = {2, 4, 6};
+  c.keys = [n_stages](const GpuModel& g, int64_t seq, int64_t n) {
+    std::vector<float> all;
+    for (const std::vector<float>& k : window_keys(g, seq, n, n_stages)) all.insert(all.end(), k.begin(), k.end());
+    return all;
   };
-  constexpr int64_t kSeqs = 3;
-  std::vector<int64_t> se, sg;
-  for (int64_t i = 0; i < kSeqs; ++i) {
-    const auto p = random_tokens(2 + 17 * i, V, 80 + uint32_t(i));
-    se.push_back(eager.new_sequence());
-    sg.push_back(graphs.new_sequence());
-    ASSERT_TRUE(same_bits(gpu_run(eager, se.back(), p), gpu_run(graphs, sg.back(), p)));
-    EXPECT_EQ(graphs.graph_stats().last_bucket, 0);  // a prefill chunk runs eagerly
-  }
-  std::mt19937 gen(21);
-  int64_t verifies = 0, differ = 0, decode_differ = 0;
-  const int64_t Ls[3] = {2, 4, 6};
-  for (int step = 0; step < 12; ++step) {
-    const int64_t L = Ls[step % 3];
-    std::vector<int32_t> next;
-    for (int64_t i = 0; i < kSeqs; ++i) next.push_back(int32_t(gen() % uint32_t(V)));
-    const std::vector<DraftBlock> dg = graphs.draft(sg, next, L - 1), de = eager.draft(se, next, L - 1);
-    std::vector<std::vector<int32_t>> tok(kSeqs);
-    std::vector<GpuChunk> ce, cg;
-    for (int64_t i = 0; i < kSeqs; ++i) {
-      expect_same_draft(dg[size_t(i)], de[size_t(i)], "draft, step " + std::to_string(step));
-      tok[size_t(i)] = {next[size_t(i)]};
-      tok[size_t(i)].insert(tok[size_t(i)].end(), dg[size_t(i)].tokens.begin(), dg[size_t(i)].tokens.end());
-      if (step % 4 == 3 && i > 0) tok[size_t(i)].resize(size_t(i == 1 ? 1 : L - 1));  // shorter chunks
-      ce.push_back({se[size_t(i)], tok[size_t(i)], true});
-      cg.push_back({sg[size_t(i)], tok[size_t(i)], true});
-    }
-    const Tensor le = eager.forward(ce), lg = graphs.forward(cg);
-    ++verifies;
-    differ += le.numel() != lg.numel() || std::memcmp(le.raw(), lg.raw(), le.nbytes()) != 0;
-    EXPECT_EQ(graphs.graph_stats().last_length, L) << "step " << step;
-    EXPECT_EQ(graphs.graph_stats().last_bucket, 4 * L) << "step " << step;  // 3 chunks -> bucket 4
-    EXPECT_TRUE(std::all_of(lg.f32(), lg.f32() + lg.numel(), [](float v) { return std::isfinite(v); }));
-    for (int64_t i = 0; i < kSeqs; ++i) {  // keep y and a random number of the drafts
-      const auto len = int64_t(tok[size_t(i)].size());
-      const int64_t keep = eager.n_tokens(se[size_t(i)]) - len + 1 + int64_t(gen() % uint32_t(len));
-      eager.truncate(se[size_t(i)], keep);
-      graphs.truncate(sg[size_t(i)], keep);
-    }
-    graphs.set_cuda_graphs(false);  // the next decode runs eagerly on both: it reads the state
-    std::vector<std::vector<int32_t>> one(kSeqs);
-    std::vector<GpuChunk> de1, dg1;
-    for (int64_t i = 0; i < kSeqs; ++i) {
-      one[size_t(i)] = {int32_t(gen() % uint32_t(V))};
-      de1.push_back({se[size_t(i)], one[size_t(i)], false});
-      dg1.push_back({sg[size_t(i)], one[size_t(i)], false});
-    }
-    const Tensor xe = eager.forward(de1), xg = graphs.forward(dg1);
-    decode_differ += std::memcmp(xe.raw(), xg.raw(), xe.nbytes()) != 0;
-    EXPECT_EQ(graphs.graph_stats().last_bucket, 0);
-    graphs.set_cuda_graphs(true);
-  }
-  for (int64_t i = 0; i < kSeqs; ++i) {
-    const int64_t n = eager.n_tokens(se[size_t(i)]);
-    ASSERT_EQ(graphs.n_tokens(sg[size_t(i)]), n);
-    EXPECT_EQ(window_keys(graphs, sg[size_t(i)], n, n_stages), window_keys(eager, se[size_t(i)], n, n_stages))
-        << "sequence " << i;
-  }
-  const GpuGraphStats& gs = graphs.graph_stats();
-  std::printf("DSpark verification graphs: %lld verifications, %lld differ bitwise, %lld next eager decodes "
-              "differ; %lld verification graphs captured, %lld replays\n",
-              (long long)verifies, (long long)differ, (long long)decode_differ, (long long)gs.verify_captured,
-              (long long)gs.verify_replays);
-  EXPECT_EQ(differ, 0);
-  EXPECT_EQ(decode_differ, 0);
-  EXPECT_EQ(gs.verify_captured, 3);
-  EXPECT_GT(gs.verify_replays, 0);
+  expect_verify_graphs_bitwise(eager, graphs, c);
 }
 
 TEST(GpuDspark, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {

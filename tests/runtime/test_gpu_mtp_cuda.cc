@@ -63,6 +63,7 @@
 #include "../model/golden_data.h"
 #include "../model/model_test_util.h"
 #include "fp8_act_emulation.h"
+#include "verify_graphs_test_util.h"
 
 namespace deepinfer {
 namespace {
@@ -71,6 +72,8 @@ constexpr const char* kGoldenMtp = "tests/data/golden_mtp";
 constexpr const char* kTrainedV4 = "models/trained-v4";
 
 using testing::random_tokens;
+using testing::expect_verify_graphs_bitwise;
+using testing::VerifyGraphCase;
 
 float max_abs_of(const float* a, int64_t n) {
   float m = 0;
@@ -787,94 +790,15 @@ TEST(GpuMtp, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
   }
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-// Verification forwards replayed from CUDA graphs (GpuModel "CUDA graphs": key (L, bucket of
-// chunks)) against eager ones, batch-invariant: three sequences (bucket 4: one padding chunk)
-// run the same speculative loop on `eager` and `graphs`: batched drafts (bitwise equal on both),
-// the verification [y, drafts] of every sequence (L = 2 .. max_rollback + 1 in turn; every
-// fourth step one sequence verifies fewer drafts and another only y, so the chunks are shorter
-// than the key's L), all logits bitwise equal; a random prefix kept (truncate), then one EAGER
-// decode step on both models whose logits must be bitwise equal (the cache state the graph
-// verification left, rolled back, is the eager one's), and at the end the MTP keys of the window.
-void expect_verify_graphs_bitwise(GpuModel& eager, GpuModel& graphs, int64_t max_drafts) {
-  const int64_t V = eager.config().vocab_size;
-  const int64_t depth = graphs.options().max_rollback;
-  ASSERT_GE(depth, 1);
-  constexpr int64_t kSeqs = 3;
-  std::vector<int64_t> se, sg;
-  for (int64_t i = 0; i < kSeqs; ++i) {
-    const auto p = random_tokens(3 + 13 * i, V, 60 + uint32_t(i));
-    se.push_back(eager.new_sequence());
-    sg.push_back(graphs.new_sequence());
-    ASSERT_TRUE(same_bits(gpu_run(eager, se.back(), p), gpu_run(graphs, sg.back(), p)));
-    EXPECT_EQ(graphs.graph_stats().last_bucket, 0);  // a prefill chunk runs eagerly
-  }
-  std::mt19937 gen(12);
-  int64_t verifies = 0, differ = 0, decode_differ = 0;
-  const int64_t replays0 = graphs.graph_stats().verify_replays;
-  for (int step = 0; step < 12; ++step) {
-    const int64_t L = 2 + step % std::min(depth, max_drafts);  // 1 + drafts
-    std::vector<int32_t> next;
-    for (int64_t i = 0; i < kSeqs; ++i) next.push_back(int32_t(gen() % uint32_t(V)));
-    const std::vector<DraftBlock> dg = graphs.draft(sg, next, L - 1), de = eager.draft(se, next, L - 1);
-    std::vector<std::vector<int32_t>> tok(kSeqs);
-    std::vector<GpuChunk> ce, cg;
-    for (int64_t i = 0; i < kSeqs; ++i) {
-      expect_same_draft(dg[size_t(i)], de[size_t(i)], "draft, step " + std::to_string(step));
-      tok[size_t(i)] = {next[size_t(i)]};
-      tok[size_t(i)].insert(tok[size_t(i)].end(), dg[size_t(i)].tokens.begin(), dg[size_t(i)].tokens.end());
-      if (step % 4 == 3 && i > 0) tok[size_t(i)].resize(size_t(i == 1 ? 1 : L - 1));  // shorter chunks
-      ce.push_back({se[size_t(i)], tok[size_t(i)], true});
-      cg.push_back({sg[size_t(i)], tok[size_t(i)], true});
-    }
-    const Tensor le = eager.forward(ce), lg = graphs.forward(cg);
-    ++verifies;
-    differ += !same_bits(le, lg);
-    EXPECT_EQ(eager.graph_stats().last_bucket, 0);
-    EXPECT_EQ(graphs.graph_stats().last_length, L) << "step " << step;
-    EXPECT_EQ(graphs.graph_stats().last_bucket, 4 * L) << "step " << step;  // 3 chunks -> bucket 4
-    EXPECT_EQ(graphs.n_logits_rows(), le.shape()[0]);
-    EXPECT_TRUE(std::all_of(lg.f32(), lg.f32() + lg.numel(), [](float v) { return std::isfinite(v); }));
-    for (int64_t i = 0; i < kSeqs; ++i) {  // keep y and a random number of the drafts
-      const auto len = int64_t(tok[size_t(i)].size());
-      const int64_t keep = eager.n_tokens(se[size_t(i)]) - len + 1 + int64_t(gen() % uint32_t(len));
-      eager.truncate(se[size_t(i)], keep);
-      graphs.truncate(sg[size_t(i)], keep);
-    }
-    graphs.set_cuda_graphs(false);  // the next decode runs eagerly on both: it reads the state
-    std::vector<std::vector<int32_t>> one(kSeqs);
-    std::vector<GpuChunk> de1, dg1;
-    for (int64_t i = 0; i < kSeqs; ++i) {
-      one[size_t(i)] = {int32_t(gen() % uint32_t(V))};
-      de1.push_back({se[size_t(i)], one[size_t(i)], false});
-      dg1.push_back({sg[size_t(i)], one[size_t(i)], false});
-    }
-    decode_differ += !same_bits(eager.forward(de1), graphs.forward(dg1));
-    EXPECT_EQ(graphs.graph_stats().last_bucket, 0);
-    graphs.set_cuda_graphs(true);
-  }
-  for (int64_t i = 0; i < kSeqs; ++i) {
-    const int64_t n = eager.n_tokens(se[size_t(i)]);
-    ASSERT_EQ(graphs.n_tokens(sg[size_t(i)]), n);
-    EXPECT_EQ(window_keys(graphs, sg[size_t(i)], n), window_keys(eager, se[size_t(i)], n)) << "sequence " << i;
-  }
-  // A chunk of more than max_rollback + 1 tokens with all logits, and a prefill chunk, run eagerly.
-  const auto longer = random_tokens(depth + 2, V, 5);
-  gpu_run(graphs, sg[0], longer, true);
-  EXPECT_EQ(graphs.graph_stats().last_bucket, 0);
-  const GpuGraphStats& gs = graphs.graph_stats();
-  std::printf("verification graphs: %lld verifications, %lld differ bitwise, %lld next eager decodes differ; "
-              "%lld verification graphs captured, %lld replays (all graphs: %lld captured, %.1f ms)\n",
-              (long long)verifies, (long long)differ, (long long)decode_differ, (long long)gs.verify_captured,
-              (long long)gs.verify_replays, (long long)gs.captured, gs.capture_ms);
-  EXPECT_EQ(differ, 0);
-  EXPECT_EQ(decode_differ, 0);
-  EXPECT_EQ(gs.verify_captured, std::min(depth, max_drafts));
-  EXPECT_GT(gs.verify_replays - replays0, 0);
-  EXPECT_EQ(eager.graph_stats().replays, 0);
+// The verification-graph loop (verify_graphs_test_util.h) with the MTP keys of the window;
+// L = 2 .. 4 (max_rollback 3).
+VerifyGraphCase mtp_verify_case() {
+  VerifyGraphCase c;
+  c.label = "MTP";
+  c.lengths = {2, 3, 4};
+  c.prompt_base = 3, c.prompt_step = 13, c.prompt_seed = 60, c.loop_seed = 12;
+  c.keys = [](const GpuModel& g, int64_t seq, int64_t n) { return window_keys(g, seq, n); };
+  return c;
 }
 
 GpuModelOptions verify_graph_options(bool graphs) {
@@ -887,14 +811,14 @@ TEST(GpuMtp, VerificationGraphsAreBitwiseTheEagerForwardsGolden) {  // golden_mt
   const std::string dir = std::string(kGoldenMtp) + "/model";
   auto eager = GpuModel::load(dir, verify_graph_options(false));
   auto graphs = GpuModel::load(dir, verify_graph_options(true));
-  expect_verify_graphs_bitwise(*eager, *graphs, 3);
+  expect_verify_graphs_bitwise(*eager, *graphs, mtp_verify_case());
 }
 
 TEST(GpuMtp, VerificationGraphsAreBitwiseTheEagerForwardsCompressed) {  // ratios 4 / 128, indexer
   const ModelConfig cfg = small_mtp_config();
   const ModelWeights w = small_mtp_weights(cfg);
   GpuModel eager(cfg, w, verify_graph_options(false)), graphs(cfg, w, verify_graph_options(true));
-  expect_verify_graphs_bitwise(eager, graphs, 3);
+  expect_verify_graphs_bitwise(eager, graphs, mtp_verify_case());
 }
 
 // The device-side probabilities (CudaRunner's path: no logits copied back) against the softmax
