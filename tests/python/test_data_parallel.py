@@ -360,21 +360,29 @@ def test_dead_rank_of_an_independent_replica(reference_outputs):
         s.stop()
 
 
+def fail_rank_1(s, how, n_requests, busy_ranks, pids):
+    """Starts n_requests long requests, waits until busy_ranks have some in flight, then kills
+    (SIGKILL) or stops (SIGSTOP) rank 1; fills `pids` (rank -> pid) and returns (the requests'
+    results, seconds from the signal to the last result)."""
+    pool, futures = start_long_requests(s.port, n_requests)
+    wait_in_flight(s.port, busy_ranks)
+    pids.update(s.rank_pids())
+    assert sorted(pids) == [0, 1], pids
+    t0 = time.time()
+    os.kill(pids[1], signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    results = [f.result(timeout=60) for f in futures]
+    elapsed = time.time() - t0
+    pool.shutdown()
+    return results, elapsed
+
+
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_failed_rank_of_an_expert_parallel_group(how):
     s = Serve(["--model", "tiny", "--batch-invariant", "--data-parallel-size", "2", "--expert-parallel-size", "2",
                "--dp-health-timeout", "2"], world=2, env={"DEEPINFER_COMM_TIMEOUT_S": "3"})
     pids = {}
     try:
-        pool, futures = start_long_requests(s.port, 4)
-        wait_in_flight(s.port, [0, 1])
-        pids = s.rank_pids()
-        assert sorted(pids) == [0, 1], pids
-        t0 = time.time()
-        os.kill(pids[1], signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-        results = [f.result(timeout=60) for f in futures]
-        elapsed = time.time() - t0
-        pool.shutdown()
+        results, elapsed = fail_rank_1(s, how, 4, [0, 1], pids)
         # Every client of the group gets a clear error, within the timeouts (2-3 s) plus slack.
         for status, _, err in results:
             assert err is not None and status in (200, 503), (status, err)
@@ -400,15 +408,7 @@ def test_failed_follower_of_a_context_parallel_group(how):
               world=2, env={"DEEPINFER_COMM_TIMEOUT_S": "3"})
     pids = {}
     try:
-        pool, futures = start_long_requests(s.port, 3)
-        wait_in_flight(s.port, [0])
-        pids = s.rank_pids()
-        assert sorted(pids) == [0, 1], pids
-        t0 = time.time()
-        os.kill(pids[1], signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-        results = [f.result(timeout=60) for f in futures]
-        elapsed = time.time() - t0
-        pool.shutdown()
+        results, elapsed = fail_rank_1(s, how, 3, [0], pids)
         # kill: mpirun ends the job, leader included (the front: "replica 0 failed"); stop: the
         # leader's next agreement with the follower times out ("... timed out after 3 s ...").
         for status, _, err in results:
