@@ -424,6 +424,9 @@ void set_traits_of(ModelConfig* c) {
   t.router_bias_vl = v41;
   t.route_norm_eps = v41 ? 1e-20 : 0.0;
   t.route_normalize_always = !v41;
+  t.dspark_taps_block_output = !v41;
+  t.dspark_hc_head = !v41;
+  t.dspark_markov_w12_names = !v41;
 }
 
 }  // namespace
@@ -464,7 +467,11 @@ ModelConfig parse_model_config(const nlohmann::json& config) {
   parse_moe_schedule(k, &c);
   parse_rope(k, &c);
   parse_quantization(nested && !k.has("quantization_config") ? top : k, &c);
-  if (v41) parse_v41_keys(k, top, &c);
+  if (v41) {
+    parse_v41_keys(k, top, &c);
+  } else {
+    parse_dspark_keys(k, &c);  // V4-Flash-DSpark / 0731 (MODEL_SPEC §D)
+  }
   check_consistency(c);
   complete_model_config(&c);
   return c;

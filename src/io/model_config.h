@@ -67,6 +67,15 @@ struct ModelTraits {
   bool route_normalize_always = true;
   // Added to the sum of the chosen routing scores before normalising (V4.1: 1e-20).
   double route_norm_eps = 0.0;
+  // DSpark drafter (MODEL_SPEC §D.1, §D.4, §D.5). V4-DSpark / 0731: the taps are the streams
+  // after each target block (its output), the last stage collapses with its own hc_head
+  // (`mtp.<last>.hc_head_*`, as V4's final head), the Markov tensors are
+  // `markov_head.markov_w1 / markov_w2`. V4.1: the streams entering each target layer, the last
+  // stage's FFN-site pre (single-pass mHC), `markov_head.embed / head`. The stages themselves are
+  // the family's blocks (single_pass_mhc, per_head_q_norm, window rounding, routing above).
+  bool dspark_taps_block_output = true;
+  bool dspark_hc_head = true;
+  bool dspark_markov_w12_names = true;
   bool operator==(const ModelTraits&) const = default;
 };
 
@@ -92,6 +101,9 @@ struct DsparkConfig {
   int64_t markov_rank = 0;
   int64_t n_routed_experts = 0;   // 0: the backbone's
   int64_t n_experts_per_tok = 0;  // 0: the backbone's
+  // Stages mtp.0 .. mtp.<n_stages-1>. V4.1: num_nextn_predict_layers; V4-DSpark / 0731: 3 (its
+  // config keeps num_nextn_predict_layers = 1 although the checkpoint has three stages, §D).
+  int64_t n_stages = 0;
   bool operator==(const DsparkConfig&) const = default;
 };
 

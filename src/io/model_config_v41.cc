@@ -37,7 +37,9 @@ void parse_engram(const Keys& k, ModelConfig* c) {
       << "config: 'engram_pad_token_id' " << e.pad_token_id << " is outside the vocabulary";
 }
 
-void parse_dspark(const Keys& k, ModelConfig* c) {
+}  // namespace
+
+void parse_dspark_keys(const Keys& k, ModelConfig* c) {
   DsparkConfig& d = c->dspark;
   if (!k.has("dspark_block_size")) return;
   d.block_size = k.integer("dspark_block_size");
@@ -59,9 +61,10 @@ void parse_dspark(const Keys& k, ModelConfig* c) {
   CHECK(d.n_experts_per_tok <= (d.n_routed_experts ? d.n_routed_experts : c->n_routed_experts))
       << "config: 'dspark_num_experts_per_tok' " << d.n_experts_per_tok
       << " exceeds the drafter's experts";
+  d.n_stages = c->is_v41() ? c->num_nextn_predict_layers : kV4DsparkStages;
+  CHECK(d.n_stages >= 1) << "config: DSpark needs num_nextn_predict_layers >= 1 (its stages), got "
+                         << c->num_nextn_predict_layers;
 }
-
-}  // namespace
 
 void parse_v41_keys(const Keys& k, const Keys& top, ModelConfig* c) {
   c->kv_source_layer_ids = int_list(k, "kv_source_layer_ids");
@@ -78,7 +81,7 @@ void parse_v41_keys(const Keys& k, const Keys& top, ModelConfig* c) {
   CHECK_KIND(kUnsupported, topk_method == "noaux_tc")
       << "config: 'topk_method' " << topk_method << " is not supported (expected noaux_tc)";
   parse_engram(k, c);
-  parse_dspark(k, c);
+  parse_dspark_keys(k, c);
 }
 
 }  // namespace deepinfer

@@ -50,6 +50,14 @@ void attention_projections(const ModelConfig& cfg, const AttentionWeights& w, co
                            int64_t n_rows, GemmMode mode, std::vector<float>& q_r,
                            std::vector<float>& q, std::vector<float>& kv);
 
+// DSpark taps (MODEL_SPEC §D.1): for each dspark target layer equal to `layer`, the mean over
+// the hc streams of X [N, hc, D] into taps [N, n_taps, D] (tap t at taps[(row * n_taps + t) * D]).
+// The forward calls it with the streams entering each layer (after Engram, `after_block` false)
+// and with the streams after it (true); it records only at the site the family taps
+// (ModelTraits::dspark_taps_block_output: V4-DSpark after the block, V4.1 entering it).
+void record_dspark_taps(const ModelConfig& cfg, int64_t layer, bool after_block, const float* X,
+                        int64_t n_rows, float* taps);
+
 // out [N, D] = wo_b . concat_g(wo_a[g] . o_g) for o [N, H*d] (MODEL_SPEC §A.3).
 void attention_output(const ModelConfig& cfg, const AttentionWeights& w, const float* o,
                       int64_t n_rows, GemmMode mode, float* out);

@@ -1,12 +1,18 @@
-// The DSpark drafter of V4.1 (MODEL_SPEC §D), CPU reference.
+// The DSpark drafter (MODEL_SPEC §D), CPU reference, of V4.1 and of V4-Flash-DSpark / 0731; what
+// differs between the two is in the config's traits (ModelTraits: single_pass_mhc,
+// per_head_q_norm, window rounding, routing, dspark_taps_block_output, dspark_hc_head) and
+// DsparkConfig (stage count, experts), never the model type.
+//  * Taps (record_dspark_taps, §D.1): per target layer, the mean over the hc streams of the streams
+//    entering the layer (V4.1) or after the block (V4-DSpark).
 //  * Context (every forward, every row): m_p = RMSNorm_main_norm(main_proj . concat of the taps),
 //    and per stage k its context K=V  RoPE_p(kv_norm_k(wkv_k . m_p)) (official numerics: the
-//    window's FP8 rounding) in the state's ring, slot p mod n_draft_slots.
+//    family's window rounding) in the state's ring, slot p mod n_draft_slots.
 //  * Draft after committed positions 0..p and the target's token y for p+1: the block
 //    [y, noise x (block-1)] at positions p+1.., embedded into the hc streams, runs through the
-//    stages (V4.1 blocks with single-pass mHC, pre_mix threading through the stages; the
-//    attention reads the stage's context keys of positions max(0, p-W+1)..p and every block
-//    key, bidirectionally, with the sink), then the last-site collapse h_i, the shared LM head
+//    stages (the family's blocks: V4.1 single-pass mHC with pre_mix threading through the
+//    stages, V4 each site with its own pre; the attention reads the stage's context keys of
+//    positions max(0, p-W+1)..p and every block key, bidirectionally, with the sink), then the
+//    collapse h_i (V4.1: the last site's pre; V4: the last stage's hc_head), the shared LM head
 //    on the last stage's norm, and the Markov head sequentially (tok_0 = y; logits_i +=
 //    W2 . W1[tok_i]; tok_{i+1} = argmax) with the confidence c_i = w_c . [h_i ; W1[tok_i]].
 #include <algorithm>
@@ -21,6 +27,24 @@
 #include "ops/rms_norm/rms_norm.h"
 
 namespace deepinfer {
+
+void record_dspark_taps(const ModelConfig& cfg, int64_t layer, bool after_block, const float* X,
+                        int64_t n_rows, float* taps) {
+  if (after_block != cfg.traits.dspark_taps_block_output) return;
+  const std::vector<int64_t>& layers = cfg.dspark.target_layer_ids;
+  const int64_t n_taps = static_cast<int64_t>(layers.size()), D = cfg.hidden_size, hc = cfg.hc_mult;
+  for (int64_t t = 0; t < n_taps; ++t) {
+    if (layers[t] != layer) continue;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float* f = &taps[(r * n_taps + t) * D];
+      for (int64_t i = 0; i < D; ++i) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < hc; ++j) sum += X[(r * hc + j) * D + i];
+        f[i] = sum / static_cast<float>(hc);
+      }
+    }
+  }
+}
 
 void Model::write_draft_context(const Batch& batch, const float* taps) const {
   const ModelConfig& cfg = config_;
@@ -72,6 +96,9 @@ DraftBlock Model::draft_dspark(const SequenceState& state, int32_t next, int64_t
                   D * sizeof(float));
     }
   }
+  // Single-pass mHC (V4.1): each site collapses with the previous site's pre, the first with e_0;
+  // V4: each site with its own.
+  const bool single_pass = cfg.traits.single_pass_mhc;
   std::vector<float> pre_mix(B * hc, 0.0f), attn_pre(B * hc), ffn_pre(B * hc), post(B * hc),
       comb(B * hc * hc);
   for (int64_t i = 0; i < B; ++i) pre_mix[i * hc] = 1.0f;
@@ -82,7 +109,7 @@ DraftBlock Model::draft_dspark(const SequenceState& state, int32_t next, int64_t
     const size_t k = &st - w.stages.data();
     hc_mix_ref(X.data(), B, st.hc_attn.fn.f32(), st.hc_attn.base.f32(), st.hc_attn.scale.f32(), hp,
                attn_pre.data(), post.data(), comb.data(), gemm_mode_);
-    hc_collapse_ref(X.data(), pre_mix.data(), B, hc, D, u.data());
+    hc_collapse_ref(X.data(), single_pass ? pre_mix.data() : attn_pre.data(), B, hc, D, u.data());
     rms_norm_ref(u.data(), st.attn_norm.f32(), B, D, D, eps, x.data());
     // DSpark attention: context keys of positions <= p, then the whole block, both ways.
     std::vector<float> q_r, q, kv;
@@ -109,17 +136,22 @@ DraftBlock Model::draft_dspark(const SequenceState& state, int32_t next, int64_t
 
     hc_mix_ref(X.data(), B, st.hc_ffn.fn.f32(), st.hc_ffn.base.f32(), st.hc_ffn.scale.f32(), hp,
                ffn_pre.data(), post.data(), comb.data(), gemm_mode_);
-    hc_collapse_ref(X.data(), attn_pre.data(), B, hc, D, u.data());
+    hc_collapse_ref(X.data(), single_pass ? attn_pre.data() : ffn_pre.data(), B, hc, D, u.data());
     rms_norm_ref(u.data(), st.ffn_norm.f32(), B, D, D, eps, x.data());
     moe_forward(st.moe, moe, x.data(), B, ids.data(), y.data(), gemm_mode_);
     hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), B, hc, D, X2.data());
     X.swap(X2);
-    pre_mix.swap(ffn_pre);
+    if (single_pass) pre_mix.swap(ffn_pre);
   }
 
   DraftBlock out;
   out.hidden.resize(B * D);
-  hc_collapse_ref(X.data(), pre_mix.data(), B, hc, D, out.hidden.data());
+  if (cfg.traits.dspark_hc_head) {
+    hc_head_ref(X.data(), B, w.hc_head.fn.f32(), w.hc_head.base.f32(), w.hc_head.scale.f32(), hp,
+                out.hidden.data(), gemm_mode_);
+  } else {
+    hc_collapse_ref(X.data(), pre_mix.data(), B, hc, D, out.hidden.data());
+  }
   std::vector<float> hn(B * D);
   rms_norm_ref(out.hidden.data(), w.norm.f32(), B, D, D, eps, hn.data());
   out.logits.resize(B * V);

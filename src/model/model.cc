@@ -7,6 +7,7 @@
 
 #include "base/parallel.h"
 #include "io/config_parser.h"
+#include "model/block_parts.h"
 #include "model/model_batch.h"
 #include "model/rope_config.h"
 #include "model/swa_replay.h"
@@ -242,24 +243,14 @@ Tensor Model::forward_rows(std::span<const SequenceChunk> chunks) const {
   HcMixParams hp{hc, D, cfg.hc_sinkhorn_iters, static_cast<float>(cfg.hc_eps),
                  static_cast<float>(cfg.rms_norm_eps)};
   const float eps = static_cast<float>(cfg.rms_norm_eps);
-  // DSpark taps (V4.1, §D.1): the streams entering each target layer, averaged over streams.
-  const std::vector<int64_t>& tap_layers = cfg.dspark.target_layer_ids;
-  const int64_t n_taps = weights_.has_dspark ? static_cast<int64_t>(tap_layers.size()) : 0;
+  // DSpark taps (§D.1): per target layer the streams entering it (V4.1) or after it (V4-DSpark),
+  // averaged over streams (record_dspark_taps).
+  const int64_t n_taps = weights_.has_dspark ? static_cast<int64_t>(cfg.dspark.target_layer_ids.size()) : 0;
   std::vector<float> taps(N * n_taps * D);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     if (lw.has_engram) engram_block(l, batch, X.data());
-    for (int64_t t = 0; t < n_taps; ++t) {
-      if (tap_layers[t] != l) continue;
-      for (int64_t r = 0; r < N; ++r) {
-        float* f = &taps[(r * n_taps + t) * D];
-        for (int64_t i = 0; i < D; ++i) {
-          float sum = 0.0f;
-          for (int64_t j = 0; j < hc; ++j) sum += X[(r * hc + j) * D + i];
-          f[i] = sum / static_cast<float>(hc);
-        }
-      }
-    }
+    if (n_taps > 0) record_dspark_taps(cfg, l, /*after_block=*/false, X.data(), N, taps.data());
     hc_mix_ref(X.data(), N, lw.hc_attn.fn.f32(), lw.hc_attn.base.f32(), lw.hc_attn.scale.f32(), hp,
                attn_pre.data(), post.data(), comb.data(), gemm_mode_);
     hc_collapse_ref(X.data(), single_pass ? pre_mix.data() : attn_pre.data(), N, hc, D, u.data());
@@ -296,6 +287,7 @@ Tensor Model::forward_rows(std::span<const SequenceChunk> chunks) const {
     hc_expand_ref(X.data(), y.data(), post.data(), comb.data(), N, hc, D, X2.data());
     X.swap(X2);
     if (single_pass) pre_mix.swap(ffn_pre);
+    if (n_taps > 0) record_dspark_taps(cfg, l, /*after_block=*/true, X.data(), N, taps.data());
   }
   if (n_taps > 0) write_draft_context(*b, taps.data());
   if (weights_.has_mtp) write_mtp_context(*b, X.data());

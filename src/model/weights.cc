@@ -88,11 +88,12 @@ MoeWeights take_scored_moe(WeightSource& src, const std::string& fp, const Model
 DsparkWeights take_dspark(WeightSource& src, const ModelConfig& cfg) {
   const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, n_mix = (2 + hc) * hc;
   const int64_t n_taps = static_cast<int64_t>(cfg.dspark.target_layer_ids.size());
-  const int64_t n_stages = cfg.num_nextn_predict_layers, R = cfg.dspark.markov_rank;
+  const int64_t n_stages = cfg.dspark.n_stages, R = cfg.dspark.markov_rank;
   const int64_t n_experts = cfg.dspark.n_routed_experts > 0 ? cfg.dspark.n_routed_experts : cfg.n_routed_experts;
   CHECK(n_stages >= 1 && n_taps >= 1 && R > 0)
-      << "config: DSpark needs num_nextn_predict_layers >= 1, dspark_target_layer_ids and "
+      << "config: DSpark needs stages (V4.1: num_nextn_predict_layers >= 1), dspark_target_layer_ids and "
          "dspark_markov_rank (got " << n_stages << " stages, " << n_taps << " taps, rank " << R << ")";
+
   DsparkWeights w;
   w.main_proj = src.take("mtp.0.main_proj.weight", {D, n_taps * D});
   w.main_norm = src.take("mtp.0.main_norm.weight", {D});
@@ -109,9 +110,13 @@ DsparkWeights take_dspark(WeightSource& src, const ModelConfig& cfg) {
   }
   const std::string last = "mtp." + std::to_string(n_stages - 1) + ".";
   w.norm = src.take(last + "norm.weight", {D});
-  w.markov_embed = src.take(last + "markov_head.embed.weight", {cfg.vocab_size, R});
-  w.markov_head = src.take(last + "markov_head.head.weight", {cfg.vocab_size, R});
+  const bool w12 = cfg.traits.dspark_markov_w12_names;
+  w.markov_embed = src.take(last + (w12 ? "markov_head.markov_w1.weight" : "markov_head.embed.weight"),
+                            {cfg.vocab_size, R});
+  w.markov_head = src.take(last + (w12 ? "markov_head.markov_w2.weight" : "markov_head.head.weight"),
+                           {cfg.vocab_size, R});
   w.confidence = src.take(last + "confidence_head.proj.weight", {1, D + R});
+  if (cfg.traits.dspark_hc_head) w.hc_head = take_hc(src, last + "hc_head_", hc, hc * D, 1);
   return w;
 }
 

@@ -75,10 +75,11 @@ struct LayerWeights {
   EngramWeights engram;
 };
 
-// DSpark drafter of V4.1 (MODEL_SPEC §D.5): three ratio-0 stages `mtp.k.*` with the
-// backbone's layer layout (their own MoE of dspark_n_routed_experts), the feature
-// projection, the last stage's norm, Markov and confidence heads. Embedding and LM head are
-// the backbone's.
+// DSpark drafter (MODEL_SPEC §D.5) of V4.1 and of V4-Flash-DSpark / 0731: DsparkConfig::n_stages
+// ratio-0 stages `mtp.k.*` with the backbone's layer layout (their own MoE: V4.1
+// dspark_n_routed_experts, V4 the backbone's expert count), the feature projection, the last
+// stage's norm, Markov and confidence heads, and (V4, ModelTraits::dspark_hc_head) the last
+// stage's hc_head. Embedding and LM head are the backbone's.
 struct DsparkStageWeights {
   Tensor attn_norm, ffn_norm;  // [D]
   HcWeightsT hc_attn, hc_ffn;
@@ -91,8 +92,9 @@ struct DsparkWeights {
   Tensor main_norm;   // [D]
   std::vector<DsparkStageWeights> stages;
   Tensor norm;        // [D] (mtp.<last>.norm)
-  Tensor markov_embed, markov_head;  // [V, R]
+  Tensor markov_embed, markov_head;  // [V, R] (V4.1 embed / head, V4 markov_w1 / markov_w2)
   Tensor confidence;  // [1, D + R]
+  HcWeightsT hc_head;  // V4: mtp.<last>.hc_head_{fn,base,scale} [n_hc, n_hc*D], [n_hc], [1]
 };
 
 // MTP-1 of V4-Flash / V4-Pro (MODEL_SPEC §A.9, §D.7): `mtp.0.*`, one V4 block (compress ratio
