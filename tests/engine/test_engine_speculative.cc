@@ -1,6 +1,7 @@
 // Speculative decoding in the batching engine (engine/spec_decode.h, EngineArgs::
 // speculative_method; issue 15 deliverables 2 and 5, CPU backend), on the V4.1 golden
-// checkpoint with its DSpark drafter (vocabulary 64), in batch-invariant mode:
+// checkpoint with its DSpark drafter (vocabulary 64; the greedy case also on the V4-DSpark / 0731
+// golden checkpoint tests/data/golden_v4_dspark), in batch-invariant mode:
 //  * greedy: 64 requests submitted at once (penalties, logit_bias, logprobs, stop ids, min_tokens,
 //    EOS) with a state budget small enough to preempt and with aborts give token for token
 //    the outputs of the non-speculative engine, and every committed token's logits row is
@@ -283,6 +284,48 @@ TEST(EngineSpeculative, MtpGreedyEqualsPlain) {
   const EngineRun conf = run_engine(a, jobs, {}, 0, small_mtp_model);
   print_stats("mtp drafter, confidence scheduling", conf.stats);
   expect_same_greedy(plain, conf, {});
+}
+
+// The DSpark drafter of V4-Flash-DSpark / 0731 (tests/data/golden_v4_dspark: a tiny V4 checkpoint
+// with the V4-DSpark keys and tensors, vocabulary 64; model/dspark.cc with the V4 traits): the 64
+// greedy jobs with a state budget that bounds admission and with aborts give the non-speculative
+// engine's tokens and bitwise logits rows, fixed and confidence-scheduled, overlap on and off;
+// "auto" picks the drafter.
+std::unique_ptr<Model> v4_dspark_model() {
+  return Model::load("tests/data/golden_v4_dspark/model", {Numerics::kOfficial, /*batch_invariant=*/true});
+}
+
+TEST(EngineSpeculative, V4DsparkGreedyEqualsPlainWithAborts) {
+  ASSERT_EQ(v4_dspark_model()->drafter_kind(), DrafterKind::kDspark);
+  const std::vector<EngineRequest> jobs = greedy_jobs(64);
+  EngineArgs small = spec_args(true);
+  // 512 KiB: admission waits for states to free (about a third of the steps of an unbounded
+  // budget). This checkpoint's layers are window-only, so a state stops growing once it holds
+  // the window and the scheduler never has to preempt (tried: block sizes 2 / 8, budgets
+  // 32 KiB .. 1.5 MiB, chunks of 12 .. 96 tokens); preemption with the same drafter code is the
+  // V4.1 case above (GreedyEqualsPlainWithPreemptionAndAborts).
+  small.state_budget_bytes = 1 << 19;
+  const EngineRun plain = run_engine(small, jobs, {}, 0, v4_dspark_model);
+  const std::vector<std::string> aborted = {"g3", "g20", "g41", "g62"};
+  const struct {
+    const char* method;
+    const char* scheduling;
+    bool overlap;
+  } cases[] = {{"dspark", "fixed", true}, {"dspark", "confidence", false}, {"auto", "fixed", false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.method) + ", " + c.scheduling + (c.overlap ? ", overlap on" : ", overlap off"));
+    EngineArgs d = small;
+    d.overlap = c.overlap;
+    d.speculative_method = c.method;
+    d.spec_scheduling = c.scheduling;
+    const EngineRun spec = run_engine(d, jobs, aborted, 6, v4_dspark_model);
+    print_stats((std::string("v4 dspark drafter, ") + c.method + ", " + c.scheduling).c_str(), spec.stats);
+    expect_same_greedy(plain, spec, aborted);
+    if (std::string(c.scheduling) == "fixed") {
+      EXPECT_GT(spec.stats.n_verifications, 0);
+      EXPECT_EQ(spec.stats.accepted_at.size(), 5u);  // the checkpoint's block
+    }
+  }
 }
 
 TEST(EngineSpeculative, RefusesWhatItCannotDo) {

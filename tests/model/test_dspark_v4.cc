@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "golden_data.h"
 #include "io/config_parser.h"
@@ -87,6 +88,29 @@ TEST(DsparkV4, TheConfigKeysMakeItADsparkCheckpoint) {
   auto state = model->new_state();
   EXPECT_EQ(state->draft_rings.size(), 3u);
   EXPECT_EQ(state->n_mtp_slots, 0);  // not an MTP-1 checkpoint
+}
+
+TEST(DsparkV4, BadDsparkKeysFailNamingTheKey) {
+  std::ifstream in(kModel + "/config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  const std::pair<const char*, nlohmann::json> bad[] = {
+      {"dspark_noise_token_id", 64}, {"dspark_target_layer_ids", {1, 2, 4}}, {"dspark_block_size", 0}};
+  for (const auto& [key, value] : bad) {
+    SCOPED_TRACE(key);
+    nlohmann::json j = good;
+    j[key] = value;
+    try {
+      parse_model_config(j);
+      FAIL() << key << " = " << value << " parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json none = good;  // without the dspark keys: a plain V4 checkpoint, no drafter
+  for (const char* key : {"dspark_block_size", "dspark_noise_token_id", "dspark_target_layer_ids", "dspark_markov_rank"}) {
+    none.erase(key);
+  }
+  EXPECT_EQ(parse_model_config(none).dspark, DsparkConfig{});
 }
 
 // A source without one tensor.
