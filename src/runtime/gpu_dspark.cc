@@ -5,7 +5,7 @@
 //    dspark_n_routed_experts, top dspark_num_experts_per_tok), the last stage's norm, the Markov
 //    tables and the confidence projection (all fp32: V4.1 runs with kF32 weights). Embedding
 //    and head are the backbone's. V4-0731's variant (taps after the last blocks, local mHC and
-//    hc_head) is refused at construction: the CPU model has no reference of it yet.
+//    hc_head) is refused at construction: it runs on the CPU only (model/dspark.cc).
 //  * context, inside every forward (graph-safe: launches sized by the forward's rows, per-row
 //    values from the row metadata on the device): dspark_tap writes each target layer's
 //    entering streams' mean into the rows' taps; after the last layer dspark_write_context
@@ -117,7 +117,7 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
       << "GpuModel: dspark needs a config with DSpark keys (dspark_block_size, ...); this one has none";
   CHECK_KIND(kUnsupported, cfg.traits.single_pass_mhc && cfg.traits.window_fp8_all_dims)
       << "GpuModel: dspark runs V4.1's DSpark (taps entering the target layers, single-pass mHC); "
-         "V4-0731's (taps after the last blocks, hc_head) has no CPU reference yet";
+         "V4-0731's (taps after the last blocks, hc_head) runs on the CPU only (model/dspark.cc)";
   CHECK_KIND(kUnsupported, !fp8()) << "GpuModel: dspark runs with fp32 weights only (as V4.1)";
   CHECK_KIND(kUnsupported, hw == nullptr || hw->has_dspark)
       << "GpuModel: dspark needs the checkpoint's DSpark tensors; this one has none";

@@ -243,7 +243,7 @@ struct GpuModelOptions {
   // each forward (from the taps: the streams entering the config's target layers; graph-safe),
   // so draft() works after any forward or truncate(). Costs each forward the taps, main_proj
   // and one wkv per stage over its rows. At most one of mtp and dspark. V4-0731's DSpark
-  // (taps after the last blocks, hc_head) is refused: the CPU model has no reference of it.
+  // (taps after the last blocks, hc_head) is refused: it runs on the CPU only (model/dspark.cc).
   bool dspark = false;
 };
 

@@ -115,7 +115,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   CHECK_KIND(kUnsupported, spec != "dspark" || family.dspark.block_size > 0)
       << "engine: --speculative-method dspark, but the config has no DSpark drafter (dspark_block_size)";
   CHECK_KIND(kUnsupported, spec != "dspark" || family.is_v41())
-      << "engine: the DSpark drafter runs on device cuda for DeepSeek-V4.1 checkpoints only";
+      << "engine: the DSpark drafter runs on device cuda for DeepSeek-V4.1 checkpoints only; "
+         "V4-Flash-DSpark / 0731's drafter runs on --device cpu (its device kernels are not written yet)";
   auto use_mtp = [&](bool has_mtp) {
     if (!has_mtp || (spec != "mtp" && spec != "auto")) return;
     o.mtp = true;
