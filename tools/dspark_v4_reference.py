@@ -77,14 +77,7 @@ def gen_weights(cfg):
     def add(n, v):
         W[n] = np.asarray(v, dtype=np.float64)
 
-    add("embed.weight", rng.standard_normal((V, D)))
-    add("head.weight", rng.standard_normal((V, D)) / np.sqrt(D))
-    add("norm.weight", 1.0 + 0.1 * rng.standard_normal(D))
-    add("hc_head_fn", rng.standard_normal((hc, hc * D)) / np.sqrt(hc * D))
-    add("hc_head_base", 0.1 * rng.standard_normal(hc))
-    add("hc_head_scale", 0.5 + 0.1 * rng.standard_normal(1))
-    for l in range(cfg["num_hidden_layers"]):
-        MR.gen_block(add, rng, f"layers.{l}.", cfg)
+    MR.gen_backbone(add, rng, cfg)
     add("mtp.0.main_proj.weight", rng.standard_normal((D, n_taps * D)) / np.sqrt(n_taps * D))
     add("mtp.0.main_norm.weight", 1.0 + 0.1 * rng.standard_normal(D))
     for k in range(N_STAGES):

@@ -109,14 +109,10 @@ def gen_block(add, rng, p, cfg):
         add(q + "w2.weight", lin(D, I))
 
 
-def gen_weights(cfg):
-    rng = np.random.default_rng(SEED)
+def gen_backbone(add, rng, cfg):
+    """The random V4 backbone (embedding, head, final norm, hc_head, the layers), drawn from
+    `rng` in this order (tools/dspark_v4_reference.py draws its backbone with it too)."""
     D, V, hc = cfg["hidden_size"], cfg["vocab_size"], cfg["hc_mult"]
-    W = {}
-
-    def add(n, v):
-        W[n] = np.asarray(v, dtype=np.float64)
-
     add("embed.weight", rng.standard_normal((V, D)))
     add("head.weight", rng.standard_normal((V, D)) / np.sqrt(D))
     add("norm.weight", 1.0 + 0.1 * rng.standard_normal(D))
@@ -125,6 +121,17 @@ def gen_weights(cfg):
     add("hc_head_scale", 0.5 + 0.1 * rng.standard_normal(1))
     for l in range(cfg["num_hidden_layers"]):
         gen_block(add, rng, f"layers.{l}.", cfg)
+
+
+def gen_weights(cfg):
+    rng = np.random.default_rng(SEED)
+    D, hc = cfg["hidden_size"], cfg["hc_mult"]
+    W = {}
+
+    def add(n, v):
+        W[n] = np.asarray(v, dtype=np.float64)
+
+    gen_backbone(add, rng, cfg)
     m = "mtp.0."
     gen_block(add, rng, m, cfg)
     add(m + "e_proj.weight", rng.standard_normal((D, D)) / np.sqrt(D))
