@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "model/model.h"
+#include "model/weight_source.h"
 
 namespace deepinfer::testing {
 
@@ -95,5 +99,22 @@ inline float max_abs(const std::vector<float>& v) {
   for (float x : v) m = std::max(m, std::abs(x));
   return m;
 }
+
+// A weight source that hides one tensor (a checkpoint missing it): loaders must fail naming it.
+class Without : public WeightSource {
+ public:
+  Without(std::unique_ptr<WeightSource> inner, std::string hidden)
+      : inner_(std::move(inner)), hidden_(std::move(hidden)) {}
+  Tensor take(const std::string& name, const Shape& shape) override {
+    if (name == hidden_) THROW(kNotFound) << "missing tensor '" << name << "'";
+    return inner_->take(name, shape);
+  }
+  bool has(const std::string& name) const override { return name != hidden_ && inner_->has(name); }
+  std::vector<std::string> untaken() const override { return {}; }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+  std::string hidden_;
+};
 
 }  // namespace deepinfer::testing

@@ -42,6 +42,8 @@
 namespace deepinfer {
 namespace {
 
+using testing::Without;
+
 using testing::read_f32;
 using testing::read_ids;
 
@@ -112,23 +114,6 @@ TEST(DsparkV4, BadDsparkKeysFailNamingTheKey) {
   }
   EXPECT_EQ(parse_model_config(none).dspark, DsparkConfig{});
 }
-
-// A source without one tensor.
-class Without : public WeightSource {
- public:
-  Without(std::unique_ptr<WeightSource> inner, std::string hidden)
-      : inner_(std::move(inner)), hidden_(std::move(hidden)) {}
-  Tensor take(const std::string& name, const Shape& shape) override {
-    if (name == hidden_) THROW(kNotFound) << "missing tensor '" << name << "'";
-    return inner_->take(name, shape);
-  }
-  bool has(const std::string& name) const override { return name != hidden_ && inner_->has(name); }
-  std::vector<std::string> untaken() const override { return {}; }
-
- private:
-  std::unique_ptr<WeightSource> inner_;
-  std::string hidden_;
-};
 
 TEST(DsparkV4, AMissingDrafterTensorFailsNamingIt) {
   const ModelConfig cfg = load_model_config(kModel);

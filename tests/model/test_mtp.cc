@@ -30,6 +30,8 @@
 namespace deepinfer {
 namespace {
 
+using testing::Without;
+
 using testing::random_tokens;
 
 ModelConfig mtp_config() {
@@ -72,23 +74,6 @@ TEST(Mtp, LoadsWhenTheCheckpointHasIt) {
   none.mtp_compress_ratios.clear();
   EXPECT_EQ(mtp_model(Numerics::kReference, -1, true, none)->drafter_kind(), DrafterKind::kNone);
 }
-
-// A source without one tensor.
-class Without : public WeightSource {
- public:
-  Without(std::unique_ptr<WeightSource> inner, std::string hidden)
-      : inner_(std::move(inner)), hidden_(std::move(hidden)) {}
-  Tensor take(const std::string& name, const Shape& shape) override {
-    if (name == hidden_) THROW(kNotFound) << "missing tensor '" << name << "'";
-    return inner_->take(name, shape);
-  }
-  bool has(const std::string& name) const override { return name != hidden_ && inner_->has(name); }
-  std::vector<std::string> untaken() const override { return {}; }
-
- private:
-  std::unique_ptr<WeightSource> inner_;
-  std::string hidden_;
-};
 
 TEST(Mtp, ConfigAndWeightErrorsNameTheCulprit) {
   const ModelConfig cfg = mtp_config();
