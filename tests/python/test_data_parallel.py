@@ -285,12 +285,14 @@ def test_dp_serve_matches_single_process(model, ep, eplb, reference_outputs):
 # chunks with it). Chunks of at most 128 tokens, so the long prompts take 2-4 chunks, all but a
 # short last one context-parallel; with ep 2 the two ranks also shard the experts (then only a
 # step whose one chunk is long runs context-parallel: the first request goes alone).
-@pytest.mark.parametrize("ep", [1, 2])
-def test_cp_serve_matches_single_process(ep, reference_outputs):
+# dp 2 with cp 2: four ranks, two replicas (CP groups 0-1 and 2-3), each led by its first rank.
+@pytest.mark.parametrize("dp,ep", [(1, 1), (1, 2), (2, 1)])
+def test_cp_serve_matches_single_process(dp, ep, reference_outputs):
     want = reference_outputs.long("tiny")
     assert all(status == 200 and err is None for status, _, err in want)
     s = Serve(["--model", "tiny", "--batch-invariant", "--context-parallel-size", "2", "--expert-parallel-size",
-               str(ep), "--max-num-batched-tokens", "128", "--cp-min-tokens", "64"], world=2)
+               str(ep), "--data-parallel-size", str(dp), "--max-num-batched-tokens", "128", "--cp-min-tokens", "64"],
+              world=2 * dp)
     try:
         reqs = long_prompt_requests()
         first = complete(s.port, reqs[0])
@@ -302,7 +304,7 @@ def test_cp_serve_matches_single_process(ep, reference_outputs):
         s.stop()
     for i, (g, w) in enumerate(zip(got, want)):
         assert g == w, f"request {i}: {g} != {w}"
-    assert len(replicas) == 1, replicas  # the follower serves no HTTP
+    assert len(replicas) == dp, replicas  # followers serve no HTTP
     assert metric(leader, "deepinfer_cp_size") == 2
     assert metric(leader, "deepinfer_cp_prefill_chunks_total") >= 2, leader
     assert metric(leader, "deepinfer_cp_prefill_tokens_total") >= 128, leader
