@@ -30,6 +30,13 @@ struct Inexact {
 
 }  // namespace
 
+void check_fp4_scales(const uint8_t* scales, int64_t n_rows, int64_t n_sb, int64_t row0, const std::string& name) {
+  for (int64_t i = 0; i < n_rows * n_sb; ++i) {
+    CHECK(scales[i] != 255) << "scale of FP4 tensor '" << name << "' at [" << row0 + i / n_sb << ", "
+                            << i % n_sb << "] is the e8m0 NaN code 255";
+  }
+}
+
 Fp8BlockWeight fp4_to_fp8_block(const Tensor& packed, const Tensor& scale,
                                 const std::string& name, Fp4ToFp8Policy policy) {
   CHECK((packed.dtype() == DType::I8 || packed.dtype() == DType::U8) && packed.dim() == 2)
@@ -49,10 +56,7 @@ Fp8BlockWeight fp4_to_fp8_block(const Tensor& packed, const Tensor& scale,
   const auto* sc = static_cast<const uint8_t*>(scale.raw());
   auto* q = static_cast<uint8_t*>(out.weight.raw());
   auto* new_scale = static_cast<uint8_t*>(out.scale.raw());
-  for (int64_t i = 0; i < n * n_sb; ++i) {
-    CHECK(sc[i] != 255) << "scale of FP4 tensor '" << name << "' at [" << i / n_sb << ", "
-                        << i % n_sb << "] is the e8m0 NaN code 255";
-  }
+  check_fp4_scales(sc, n, n_sb, 0, name);
   float mag[16];
   for (int c = 0; c < 16; ++c) mag[c] = e2m1_to_f32(static_cast<uint8_t>(c));
   // The conversion of each (offset, code) pair for the offsets formed in fp32, computed once

@@ -34,6 +34,12 @@ struct Fp8BlockWeight {
   int64_t n_rounded = 0;  // values that were not exact (kRound only; 0 under kExact)
 };
 
+// Throws Error naming `name` and the [row, block] of the first scale byte 255 (the e8m0 NaN
+// code) in rows row0 .. row0 + n_rows - 1 of an FP4 tensor's F8_E8M0 scales, `scales` pointing
+// at row row0 of [*, n_sb]. Every reader of stored FP4 codes (this conversion, the W4A8 packs)
+// calls it.
+void check_fp4_scales(const uint8_t* scales, int64_t n_rows, int64_t n_sb, int64_t row0, const std::string& name);
+
 // `name` appears in error messages. Thread-safe; parallel over row blocks; deterministic.
 Fp8BlockWeight fp4_to_fp8_block(const Tensor& packed, const Tensor& scale,
                                 const std::string& name,

@@ -14,6 +14,7 @@
 #include "cuda/cuda_check.h"
 #include "io/config_parser.h"
 #include "io/dequant.h"
+#include "io/fp4_to_fp8.h"
 #include "io/weight_names.h"
 #include "model/rope_config.h"
 #include "model/weight_source.h"
@@ -229,10 +230,7 @@ void GpuModel::Impl::expert_stack_w4a8(const std::vector<const Tensor*>& host, i
         << p.scale.str() << ", expected packed [" << n << ", " << k / 2 << "] with F8_E8M0 [" << n
         << ", " << k / 32 << "]";
     const auto* sc = static_cast<const uint8_t*>(p.scale.raw());
-    for (int64_t i = 0; i < p.scale.numel(); ++i) {
-      CHECK(sc[i] != 255) << "scale of FP4 expert tensor '" << name << where << " at ["
-                          << i / (k / 32) << ", " << i % (k / 32) << "] is the e8m0 NaN code 255";
-    }
+    check_fp4_scales(sc, n, k / 32, 0, name + "' in checkpoint '" + ckpt->path());
     packed_codes.resize(static_cast<size_t>(cb));
     packed_scales.resize(static_cast<size_t>(sb));
     w4a8_pack(static_cast<const uint8_t*>(p.codes.raw()), sc, n, k, packed_codes.data(),

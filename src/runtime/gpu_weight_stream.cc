@@ -304,11 +304,7 @@ void GpuWeightStream::upload_w4a8(const void* host, int64_t n, int64_t k, uint8_
         << ", expected packed [" << m << ", " << k / 2 << "] with F8_E8M0 [" << m << ", " << k / 32
         << "]";
     const auto* sc = static_cast<const uint8_t*>(sr.scale.raw());
-    for (int64_t i = 0; i < sr.scale.numel(); ++i) {
-      CHECK(sc[i] != 255) << "scale of FP4 tensor '" << t.origin << where_s << " at ["
-                          << r0 + b + i / (k / 32) << ", " << i % (k / 32)
-                          << "] is the e8m0 NaN code 255";
-    }
+    check_fp4_scales(sc, m, k / 32, r0 + b, t.origin + "' in checkpoint '" + streamed_.path());
     packed_scales.resize(static_cast<size_t>(m * scale_row));
     uint8_t* buf = acquire(static_cast<size_t>(m * code_row));
     w4a8_pack(static_cast<const uint8_t*>(sr.weight.raw()), sc, m, k, buf, packed_scales.data());
