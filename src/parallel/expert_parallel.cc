@@ -109,6 +109,7 @@ void ExpertParallel::check_loaded(int64_t dim, int64_t inter) {
           << ", " << inter << "]";
     }
   }
+  metrics_.expert_bytes = held_expert_bytes();
   publish();
 }
 
@@ -360,6 +361,7 @@ bool ExpertParallel::rebalance() {
   metrics_.imbalance_after = metrics_.imbalance = window_imbalance(placements_);
   ++metrics_.rebalances;
   metrics_.last_rebalance_step = metrics_.steps;
+  metrics_.expert_bytes = held_expert_bytes();
   publish();
   return true;
 }
@@ -436,16 +438,13 @@ int64_t ExpertParallel::held_expert_bytes() const {
 
 ExpertParallelMetrics ExpertParallel::metrics() const {
   ExpertParallelMetrics m = metrics_;
-  m.expert_bytes = held_expert_bytes();
   if (window_.n_steps() > 0) m.window_tokens = window_.totals();
   return m;
 }
 
 void ExpertParallel::publish() {
-  ExpertParallelMetrics m = metrics_;
-  m.expert_bytes = held_expert_bytes();
   std::lock_guard<std::mutex> lock(published_mu_);
-  published_ = std::move(m);
+  published_ = metrics_;
 }
 
 ExpertParallelMetrics ExpertParallel::published_metrics() const {

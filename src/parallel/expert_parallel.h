@@ -81,7 +81,7 @@ struct ExpertParallelMetrics {
   double imbalance = 1.0, imbalance_before = 1.0, imbalance_after = 1.0;
   int64_t dispatch_bytes = 0, combine_bytes = 0;  // sent by this rank, all steps
   int64_t weight_bytes_received = 0;              // by EPLB re-placement
-  int64_t expert_bytes = 0;                       // routed-expert weights this rank holds now
+  int64_t expert_bytes = 0;  // routed-expert weights this rank holds (from check_loaded and each rebalance)
   // Routed tokens per (layer, expert) over the window, layer-major [n_layers * n_experts];
   // empty when nothing is counted.
   std::vector<int64_t> window_tokens;
@@ -149,8 +149,8 @@ class ExpertParallel {
   double window_imbalance(const std::vector<ExpertPlacement>& placements) const;
   // Moves weights so this rank holds what `next` gives it (collective).
   void move_weights(int64_t layer, const ExpertPlacement& next);
-  int64_t held_expert_bytes() const;
-  void publish();  // copies metrics() (less window_tokens) into published_
+  int64_t held_expert_bytes() const;  // summed over experts_: only when they change
+  void publish();  // copies metrics_ (no window_tokens) into published_
 
   std::shared_ptr<Communicator> comm_;
   ExpertParallelOptions options_;
