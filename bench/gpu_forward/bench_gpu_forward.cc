@@ -26,7 +26,10 @@
 //     The model keeps max_rollback 5 (the state a speculative server holds) for every case.
 // Output: markdown, the results tables last. Usage:
 //   bench_gpu_forward [--quick] [--check-only] [--no-verify] [--verify-only] [--commit SHA]
-//                     [--out FILE]
+//                     [--out FILE] [--model v4|v41]
+//   --model v41 (issue 14, deliverable 5): V4.1-Flash shapes, 8 layers with every role of the
+//   layer plan (v41_flash_config), FP8 32x32-block projections, W4A8 routed experts, decode at
+//   context 4K / 32K / 128K and prefill 4K / 16K / 64K (64K as four 16K chunks); no CPU check.
 //   --verify-only: skips the correctness check, the 32K decode and the prefill cases (the 4K
 //   decode rows stay: the ratios need them).
 #include <cuda_runtime.h>
@@ -49,6 +52,8 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
 #include "cuda/event.h"
+#include "io/config_parser.h"
+#include "io/layer_plan.h"
 #include "model/compare_util.h"
 #include "model/model.h"
 #include "model/weight_source.h"
@@ -107,6 +112,44 @@ ModelConfig flash_config() {  // V4-Flash shapes (MODEL_SPEC §0), 4 layers, no 
   c.n_routed_experts = 256;
   c.n_experts_per_tok = 6;
   c.moe_intermediate_size = 2048;
+  return c;
+}
+
+// V4.1-Flash shapes (MODEL_SPEC §C.1), depth truncated to 8 layers with every role of the
+// layer plan present: the full model's layers 0, 1 (window only; Engram is off: dummy weights
+// have no tables), 2 (ratio-2 KV + index source), 3 (ratio-2 reuse), 20 (ratio-1 source +
+// candidate source), 21 (reuse), 24 (reindex: own queries over layer 20's keys inside its
+// candidates), 25 (reuse of the reindex layer's top-k).
+ModelConfig v41_flash_config() {
+  ModelConfig c = base_config();
+  c.model_type = "deepseek_v41_text";
+  c.vocab_size = 129280;
+  c.hidden_size = 5120;
+  c.num_heads = 64;
+  c.head_dim = 512;
+  c.q_lora_rank = 1280;
+  c.o_groups = 8;
+  c.o_lora_rank = 1024;
+  c.sliding_window = 128;
+  c.rms_norm_eps = 1e-20;
+  c.index_n_heads = 32;
+  c.index_head_dim = 128;
+  c.index_topk = 512;
+  c.n_routed_experts = 384;
+  c.n_experts_per_tok = 6;
+  c.moe_intermediate_size = 2304;
+  c.compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1};
+  c.hash_layers.assign(8, false);
+  c.num_layers = 8;
+  c.kv_source_layer_ids = {2, 4};
+  c.index_source_layer_ids = {2, 4, 6};
+  c.candidate_source_layer_id = 4;
+  c.candidate_topk_blocks = 2048;
+  c.candidate_block_size = 8;
+  c.quant.method = "fp8";
+  c.quant.weight_block_n = c.quant.weight_block_k = 32;
+  c.quant.expert_dtype = "fp4";
+  complete_model_config(&c);  // V4.1 traits and the layer plan
   return c;
 }
 
@@ -369,7 +412,7 @@ void finish_row(Row& r, const GpuWork& w, const Ceilings& c) {
 
 int main(int argc, char** argv) {
   using namespace deepinfer;
-  bool quick = false, check_only = false, verify = true, verify_only = false;
+  bool quick = false, check_only = false, verify = true, verify_only = false, v41 = false;
   std::string commit = "unknown", out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -378,6 +421,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--verify-only")) verify_only = true;
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
+      const std::string m = argv[++i];
+      if (m != "v4" && m != "v41") {
+        std::fprintf(stderr, "bench_gpu_forward: --model %s (v4 or v41)\n", m.c_str());
+        return 2;
+      }
+      v41 = m == "v41";
+    } else {
+      std::fprintf(stderr, "bench_gpu_forward: unknown argument %s\n", argv[i]);
+      return 2;
+    }
   }
   if (!out_path.empty()) g_file = std::fopen(out_path.c_str(), "w");
   auto save = [] {};
@@ -386,12 +440,18 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     int drv = 0;
     cudaDriverGetVersion(&drv);
-    out("# GPU forward benchmark, V4-Flash shapes, 4 layers, random FP8 weights\n\n"
+    out("# GPU forward benchmark, %s, random FP8 weights\n\n"
         "GPU: %s (%d SMs, %.0f GiB); CUDA driver API %d; commit %s.\n\n",
-        prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
+        v41 ? "V4.1-Flash shapes, 8 layers (every layer role)" : "V4-Flash shapes, 4 layers", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
     bool ok = verify_only;  // --verify-only: no correctness check
     try {
-      if (!verify_only) ok = run_check();
+      if (v41) {
+        ok = true;
+        out("Correctness at V4.1: not checked here (the V4.1 GPU goldens and op tests in "
+            "scripts/gpu-check are its checks).\n\n");
+      } else if (!verify_only) {
+        ok = run_check();
+      }
     } catch (const std::exception& e) {
       out("Correctness check failed to run: %s\n\n", e.what());
     }
@@ -402,10 +462,17 @@ int main(int argc, char** argv) {
     const Ceilings c = measure_ceilings(cctx, quick);
     save();
 
-    const ModelConfig cfg = flash_config();
+    const ModelConfig cfg = v41 ? v41_flash_config() : flash_config();
+    const std::vector<int64_t> contexts = v41 ? std::vector<int64_t>{4096, 32768, 131072}
+                                              : std::vector<int64_t>{4096, 32768};
+    const std::vector<int64_t> prefills = v41 ? std::vector<int64_t>{4096, 16384, 65536}
+                                              : std::vector<int64_t>{4096, 16384};
     GpuModelOptions fo;
     fo.max_sequences = 256;
-    fo.max_context = 32768 + 256;
+    fo.max_context = contexts.back() + 256;
+    // V4.1: the routed experts stay FP4 on the device (W4A8, MODEL_SPEC §B.2), as a real
+    // V4.1-Flash checkpoint's would (expert_format auto picks it for FP4 checkpoint experts).
+    if (v41) fo.expert_format = ExpertFormat::kW4a8;
     fo.max_batch_tokens = 16384;
     const std::vector<int64_t> verify_k = quick ? std::vector<int64_t>{3} : std::vector<int64_t>{1, 3, 5};
     constexpr int64_t kMaxDrafts = 5;
@@ -424,7 +491,17 @@ int main(int argc, char** argv) {
     const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    out("Model: V4-Flash shapes, layers ratios [4,128,4,128], score routing (no hash layers), "
+    if (v41) {
+      out("Model: V4.1-Flash shapes, layers (full model's ids) 0, 1 window; 2 ratio-2 source; 3 "
+          "reuse; 20 ratio-1 source + candidates; 21 reuse; 24 reindex; 25 reuse; no Engram "
+          "(dummy weights have no tables); routed experts W4A8 (FP4 codes + UE8M0 per 32); "
+          "prefill 64K runs as 4 chunks of 16K.\n");
+      for (int64_t l = 0; l < cfg.num_layers; ++l)
+        out("%s layer %lld: %s", l ? "," : "", static_cast<long long>(l), layer_role_name(cfg.plan[l], l).c_str());
+      out("\n\n");
+    }
+    out("Model: %s, score routing (no hash layers), ", v41 ? "V4.1-Flash shapes" : "V4-Flash shapes, layers ratios [4,128,4,128]");
+    out(
         "official numerics (FP8 KV cache; prefill attention on bf16 tensor cores with hi + lo "
         "terms, and once on the fp32 SIMT kernel for comparison), "
         "device weights %.2f GB (FP8 projections + experts, fp32 small tensors; embedding not "
@@ -437,7 +514,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     const int reps = quick ? 3 : 7;
     std::map<std::pair<int64_t, bool>, double> decode_4k;  // (B, graphs) -> ms
-    for (int64_t ctxlen : {4096, 32768}) {
+    for (int64_t ctxlen : contexts) {
       if (verify_only && ctxlen != 4096) continue;
       for (int64_t B : {1, 16, 64, 256}) {
         for (bool graphs : {false, true}) {
@@ -520,8 +597,9 @@ int main(int argc, char** argv) {
         static_cast<long long>(m.graph_stats().captured), static_cast<long long>(m.graph_stats().verify_captured),
         m.graph_stats().capture_ms, static_cast<long long>(m.graph_stats().replays),
         static_cast<long long>(m.graph_stats().verify_replays));
-    for (int64_t L : {4096, 16384}) for (bool mma : {false, true}) {
+    for (int64_t L : prefills) for (bool mma : {false, true}) {
       if (verify_only) break;
+      if (!mma && L > 16384) continue;  // the fp32 SIMT comparison only at the smaller sizes
       Row r;
       r.name = "prefill " + std::to_string(L / 1024) + "K tokens" +
                (mma ? "" : " (fp32 SIMT attention)");
@@ -529,13 +607,55 @@ int main(int argc, char** argv) {
         m.set_mma_attention(mma);
         m.clear_state();
         const auto toks = random_tokens(L, cfg.vocab_size, static_cast<uint32_t>(L));
-        Step ch;
-        ch.chunks.push_back({seqs[0], std::span<const int32_t>(toks), false});
-        ch.starts.push_back(0);
-        r.ms = time_forward(m, ch, 1, quick ? 2 : 3);
+        const int64_t T = fo.max_batch_tokens;
+        if (L <= T) {
+          Step ch;
+          ch.chunks.push_back({seqs[0], std::span<const int32_t>(toks), false});
+          ch.starts.push_back(0);
+          r.ms = time_forward(m, ch, 1, quick ? 2 : 3);
+          finish_row(r, m.work(), c);
+          r.prof = profiled(m, ch);
+        } else {  // chunked prefill: L / T forwards of T tokens in order, timed together
+          std::vector<Step> steps;
+          for (int64_t s0 = 0; s0 < L; s0 += T) {
+            Step ch;
+            ch.chunks.push_back({seqs[0], std::span<const int32_t>(toks.data() + s0, std::min(T, L - s0)), false});
+            ch.starts.push_back(s0);
+            steps.push_back(ch);
+          }
+          auto s = static_cast<cudaStream_t>(m.stream());
+          for (const Step& st : steps) st.run(m);  // warm-up
+          m.synchronize();
+          std::vector<double> ms;
+          GpuWork w;
+          for (int rep = 0; rep < (quick ? 2 : 3); ++rep) {
+            cuda::Event a, b;
+            a.record(s);
+            w = GpuWork{};
+            for (const Step& st : steps) {
+              st.run(m);
+              const GpuWork& x = m.work();
+              w.weight_bytes += x.weight_bytes;
+              w.state_bytes += x.state_bytes;
+              w.gemm_flops += x.gemm_flops;
+              w.attn_flops += x.attn_flops;
+              w.experts_used = std::max(w.experts_used, x.experts_used);
+            }
+            b.record(s);
+            b.synchronize();
+            ms.push_back(cuda::Event::elapsed_ms(a, b));
+          }
+          r.ms = median(ms);
+          finish_row(r, w, c);
+          for (const Step& st : steps) {
+            const GpuProfile p = profiled(m, st);
+            r.prof.attention_ms += p.attention_ms;
+            r.prof.indexer_ms += p.indexer_ms;
+            r.prof.core_attention_ms += p.core_attention_ms;
+            r.prof.moe_ms += p.moe_ms;
+          }
+        }
         r.tokens = static_cast<double>(L);
-        finish_row(r, m.work(), c);
-        r.prof = profiled(m, ch);
       } catch (const std::exception& e) {
         r.why = e.what();
       }
