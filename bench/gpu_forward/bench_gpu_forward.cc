@@ -26,10 +26,11 @@
 //     The model keeps max_rollback 5 (the state a speculative server holds) for every case.
 // Output: markdown, the results tables last. Usage:
 //   bench_gpu_forward [--quick] [--check-only] [--no-verify] [--verify-only] [--commit SHA]
-//                     [--out FILE] [--model v4|v41]
+//                     [--out FILE] [--model v4|v41|v41-full]
 //   --model v41 (issue 14, deliverable 5): V4.1-Flash shapes, 8 layers with every role of the
 //   layer plan (v41_flash_config), FP8 32x32-block projections, W4A8 routed experts, decode at
 //   context 4K / 32K / 128K and prefill 4K / 16K / 64K (64K as four 16K chunks); no CPU check.
+//   --model v41-full: all 40 V4.1 layers with their roles, 32 routed experts (fits one GPU).
 //   --verify-only: skips the correctness check, the 32K decode and the prefill cases (the 4K
 //   decode rows stay: the ratios need them).
 #include <cuda_runtime.h>
@@ -150,6 +151,25 @@ ModelConfig v41_flash_config() {
   c.quant.weight_block_n = c.quant.weight_block_k = 32;
   c.quant.expert_dtype = "fp4";
   complete_model_config(&c);  // V4.1 traits and the layer plan
+  return c;
+}
+
+// All 40 layers of V4.1-Flash with their real roles (MODEL_SPEC §C.6), the routed experts
+// reduced from 384 to 32 so that the model fits one GPU (issue 14's full-depth run: the pools,
+// the layer plan and the graphs at depth).
+ModelConfig v41_full_depth_config() {
+  ModelConfig c = v41_flash_config();
+  c.num_layers = 40;
+  c.compress_ratios = {0, 0};
+  for (int i = 0; i < 18; ++i) c.compress_ratios.push_back(2);
+  for (int i = 0; i < 20; ++i) c.compress_ratios.push_back(1);
+  c.hash_layers.assign(40, false);
+  c.kv_source_layer_ids = {2, 8, 14, 20};
+  c.index_source_layer_ids = {2, 8, 14, 20, 24, 28, 32, 36};
+  c.candidate_source_layer_id = 20;
+  c.n_routed_experts = 32;
+  c.plan.clear();
+  complete_model_config(&c);
   return c;
 }
 
@@ -413,6 +433,7 @@ void finish_row(Row& r, const GpuWork& w, const Ceilings& c) {
 int main(int argc, char** argv) {
   using namespace deepinfer;
   bool quick = false, check_only = false, verify = true, verify_only = false, v41 = false;
+  bool full_depth = false;
   std::string commit = "unknown", out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -423,11 +444,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       const std::string m = argv[++i];
-      if (m != "v4" && m != "v41") {
-        std::fprintf(stderr, "bench_gpu_forward: --model %s (v4 or v41)\n", m.c_str());
+      if (m != "v4" && m != "v41" && m != "v41-full") {
+        std::fprintf(stderr, "bench_gpu_forward: --model %s (v4, v41 or v41-full)\n", m.c_str());
         return 2;
       }
-      v41 = m == "v41";
+      v41 = m != "v4";
+      full_depth = m == "v41-full";
     } else {
       std::fprintf(stderr, "bench_gpu_forward: unknown argument %s\n", argv[i]);
       return 2;
@@ -442,7 +464,10 @@ int main(int argc, char** argv) {
     cudaDriverGetVersion(&drv);
     out("# GPU forward benchmark, %s, random FP8 weights\n\n"
         "GPU: %s (%d SMs, %.0f GiB); CUDA driver API %d; commit %s.\n\n",
-        v41 ? "V4.1-Flash shapes, 8 layers (every layer role)" : "V4-Flash shapes, 4 layers", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
+        full_depth ? "V4.1-Flash shapes, all 40 layers, 32 routed experts"
+        : v41      ? "V4.1-Flash shapes, 8 layers (every layer role)"
+                   : "V4-Flash shapes, 4 layers",
+        prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, commit.c_str());
     bool ok = verify_only;  // --verify-only: no correctness check
     try {
       if (v41) {
@@ -462,11 +487,12 @@ int main(int argc, char** argv) {
     const Ceilings c = measure_ceilings(cctx, quick);
     save();
 
-    const ModelConfig cfg = v41 ? v41_flash_config() : flash_config();
-    const std::vector<int64_t> contexts = v41 ? std::vector<int64_t>{4096, 32768, 131072}
-                                              : std::vector<int64_t>{4096, 32768};
-    const std::vector<int64_t> prefills = v41 ? std::vector<int64_t>{4096, 16384, 65536}
-                                              : std::vector<int64_t>{4096, 16384};
+    const ModelConfig cfg = full_depth ? v41_full_depth_config() : v41 ? v41_flash_config() : flash_config();
+    const bool long_cases = v41 && !full_depth;
+    const std::vector<int64_t> contexts = long_cases ? std::vector<int64_t>{4096, 32768, 131072}
+                                                     : std::vector<int64_t>{4096, 32768};
+    const std::vector<int64_t> prefills = long_cases ? std::vector<int64_t>{4096, 16384, 65536}
+                                                     : std::vector<int64_t>{4096, 16384};
     GpuModelOptions fo;
     fo.max_sequences = 256;
     fo.max_context = contexts.back() + 256;
@@ -491,11 +517,16 @@ int main(int argc, char** argv) {
     const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    if (v41) {
+    if (full_depth) {
+      out("Model: all 40 V4.1-Flash layers with their roles, 32 routed experts (not 384), no "
+          "Engram (dummy weights have no tables), W4A8 experts.\n");
+    } else if (v41) {
       out("Model: V4.1-Flash shapes, layers (full model's ids) 0, 1 window; 2 ratio-2 source; 3 "
           "reuse; 20 ratio-1 source + candidates; 21 reuse; 24 reindex; 25 reuse; no Engram "
           "(dummy weights have no tables); routed experts W4A8 (FP4 codes + UE8M0 per 32); "
           "prefill 64K runs as 4 chunks of 16K.\n");
+    }
+    if (v41) {
       for (int64_t l = 0; l < cfg.num_layers; ++l)
         out("%s layer %lld: %s", l ? "," : "", static_cast<long long>(l), layer_role_name(cfg.plan[l], l).c_str());
       out("\n\n");
