@@ -290,6 +290,190 @@ TEST(IndexCache, RoundTripIsTheFp8RoundTripAndKeepsFp4Keys) {
   }
 }
 
+// DeepSeek-V4.1's formats: 528-B window entries (e4m3, UE8M0 per 32), 288-B compressed
+// entries (e2m1, e4m3 per 16), 68-B index keys (e2m1, UE8M0 per 32), and their bytes.
+TEST(KvCacheV41, LayoutSizes) {
+  const KvCacheLayout win = KvCacheLayout::v41_window(KvCacheDtype::kFp8, 64);
+  EXPECT_EQ(win.data_bytes(), 512);
+  EXPECT_EQ(win.n_scales(), 16);
+  EXPECT_EQ(win.entry_bytes(), 528);
+  EXPECT_EQ(win.block_bytes(), 64 * 528);
+  EXPECT_EQ(win.scale_offset(2 * 64 + 3), 2 * 64 * 528 + 64 * 512 + 3 * 16);
+  const KvCacheLayout cmp = KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, 64);
+  EXPECT_EQ(cmp.data_bytes(), 256);
+  EXPECT_EQ(cmp.n_scales(), 32);
+  EXPECT_EQ(cmp.entry_bytes(), 288);
+  EXPECT_EQ(cmp.block_bytes(), 64 * 288);
+  EXPECT_EQ(cmp.data_offset(64 + 5), 64 * 288 + 5 * 256);
+  EXPECT_EQ(KvCacheLayout::v41_window(KvCacheDtype::kBf16, 64).entry_bytes(), 1024);
+  IndexCacheLayout idx;
+  idx.format = IndexKeyFormat::kE2m1Ue8m0Block32;
+  EXPECT_EQ(idx.entry_bytes(), 68);
+  EXPECT_EQ(idx.block_bytes(), 64 * 68);
+  EXPECT_EQ(idx.scale_offset(64 + 2), 64 * 68 + 64 * 64 + 2 * 4);
+  KvCacheLayout bad = win;
+  bad.rope_dim = 64;
+  EXPECT_THROW(bad.validate(), Error);
+}
+
+// Rows spanning 1e-5 .. 1e3 per block, zero blocks, an outlier, a saturating block.
+std::vector<float> v41_rows(std::mt19937& gen, int64_t n, int64_t stride, int64_t d, int64_t block) {
+  std::vector<float> x(n * stride, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t b = 0; b < d / block; ++b) {
+      const float stddev = std::pow(10.0f, static_cast<float>((i + 3 * b) % 9) - 5.0f);
+      const auto v = randn(gen, block, stddev);
+      std::copy(v.begin(), v.end(), x.begin() + i * stride + b * block);
+    }
+  }
+  std::fill(x.begin() + stride, x.begin() + stride + block, 0.0f);
+  x[2 * stride + 7] = 1e6f;
+  x[3 * stride + 1] = -5e4f;
+  return x;
+}
+
+// load(store(x)) of each V4.1 format is the CPU official round trip, bit for bit.
+TEST(KvCacheV41, RoundTripsEqualTheOfficialRoundTrips) {
+  std::mt19937 gen(23);
+  const int64_t n = 29, d = 512, stride = 515, bs = 5, n_blocks = 7;
+  std::vector<int32_t> all(n_blocks * bs);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), gen);
+  std::vector<int32_t> slots(all.begin(), all.begin() + n);
+  slots[4] = -1;
+  for (const KvCacheLayout& l : {KvCacheLayout::v41_window(KvCacheDtype::kFp8, bs),
+                                 KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, bs)}) {
+    const bool fp4 = l.format == KvEntryFormat::kE2m1E4m3Block16;
+    const auto x = v41_rows(gen, n, stride, d, fp4 ? 16 : 32);
+    std::vector<uint8_t> cache(n_blocks * l.block_bytes(), 0x77);
+    kv_store_ref(l, x.data(), n, stride, slots.data(), cache.data(), n_blocks);
+    std::vector<float> y(n * d, 1.0f);
+    kv_load_ref(l, cache.data(), n_blocks, slots.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> want(x.begin() + i * stride, x.begin() + i * stride + d);
+      if (slots[i] < 0) {
+        std::fill(want.begin(), want.end(), 0.0f);
+      } else if (fp4) {
+        fp4_roundtrip_e4m3_scale(want.data(), d, 16);
+      } else {
+        fp8_roundtrip(want.data(), d, 32);
+      }
+      ASSERT_EQ(0, std::memcmp(&y[i * d], want.data(), d * 4))
+          << kv_entry_format_name(l.format) << " row " << i;
+    }
+  }
+}
+
+// The nibble order and scale bytes of hand-built entries: dims 0, 1 = 6 s, -1 s.
+TEST(KvCacheV41, Fp4BytesOfHandBuiltEntries) {
+  const KvCacheLayout l = KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, 2);
+  std::vector<float> x(512, 0.0f);
+  x[0] = 6.0f * 0.5f;  // block 0: amax 3 -> scale e4m3(0.5) = 0x30
+  x[1] = -0.5f;        // -1 * 0.5: code 0x8 | 2
+  x[16 + 3] = 0.75f;   // block 1: scale e4m3(0.125) = 0x20, 6 -> code 7 in the high nibble of byte 9
+  std::vector<uint8_t> cache(l.block_bytes(), 0xee);
+  const int32_t slot = 1;
+  kv_store_ref(l, x.data(), 1, 512, &slot, cache.data(), 1);
+  EXPECT_EQ(cache[256 + 0], 0xa7);
+  EXPECT_EQ(cache[256 + 9], 0x70);
+  EXPECT_EQ(cache[256 + 1], 0x00);
+  EXPECT_EQ(cache[2 * 256 + 32 + 0], 0x30);
+  EXPECT_EQ(cache[2 * 256 + 32 + 1], 0x20);
+  EXPECT_EQ(cache[2 * 256 + 32 + 2], 0x01);  // zero block: scale at the floor 2^-9 (code 1)
+  EXPECT_EQ(cache[0], 0xee);                  // slot 0 untouched
+
+  IndexCacheLayout il;
+  il.format = IndexKeyFormat::kE2m1Ue8m0Block32;
+  il.block_size = 2;
+  std::vector<float> k(128, 0.0f);
+  k[0] = 6.0f;
+  k[1] = -1.0f;
+  k[32] = 0.25f;  // block 1: scale 2^ceil(log2(0.25 / 6)) = 2^-4 -> 4 = 6 * ... -> code 6
+  std::vector<uint8_t> ic(il.block_bytes(), 0xee);
+  index_store_ref(il, k.data(), 1, 128, &slot, ic.data(), 1);
+  EXPECT_EQ(ic[64 + 0], 0xa7);
+  EXPECT_EQ(ic[64 + 16], 0x06);
+  EXPECT_EQ(ic[128 + 4 + 0], 127);
+  EXPECT_EQ(ic[128 + 4 + 1], 127 - 4);
+  EXPECT_EQ(ic[128 + 4 + 2], 1);  // zero block: 2^-126
+}
+
+TEST(IndexCacheV41, Fp4RoundTripIsTheOfficialFp4RoundTrip) {
+  std::mt19937 gen(29);
+  IndexCacheLayout l;
+  l.format = IndexKeyFormat::kE2m1Ue8m0Block32;
+  l.block_size = 3;
+  const int64_t n = 17, stride = 130, n_blocks = 7;
+  const auto k = v41_rows(gen, n, stride, 128, 32);
+  std::vector<int32_t> all(n_blocks * 3);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), gen);
+  std::vector<int32_t> slots(all.begin(), all.begin() + n);
+  std::vector<uint8_t> cache(n_blocks * l.block_bytes());
+  index_store_ref(l, k.data(), n, stride, slots.data(), cache.data(), n_blocks);
+  std::vector<float> y(n * 128);
+  index_load_ref(l, cache.data(), n_blocks, slots.data(), n, y.data());
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> want(k.begin() + i * stride, k.begin() + i * stride + 128);
+    fp4_roundtrip(want.data(), 128, 32);
+    ASSERT_EQ(0, std::memcmp(&y[i * 128], want.data(), 128 * 4)) << "key " << i;
+  }
+}
+
+// Paged attention over a 528-B window pool and a 288-B compressed pool equals plain sparse
+// attention over the round-tripped keys.
+TEST(KvCacheV41, PagedAttentionOverMixedFormats) {
+  std::mt19937 gen(31);
+  const int64_t H = 4, d = 512, rows = 3, bs0 = 4, bs1 = 3, nb0 = 5, nb1 = 4;
+  const KvCacheLayout l0 = KvCacheLayout::v41_window(KvCacheDtype::kFp8, bs0);
+  const KvCacheLayout l1 = KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, bs1);
+  auto keys0 = randn(gen, nb0 * bs0 * d, 1.0f), keys1 = randn(gen, nb1 * bs1 * d, 1.0f);
+  std::vector<int32_t> slots0(nb0 * bs0), slots1(nb1 * bs1);
+  std::iota(slots0.begin(), slots0.end(), 0);
+  std::iota(slots1.begin(), slots1.end(), 0);
+  std::shuffle(slots0.begin(), slots0.end(), gen);
+  std::shuffle(slots1.begin(), slots1.end(), gen);
+  std::vector<uint8_t> c0(nb0 * l0.block_bytes()), c1(nb1 * l1.block_bytes());
+  kv_store_ref(l0, keys0.data(), nb0 * bs0, d, slots0.data(), c0.data(), nb0);
+  kv_store_ref(l1, keys1.data(), nb1 * bs1, d, slots1.data(), c1.data(), nb1);
+  for (int64_t k = 0; k < nb0 * bs0; ++k) fp8_roundtrip(&keys0[k * d], d, 32);
+  for (int64_t k = 0; k < nb1 * bs1; ++k) fp4_roundtrip_e4m3_scale(&keys1[k * d], d, 16);
+  const int64_t m0 = 6, m1 = 5;
+  std::vector<int32_t> idx0(rows * m0, -1), idx1(rows * m1, -1);
+  std::vector<std::vector<const float*>> plain(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < m0; ++j) {
+      if ((j + r) % 3 == 2) continue;
+      const int64_t k = (r * 7 + j * 3) % (nb0 * bs0);
+      idx0[r * m0 + j] = slots0[k];
+      plain[r].push_back(&keys0[k * d]);
+    }
+    for (int64_t j = 0; j < m1; ++j) {
+      const int64_t k = (r * 2 + j * 5) % (nb1 * bs1);
+      idx1[r * m1 + j] = slots1[k];
+      plain[r].push_back(&keys1[k * d]);
+    }
+  }
+  const auto q = randn(gen, rows * H * d, 1.0f), sinks = randn(gen, H, 1.0f);
+  std::vector<float> out(rows * H * d), want(rows * H * d);
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.sinks = sinks.data();
+  p.n_rows = rows;
+  p.n_heads = H;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.sources[0] = {c0.data(), l0, nb0, idx0.data(), nullptr, m0};
+  p.sources[1] = {c1.data(), l1, nb1, idx1.data(), nullptr, m1};
+  paged_attention_ref(p);
+  for (int64_t r = 0; r < rows; ++r) {
+    sparse_attention_row_ref(&q[r * H * d], H, d, plain[r].data(),
+                             static_cast<int64_t>(plain[r].size()), sinks.data(), p.scale,
+                             &want[r * H * d]);
+  }
+  EXPECT_EQ(out, want);
+}
+
 // Slot lists from positions and block tables, worked out by hand.
 TEST(PagedIndices, WindowAndCompressedSlots) {
   const std::vector<int32_t> pos = {4, 1}, seq = {0, 1};

@@ -31,6 +31,19 @@
 //    Other head sizes use the same scheme: nope = head_dim - rope_dim (a multiple of 64),
 //    scale_bytes = round_up(nope / 64, 8), e.g. 200 B per entry for head_dim 128 / rope 64.
 //
+//    That is KvEntryFormat::kModel1, the V4 entry. DeepSeek-V4.1 (MODEL_SPEC §C.4-§C.5,
+//    research/deepinfer-source.md §1 "Caches") keeps two other fp8-setting entries, same block
+//    structure (all data parts, then all scale groups; block_bytes = block_size * entry_bytes):
+//    - kE4m3Block32, window entries: all head_dim dims as e4m3 codes, one UE8M0 scale per 32
+//      dims (16 at head_dim 512: 512 + 16 = 528 B), no bf16 dims (rope_dim 0). Storing:
+//      fp8_roundtrip's formula with block 32 (amax floor 1e-4, power-of-two scale), so
+//      load(store(x)) = fp8_roundtrip(x, head_dim, 32) exactly.
+//    - kE2m1E4m3Block16, compressed entries: e2m1 codes two per byte (dim 2i in the low
+//      nibble of byte i), one e4m3 scale per 16 dims (head_dim 512: 256 + 32 = 288 B), rope_dim
+//      0. Storing: fp4_roundtrip_e4m3_scale's formula with block 16 (amax floor 6 * 2^-9, s =
+//      e4m3(amax / 6)), so load(store(x)) = fp4_roundtrip_e4m3_scale(x, head_dim, 16) exactly.
+//    The layer plan's model traits pick the formats once (runtime/gpu_state_plan.h).
+//
 //  * kBf16 (reference numerics, accuracy checks): per entry head_dim bf16 values
 //    (1024 B for V4), block_bytes = block_size * 2 * head_dim. load(store(x)) = round_bf16(x).
 //
@@ -51,25 +64,52 @@ const char* kv_cache_dtype_name(KvCacheDtype dtype);  // "bf16" / "fp8"
 // Parses "bf16" / "fp8"; throws kInvalidInput naming the value otherwise.
 KvCacheDtype kv_cache_dtype_from_string(const std::string& name);
 
+// The entry layout of the fp8 setting (kv_cache_dtype fp8); unused with kBf16.
+enum class KvEntryFormat : uint8_t {
+  kModel1,           // V4: e4m3 NoPE dims, UE8M0 per 64, bf16 RoPE dims (584 B at 512)
+  kE4m3Block32,      // V4.1 window: e4m3 all dims, UE8M0 per 32 (528 B at 512)
+  kE2m1E4m3Block16,  // V4.1 compressed: e2m1 all dims, e4m3 scale per 16 (288 B at 512)
+};
+
 struct KvCacheLayout {
-  static constexpr int64_t kScaleGroup = 64;  // NoPE dims per UE8M0 scale
+  static constexpr int64_t kScaleGroup = 64;  // NoPE dims per UE8M0 scale (kModel1)
 
   KvCacheDtype dtype = KvCacheDtype::kFp8;
   int64_t head_dim = 512;
-  int64_t rope_dim = 64;     // trailing dims kept in bf16 (fp8 format)
+  int64_t rope_dim = 64;     // trailing dims kept in bf16 (kModel1; 0 for the V4.1 formats)
   int64_t block_size = 64;   // entries per page block
+  KvEntryFormat format = KvEntryFormat::kModel1;  // with dtype kFp8
 
+  bool fp8() const { return dtype == KvCacheDtype::kFp8; }
+  // The fp8 setting's format; kModel1 with bf16 (then nothing reads it).
+  KvEntryFormat fp8_format() const { return fp8() ? format : KvEntryFormat::kModel1; }
+  // Leading dims held as codes (fp8: all but the bf16 RoPE dims; bf16: none).
   int64_t nope_dim() const { return head_dim - rope_dim; }
-  int64_t n_scales() const { return dtype == KvCacheDtype::kFp8 ? nope_dim() / kScaleGroup : 0; }
-  // Bytes of one entry's values (fp8: nope codes + rope bf16; bf16: all dims).
+  int64_t coded_dims() const { return fp8() ? nope_dim() : 0; }
+  // Dims per scale: 64 / 32 / 16 by format.
+  int64_t scale_group() const {
+    switch (fp8_format()) {
+      case KvEntryFormat::kE4m3Block32: return 32;
+      case KvEntryFormat::kE2m1E4m3Block16: return 16;
+      default: return kScaleGroup;
+    }
+  }
+  int64_t n_scales() const { return fp8() ? coded_dims() / scale_group() : 0; }
+  // Bytes of one entry's values (fp8: codes (a byte, or half a byte for e2m1, per dim) +
+  // rope bf16; bf16: all dims).
   int64_t data_bytes() const {
-    return dtype == KvCacheDtype::kFp8 ? nope_dim() + 2 * rope_dim : 2 * head_dim;
+    if (!fp8()) return 2 * head_dim;
+    const int64_t codes = format == KvEntryFormat::kE2m1E4m3Block16 ? coded_dims() / 2 : coded_dims();
+    return codes + 2 * rope_dim;
   }
   // Bytes of one entry's scale group (fp8: n_scales codes, zero-padded to a multiple of 8).
   int64_t scale_bytes() const { return (n_scales() + 7) / 8 * 8; }
   int64_t entry_bytes() const { return data_bytes() + scale_bytes(); }
+  // kModel1 / bf16: rounded up to a multiple of data_bytes (FlashMLA's block); the V4.1
+  // formats: block_size * entry_bytes (DeepInfer's).
   int64_t block_bytes() const {
     const int64_t raw = block_size * entry_bytes();
+    if (fp8_format() != KvEntryFormat::kModel1) return raw;
     return (raw + data_bytes() - 1) / data_bytes() * data_bytes();
   }
   // Byte offsets of slot `slot`'s values and scale group from the start of the cache.
@@ -82,13 +122,18 @@ struct KvCacheLayout {
   }
 
   // Throws kInvalidInput naming the bad field: head_dim a positive multiple of 32 (at most
-  // 512), block_size > 0; fp8: 0 <= rope_dim < head_dim, nope a multiple of 64, rope_dim
-  // a multiple of 4.
+  // 512), block_size > 0; fp8 kModel1: 0 <= rope_dim < head_dim, nope a multiple of 64,
+  // rope_dim a multiple of 4; the V4.1 formats: rope_dim 0.
   void validate() const;
 
   // V4 main-KV layout (head_dim 512, rope 64) in the given format.
   static KvCacheLayout v4(KvCacheDtype dtype, int64_t block_size);
+  // V4.1 layouts (head_dim 512): window / compressed entries; bf16 as v4(kBf16).
+  static KvCacheLayout v41_window(KvCacheDtype dtype, int64_t block_size);
+  static KvCacheLayout v41_compressed(KvCacheDtype dtype, int64_t block_size);
 };
+
+const char* kv_entry_format_name(KvEntryFormat f);  // "model1" / "e4m3x32" / "e2m1-e4m3x16"
 
 // Writes entries[i * row_stride + 0 .. head_dim) into slot slots[i] of `cache` (n_blocks page
 // blocks of layout.block_bytes()) for i < n; slots[i] == -1 skips the row. Only the entry's
@@ -117,7 +162,8 @@ struct KvSource {
 // followed by those of sources[1] (V4: the sliding-window pool and the compressed pool),
 // skipping -1, with the per-head sink logit. Keys are dequantised from the cache.
 // q, out [n_rows, n_heads, head_dim] fp32 (out may not alias q); sinks [n_heads] fp32.
-// Both sources share dtype, head_dim and rope_dim (block sizes may differ).
+// Both sources share dtype, head_dim and rope_dim; block sizes and fp8 formats may differ
+// (V4.1: kE4m3Block32 window, kE2m1E4m3Block16 compressed).
 struct PagedAttentionParams {
   const float* q = nullptr;
   float* out = nullptr;

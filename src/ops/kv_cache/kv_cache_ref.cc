@@ -26,6 +26,11 @@ void KvCacheLayout::validate() const {
   CHECK(head_dim > 0 && head_dim % 32 == 0 && head_dim <= 512)
       << "kv cache: head_dim " << head_dim << " must be a positive multiple of 32, at most 512";
   CHECK(block_size > 0) << "kv cache: block_size " << block_size << " must be positive";
+  if (dtype == KvCacheDtype::kFp8 && format != KvEntryFormat::kModel1) {
+    CHECK(rope_dim == 0) << "kv cache: the " << kv_entry_format_name(format)
+                         << " format keeps no bf16 dims (rope_dim " << rope_dim << ", expected 0)";
+    return;
+  }
   if (dtype == KvCacheDtype::kFp8) {
     CHECK(rope_dim >= 0 && rope_dim < head_dim && rope_dim % 4 == 0)
         << "kv cache: rope_dim " << rope_dim << " must be a multiple of 4 below head_dim " << head_dim;
@@ -43,7 +48,51 @@ KvCacheLayout KvCacheLayout::v4(KvCacheDtype dtype, int64_t block_size) {
   return l;
 }
 
+KvCacheLayout KvCacheLayout::v41_window(KvCacheDtype dtype, int64_t block_size) {
+  KvCacheLayout l = v4(dtype, block_size);
+  if (dtype == KvCacheDtype::kFp8) {
+    l.rope_dim = 0;
+    l.format = KvEntryFormat::kE4m3Block32;
+  }
+  return l;
+}
+
+KvCacheLayout KvCacheLayout::v41_compressed(KvCacheDtype dtype, int64_t block_size) {
+  KvCacheLayout l = v4(dtype, block_size);
+  if (dtype == KvCacheDtype::kFp8) {
+    l.rope_dim = 0;
+    l.format = KvEntryFormat::kE2m1E4m3Block16;
+  }
+  return l;
+}
+
+const char* kv_entry_format_name(KvEntryFormat f) {
+  switch (f) {
+    case KvEntryFormat::kE4m3Block32: return "e4m3x32";
+    case KvEntryFormat::kE2m1E4m3Block16: return "e2m1-e4m3x16";
+    default: return "model1";
+  }
+}
+
 namespace {
+
+// V4.1 compressed entry (kE2m1E4m3Block16): fp4_roundtrip_e4m3_scale's per-16 quantiser,
+// keeping the codes: scale e4m3(max(amax, 6 * 2^-9) / 6), codes e2m1(clamp(x / s, +-6)).
+void store_e2m1_e4m3(const float* x, int64_t d, uint8_t* data, uint8_t* scales) {
+  for (int64_t g = 0; g < d / 16; ++g) {
+    const float* xg = x + g * 16;
+    float amax = 6.0f * std::ldexp(1.0f, -9);
+    for (int64_t c = 0; c < 16; ++c) amax = std::max(amax, std::fabs(xg[c]));
+    const uint8_t s_code = f32_to_e4m3(amax / kE2M1Max);
+    const float s = e4m3_to_f32(s_code);
+    scales[g] = s_code;
+    for (int64_t c = 0; c < 16; c += 2) {
+      const float q0 = std::min(kE2M1Max, std::max(-kE2M1Max, xg[c] / s));
+      const float q1 = std::min(kE2M1Max, std::max(-kE2M1Max, xg[c + 1] / s));
+      data[(g * 16 + c) / 2] = static_cast<uint8_t>(f32_to_e2m1(q0) | (f32_to_e2m1(q1) << 4));
+    }
+  }
+}
 
 void put_bf16(uint8_t* dst, float v) {
   const uint16_t bits = f32_to_bf16(v);
@@ -72,17 +121,23 @@ void kv_store_ref(const KvCacheLayout& layout, const float* entries, int64_t n,
     const int64_t nope = layout.nope_dim();
     uint8_t* scales = cache + layout.scale_offset(slots[i]);
     std::memset(scales, 0, layout.scale_bytes());
+    if (layout.format == KvEntryFormat::kE2m1E4m3Block16) {
+      store_e2m1_e4m3(x, d, data, scales);
+      return;
+    }
+    // e4m3 codes, UE8M0 scales per group (kModel1: 64 NoPE dims; kE4m3Block32: 32 dims).
+    const int64_t group = layout.scale_group();
     for (int64_t g = 0; g < layout.n_scales(); ++g) {
-      const float* xg = x + g * KvCacheLayout::kScaleGroup;
+      const float* xg = x + g * group;
       float amax = 1e-4f;
-      for (int64_t c = 0; c < KvCacheLayout::kScaleGroup; ++c) amax = std::max(amax, std::fabs(xg[c]));
+      for (int64_t c = 0; c < group; ++c) amax = std::max(amax, std::fabs(xg[c]));
       const float s = pow2_scale(amax, kE4M3Max);
       uint32_t bits;
       std::memcpy(&bits, &s, 4);
       scales[g] = static_cast<uint8_t>((bits >> 23) & 0xff);  // 2^(e) -> biased exponent e + 127
-      for (int64_t c = 0; c < KvCacheLayout::kScaleGroup; ++c) {
+      for (int64_t c = 0; c < group; ++c) {
         const float q = std::min(kE4M3Max, std::max(-kE4M3Max, xg[c] / s));
-        data[g * KvCacheLayout::kScaleGroup + c] = f32_to_e4m3(q);
+        data[g * group + c] = f32_to_e4m3(q);
       }
     }
     for (int64_t c = nope; c < d; ++c) put_bf16(data + nope + 2 * (c - nope), x[c]);
@@ -101,9 +156,15 @@ void kv_load_ref(const KvCacheLayout& layout, const uint8_t* cache, int64_t n_bl
     }
     const int64_t nope = layout.nope_dim();
     const uint8_t* scales = cache + layout.scale_offset(slot);
-    for (int64_t c = 0; c < nope; ++c) {
-      y[c] = e4m3_to_f32(data[c]) * e8m0_to_f32(scales[c / KvCacheLayout::kScaleGroup]);
+    const int64_t group = layout.scale_group();
+    if (layout.format == KvEntryFormat::kE2m1E4m3Block16) {
+      for (int64_t c = 0; c < d; ++c) {
+        const uint8_t code = (data[c / 2] >> (c % 2 * 4)) & 0xf;
+        y[c] = e2m1_to_f32(code) * e4m3_to_f32(scales[c / group]);
+      }
+      return;
     }
+    for (int64_t c = 0; c < nope; ++c) y[c] = e4m3_to_f32(data[c]) * e8m0_to_f32(scales[c / group]);
     for (int64_t c = nope; c < d; ++c) y[c] = get_bf16(data + nope + 2 * (c - nope));
   });
 }
