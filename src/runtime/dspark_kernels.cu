@@ -1,4 +1,6 @@
 // Device kernels of the DSpark drafter (dspark_kernels.h).
+#include <cuda_bf16.h>
+
 #include "base/error.h"
 #include "cuda/cuda_check.h"
 #include "runtime/dspark_kernels.h"
@@ -28,6 +30,13 @@ __global__ void tap_mean_kernel(const float* X, int64_t n_rows, int64_t n_hc, in
   float sum = 0.0f;
   for (int64_t j = 0; j < n_hc; ++j) sum += X[(r * n_hc + j) * dim + i];
   taps[(r * n_taps + tap) * dim + i] = sum / static_cast<float>(n_hc);
+}
+
+__global__ void round_rope_bf16_kernel(float* x, int64_t n_rows, int64_t d, int64_t rope_dim) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_rows * rope_dim) return;
+  float* v = x + (idx / rope_dim) * d + d - rope_dim + idx % rope_dim;
+  *v = __bfloat162float(__float2bfloat16_rn(*v));
 }
 
 // One warp per token v: the rank-long dot of w2[v] with every row's e.
@@ -64,6 +73,12 @@ void dspark_tap_mean_cuda(cudaStream_t s, const float* X, int64_t n_rows, int64_
                           int64_t n_taps, int64_t tap, float* taps) {
   if (n_rows == 0) return;
   tap_mean_kernel<<<blocks_for(n_rows * dim, kThreads), kThreads, 0, s>>>(X, n_rows, n_hc, dim, n_taps, tap, taps);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void dspark_round_rope_bf16_cuda(cudaStream_t s, float* x, int64_t n_rows, int64_t d, int64_t rope_dim) {
+  if (n_rows == 0 || rope_dim == 0) return;
+  round_rope_bf16_kernel<<<blocks_for(n_rows * rope_dim, kThreads), kThreads, 0, s>>>(x, n_rows, d, rope_dim);
   CUDA_CHECK(cudaGetLastError());
 }
 

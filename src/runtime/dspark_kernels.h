@@ -15,6 +15,10 @@ namespace deepinfer {
 void dspark_tap_mean_cuda(cudaStream_t s, const float* X, int64_t n_rows, int64_t n_hc, int64_t dim,
                           int64_t n_taps, int64_t tap, float* taps);
 
+// V4's window entry rounding of the rope dims (official numerics, model/kv_rounding.h): the last
+// rope_dim values of every row of x [n_rows, d] rounded to bf16 (to nearest even), in place.
+void dspark_round_rope_bf16_cuda(cudaStream_t s, float* x, int64_t n_rows, int64_t d, int64_t rope_dim);
+
 // The Markov head's correction of one draft step (MODEL_SPEC §D.4.3): for every row b < n_rows
 // and token v < vocab, logits[b, v] += sum_{k < rank} w2[v, k] * e[b, k]; w2 [vocab, rank],
 // e [n_rows, rank], fp32.

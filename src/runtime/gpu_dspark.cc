@@ -1,14 +1,19 @@
-// The DSpark drafter of V4.1 on the GPU (GpuModelOptions::dspark), mirroring the CPU reference
-// model/dspark.cc (MODEL_SPEC §D) with GpuModel's building blocks (fp32 projections, mHC,
-// RMSNorm, RoPE, sparse attention with the sink, the router and the grouped MoE kernels):
-//  * weights: main_proj, main_norm, the stages (ratio-0 V4.1 blocks with their own MoE of
-//    dspark_n_routed_experts, top dspark_num_experts_per_tok), the last stage's norm, the Markov
-//    tables and the confidence projection (all fp32: V4.1 runs with kF32 weights). Embedding
-//    and head are the backbone's. V4-0731's variant (taps after the last blocks, local mHC and
-//    hc_head) is refused at construction: it runs on the CPU only (model/dspark.cc).
+// The DSpark drafter of V4.1 and of V4-Flash-DSpark / 0731 on the GPU (GpuModelOptions::dspark),
+// mirroring the CPU reference model/dspark.cc (MODEL_SPEC §D) with GpuModel's building blocks
+// (fp32 projections, mHC, RMSNorm, RoPE, sparse attention with the sink, the router and the
+// grouped MoE kernels). What differs between the two comes from the config's traits, as on the
+// CPU: the tap point (dspark_taps_block_output), the stages' mHC (single_pass_mhc: V4.1's pre
+// threads through the sites; V4 each site with its own), the head collapse (dspark_hc_head:
+// V4's last-stage hc_head, V4.1 the last site's pre), the window rounding (V4: FP8 NoPE dims,
+// bf16 rope dims), the routing (router_params) and DsparkConfig's experts.
+//  * weights: main_proj, main_norm, the stages (ratio-0 blocks with their own MoE of
+//    dspark_n_routed_experts, top dspark_num_experts_per_tok, else the backbone's), the last
+//    stage's norm (and V4's hc_head), the Markov tables and the confidence projection (all
+//    fp32: the drafter runs with kF32 weights). Embedding and head are the backbone's.
 //  * context, inside every forward (graph-safe: launches sized by the forward's rows, per-row
 //    values from the row metadata on the device): dspark_tap writes each target layer's
-//    entering streams' mean into the rows' taps; after the last layer dspark_write_context
+//    streams' mean (entering the layer, V4.1; after its block, V4) into the rows' taps; after
+//    the last layer dspark_write_context
 //    computes m = main_norm(main_proj(taps)) and per stage kv_norm(wkv m), RoPE at the row's
 //    position, official: the window entry's rounding, stored by position in the stage's ring
 //    (slot pos % (W + max_rollback + 1), the chunk's last n_slots rows). So every committed
@@ -19,8 +24,8 @@
 //    ring, and one gather builds per sequence the contiguous key list [ring keys of
 //    max(0, p - W + 1)..p, block keys 0..block-1] that sparse_attention_cuda reads as every
 //    block row's chunk (its attention position set to the list's last entry, window W + block:
-//    so each block row sees the whole list, bidirectionally). Then the last-site collapse,
-//    norm, head, the Markov head step by step (block position i's rows are contiguous, so
+//    so each block row sees the whole list, bidirectionally). Then the head collapse (V4.1
+//    the last site's pre, V4 hc_head), norm, head, the Markov head step by step (block position i's rows are contiguous, so
 //    each step is one embedding gather, one rank-R correction and one arg-max), the
 //    confidences, and one copy of the results to the host (the call's one synchronisation).
 //    With cuda_graphs the device part (dspark_draft_enqueue) runs as a bucket of sequences,
@@ -29,9 +34,10 @@
 //    changes no state and truncate() needs nothing here.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "base/error.h"
-#include "base/logging.h"
 #include "cuda/cuda_check.h"
 #include "ops/attention/sparse_attention_cuda.h"
 #include "ops/embedding/embedding_cuda.h"
@@ -115,10 +121,7 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   CHECK_KIND(kUnsupported, !opt.mtp) << "GpuModel: mtp and dspark are two drafters; a model has one";
   CHECK_KIND(kUnsupported, cfg.dspark.block_size > 0)
       << "GpuModel: dspark needs a config with DSpark keys (dspark_block_size, ...); this one has none";
-  CHECK_KIND(kUnsupported, cfg.traits.single_pass_mhc && cfg.traits.window_fp8_all_dims)
-      << "GpuModel: dspark runs V4.1's DSpark (taps entering the target layers, single-pass mHC); "
-         "V4-0731's (taps after the last blocks, hc_head) runs on the CPU only (model/dspark.cc)";
-  CHECK_KIND(kUnsupported, !fp8()) << "GpuModel: dspark runs with fp32 weights only (as V4.1)";
+  CHECK_KIND(kUnsupported, !fp8()) << "GpuModel: dspark runs with fp32 weights only (--weight-format f32)";
   CHECK_KIND(kUnsupported, hw == nullptr || hw->has_dspark)
       << "GpuModel: dspark needs the checkpoint's DSpark tensors; this one has none";
   const DsparkWeights* w = hw != nullptr ? &hw->dspark : nullptr;
@@ -143,6 +146,11 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   g->main_norm = f32(w ? &w->main_norm : nullptr, D, 1.0f, 0.1f);
   for (int64_t k = 0; k < n_stages; ++k) g->stages.push_back(drafter_block(w ? &w->stages[k] : nullptr, g->n_experts));
   g->norm = f32(w ? &w->norm : nullptr, D, 1.0f, 0.1f);
+  if (cfg.traits.dspark_hc_head) {  // V4: the last stage's hc_head (model/dspark.cc)
+    g->hc_head = {f32(w ? &w->hc_head.fn : nullptr, hc * hc * D, 0.0f, proj_std(hc * D)),
+                  f32(w ? &w->hc_head.base : nullptr, hc, 0.0f, 0.1f),
+                  f32(w ? &w->hc_head.scale : nullptr, 1, 0.5f, 0.1f)};
+  }
   g->markov_embed = f32(w ? &w->markov_embed : nullptr, V * R, 0.0f, 1.0f);
   g->markov_head = f32(w ? &w->markov_head : nullptr, V * R, 0.0f, proj_std(R));
   g->confidence = f32(w ? &w->confidence : nullptr, D + R, 0.0f, proj_std(D + R));
@@ -161,6 +169,7 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   g->keys = alloc(Bm * (W + g->block) * d);
   g->h = alloc(rows * D);
   g->hn = alloc(rows * D);
+  g->head_pre = alloc(rows * hc);
   g->logits = alloc(rows * V);
   g->e = alloc(rows * R);
   g->router = alloc(rows * g->n_experts);
@@ -180,11 +189,11 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   dspark = std::move(g);
 }
 
-void GpuModel::Impl::dspark_tap(int64_t layer, const float* X_in) {
+void GpuModel::Impl::dspark_tap(int64_t layer, bool after_block, const float* X) {
   GpuDspark& g = *dspark;
   const int64_t t = g.tap_of_layer[layer];
-  if (t < 0) return;
-  dspark_tap_mean_cuda(ctx.stream(), X_in, n_rows, cfg.hc_mult, cfg.hidden_size, g.n_taps, t, g.taps);
+  if (t < 0 || after_block != cfg.traits.dspark_taps_block_output) return;
+  dspark_tap_mean_cuda(ctx.stream(), X, n_rows, cfg.hc_mult, cfg.hidden_size, g.n_taps, t, g.taps);
 }
 
 void GpuModel::Impl::dspark_write_context() {
@@ -234,14 +243,17 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
   shape.n_experts = g.n_experts;
   shape.top_k = g.top_k;
 
+  // Single-pass mHC (V4.1): each site collapses with the previous site's pre, the first with
+  // e_0 (pre_mix); V4: each site with its own.
+  const bool single_pass = tr.single_pass_mhc;
   embedding_cuda(stream, embed, section(kQIds), n, D, hc, g.Z);
   CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_e0, n * hc * sizeof(float), cudaMemcpyDeviceToDevice, stream));
   for (size_t k = 0; k < g.stages.size(); ++k) {
     const GpuLayerW& w = g.stages[k];
     float* ring = g.rings + k * g.ring_stride;
-    // Attention site (single-pass mHC: collapse with the previous site's pre).
+    // Attention site.
     hc_mix_cuda(ctx, g.Z, n, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, hp, mix_scratch, pre, post, comb);
-    hc_collapse_cuda(stream, g.Z, pre_mix, n, hc, D, u);
+    hc_collapse_cuda(stream, g.Z, single_pass ? pre_mix : pre, n, hc, D, u);
     rms_norm_cuda(stream, u, w.attn_norm, n, D, D, eps, x);
     lin(w.wq_a, x, n, q_r, g.a);
     rms_norm_cuda(stream, q_r, w.q_norm, n, Rq, Rq, eps, q_r);
@@ -251,7 +263,10 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
     rms_norm_cuda(stream, kv, w.kv_norm, n, d, d, eps, kv);
     rope_cuda(stream, q, section(kQPos), n, H, d, r, inv_freq_main);
     rope_cuda(stream, kv, section(kQPos), n, 1, d, r, inv_freq_main);
-    if (official) fp8_roundtrip_rows_cuda(stream, kv, n, d, tr.window_fp8_all_dims ? d : d - r, tr.window_fp8_block);
+    if (official) {  // the window entry's rounding (model/kv_rounding.h)
+      fp8_roundtrip_rows_cuda(stream, kv, n, d, tr.window_fp8_all_dims ? d : d - r, tr.window_fp8_block);
+      if (!tr.window_fp8_all_dims) dspark_round_rope_bf16_cuda(stream, kv, n, d, r);
+    }
     CUDA_CHECK(cudaMemcpyAsync(ring + S * g.n_slots * d, kv, n * d * sizeof(float), cudaMemcpyDeviceToDevice, stream));
     gather_rows_cuda(stream, ring, sm + kQSections * g.rows, B * L, d, g.keys);
     SparseAttentionParams ap;
@@ -283,7 +298,7 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
     std::swap(g.Z, g.Z2);
     // FFN site: the stage's own experts, score-routed with the (text) bias.
     hc_mix_cuda(ctx, g.Z, n, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, hp, mix_scratch, pre_ffn, post, comb);
-    hc_collapse_cuda(stream, g.Z, pre, n, hc, D, u);
+    hc_collapse_cuda(stream, g.Z, single_pass ? pre : pre_ffn, n, hc, D, u);
     rms_norm_cuda(stream, u, w.ffn_norm, n, D, D, eps, x);
     lin(w.gate, x, n, g.router, g.a);
     route_cuda(stream, g.router, n, w.bias, nullptr, section(kQIds), rp, g.route_ids, g.route_w);
@@ -294,10 +309,17 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
     moe_experts_f32_cuda(stream, shape, x, g.route_ids, g.route_w, w.experts_f32, ysh, g.moe_ws, y);
     hc_expand_cuda(stream, g.Z, y, post, comb, n, hc, D, g.Z2);
     std::swap(g.Z, g.Z2);
-    CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_ffn, n * hc * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    if (single_pass) {
+      CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_ffn, n * hc * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    }
   }
-  // Head: the last site's collapse, the last stage's norm, the backbone's head.
-  hc_collapse_cuda(stream, g.Z, pre_mix, n, hc, D, g.h);
+  // Head: the collapse (V4: the last stage's hc_head; V4.1: the last site's pre), the last
+  // stage's norm, the backbone's head.
+  if (tr.dspark_hc_head) {
+    hc_head_cuda(ctx, g.Z, n, g.hc_head.fn, g.hc_head.base, g.hc_head.scale, hp, mix_scratch, g.head_pre, g.h);
+  } else {
+    hc_collapse_cuda(stream, g.Z, pre_mix, n, hc, D, g.h);
+  }
   rms_norm_cuda(stream, g.h, g.norm, n, D, D, eps, g.hn);
   lin(head, g.hn, n, g.logits, g.a);
   // Markov head, block position by block position (tok_0 = next; rows i * B.. are contiguous).
@@ -336,17 +358,9 @@ std::vector<DraftBlock> GpuModel::Impl::dspark_draft(std::span<const int64_t> se
   // Graphs (cuda_graphs, not profiling): the draft runs as a bucket Bb >= B of sequences (the
   // smallest of graph_buckets); sequences B.. Bb-1 are padding: token 0 then the noise at
   // positions 0.., attending to their own block keys only (no ring row), results ignored.
-  int64_t Bb = B;
-  bool graph = false;
-  if (graphs_on && !profiling) {
-    for (int64_t b : opt.graph_buckets) {
-      if (b >= B) {
-        graph = b * K <= opt.max_batch_tokens;
-        if (graph) Bb = b;
-        break;
-      }
-    }
-  }
+  const int64_t bucket = graphs_on && !profiling ? graph_bucket(B, K, opt.max_batch_tokens) : 0;
+  const bool graph = bucket > 0;
+  const int64_t Bb = graph ? bucket : B;
   // Metadata (positions are known on the host; the drafts stay on the device until the end).
   const int64_t n = Bb * K;
   int32_t* mh = g.meta_host;
@@ -377,23 +391,19 @@ std::vector<DraftBlock> GpuModel::Impl::dspark_draft(std::span<const int64_t> se
   const GpuWork saved = work;  // work() keeps describing the last forward
   CUDA_CHECK(cudaMemcpyAsync(g.meta, mh, g.meta_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   const bool host_logits = probabilities == nullptr;
-  if (graph) {  // captured on first use: that call runs eagerly, then the capture
-    auto it = g.graphs.find({Bb, !host_logits});
-    if (it != g.graphs.end()) {
-      it->second.launch(stream);
-      ++graph_stats.draft_replays;
-    } else {
-      dspark_draft_enqueue(Bb, !host_logits);
-      try {
-        cuda::Graph cg = cuda::Graph::capture(stream, [&] { dspark_draft_enqueue(Bb, !host_logits); });
-        LOG(INFO) << "GpuModel: captured the DSpark draft graph of " << Bb << " sequences (" << cg.n_nodes()
-                  << " nodes)";
-        g.graphs.emplace(std::make_pair(Bb, !host_logits), std::move(cg));
-        ++graph_stats.draft_captured;
-      } catch (const Error& e) {  // this draft already ran; later ones stay eager
-        graphs_on = false;
-        LOG(WARNING) << "GpuModel: capturing the DSpark draft graph failed, CUDA graphs turned off: " << e.what();
-      }
+  if (graph) {  // captured on first use (gpu_graphs.cc): that call runs eagerly, then the capture
+    const std::pair<int64_t, bool> key{Bb, !host_logits};
+    auto it = g.graphs.find(key);
+    cuda::Graph captured;
+    const std::string what = it != g.graphs.end() ? std::string()
+                                                  : "DSpark draft graph of " + std::to_string(Bb) + " sequences" +
+                                                        (host_logits ? "" : " (probabilities)");
+    const GraphRun run = replay_or_capture(it != g.graphs.end() ? &it->second : nullptr, &captured, what,
+                                           [&] { dspark_draft_enqueue(Bb, !host_logits); });
+    if (run == GraphRun::kReplayed) ++graph_stats.draft_replays;
+    if (run == GraphRun::kCaptured) {
+      ++graph_stats.draft_captured;
+      g.graphs.emplace(key, std::move(captured));
     }
   } else {
     dspark_draft_enqueue(Bb, !host_logits);

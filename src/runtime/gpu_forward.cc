@@ -305,13 +305,9 @@ GpuModel::Impl::GraphKey GpuModel::Impl::graph_key(std::span<const GpuChunk> chu
     L = std::max(L, len);
   }
   if (L > 1 && L > opt.max_rollback + 1) return {};  // not a verification of <= max_rollback drafts
-  const auto n = static_cast<int64_t>(chunks.size());
-  for (int64_t b : opt.graph_buckets) {
-    if (b < n) continue;
-    if (b * L > std::min(opt.max_batch_tokens, opt.max_out_rows)) return {};
-    return GraphKey{L, b};
-  }
-  return {};
+  const int64_t b = graph_bucket(static_cast<int64_t>(chunks.size()), L,
+                                 std::min(opt.max_batch_tokens, opt.max_out_rows));
+  return b > 0 ? GraphKey{L, b} : GraphKey{};
 }
 
 // The forward's device work over n_rows rows (metadata already uploaded) with n_out logits
@@ -367,7 +363,7 @@ void GpuModel::Impl::enqueue_forward() {
     };
     // Engram updates the streams before the layer (MODEL_SPEC §C.8; plan.engram).
     if (!engram.empty() && engram[l]) engram[l]->apply(ctx, engram_hist, N, X);
-    if (dspark) dspark_tap(l, X);  // DSpark taps: the streams entering a target layer (gpu_dspark.cc)
+    if (dspark) dspark_tap(l, false, X);  // DSpark taps (V4.1): the streams entering the layer
     hc_mix_cuda(ctx, X, N, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, hp, mix_scratch, pre,
                 post, comb);
     hc_collapse_cuda(stream, X, single_pass ? pre_mix : pre, N, hc, D, u);
@@ -391,6 +387,7 @@ void GpuModel::Impl::enqueue_forward() {
       CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_ffn, N * hc * sizeof(float),
                                  cudaMemcpyDeviceToDevice, stream));
     }
+    if (dspark) dspark_tap(l, true, X);  // DSpark taps (V4): the block's output streams
     work.weight_bytes += 2 * mix_bytes;
     work.gemm_flops += 2.0 * 2.0 * N * (2 + hc) * hc * hc * D;
   }

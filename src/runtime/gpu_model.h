@@ -236,14 +236,15 @@ struct GpuModelOptions {
   // draft() works after any forward or truncate(). Costs each forward the MTP input
   // projections and the block's K=V projection over its rows.
   bool mtp = false;
-  // The DSpark drafter of a V4.1 checkpoint (MODEL_SPEC §D; gpu_dspark.cc): main_proj /
-  // main_norm, the three stages, Markov and confidence heads uploaded (host weights must have
-  // them, ModelWeights::has_dspark; dummy weights: random); each stage's context K=V kept per
+  // The DSpark drafter of a V4.1 or V4-Flash-DSpark / 0731 checkpoint (MODEL_SPEC §D;
+  // gpu_dspark.cc; kF32 weights only): main_proj / main_norm, the three stages, Markov and
+  // confidence heads (V4: and the last stage's hc_head) uploaded (host weights must have them,
+  // ModelWeights::has_dspark; dummy weights: random); each stage's context K=V kept per
   // sequence in W + max_rollback + 1 fp32 slots by position and written for every row inside
-  // each forward (from the taps: the streams entering the config's target layers; graph-safe),
-  // so draft() works after any forward or truncate(). Costs each forward the taps, main_proj
-  // and one wkv per stage over its rows. At most one of mtp and dspark. V4-0731's DSpark
-  // (taps after the last blocks, hc_head) is refused: it runs on the CPU only (model/dspark.cc).
+  // each forward (from the taps: the streams entering the config's target layers, V4.1, or
+  // after their blocks, V4; graph-safe), so draft() works after any forward or truncate().
+  // Costs each forward the taps, main_proj and one wkv per stage over its rows. At most one of
+  // mtp and dspark.
   bool dspark = false;
 };
 
@@ -274,9 +275,9 @@ struct GpuProfile {
 
 // CUDA graph use (GpuModelOptions::cuda_graphs).
 struct GpuGraphStats {
-  int64_t captured = 0;     // buckets captured so far (one graph each, kept for the model's life)
+  int64_t captured = 0;     // graphs captured so far, forwards' and drafts' (kept for the model's life)
   int64_t replays = 0;      // forwards that replayed a captured graph
-  double capture_ms = 0;    // host time spent capturing + instantiating, all buckets
+  double capture_ms = 0;    // host time spent capturing + instantiating, all graphs
   int64_t last_bucket = 0;  // rows the last forward ran as (0: eager, unpadded)
   int64_t last_length = 0;  // L of the last forward's key (1: decode; 0: eager)
   int64_t verify_captured = 0, verify_replays = 0;  // the same for keys of L >= 2

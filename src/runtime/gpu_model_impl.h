@@ -9,8 +9,10 @@
 // values (counts, slots, positions) are read from device memory (meta, counts()).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -146,7 +148,8 @@ struct GpuMtp {
   void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows
 };
 
-// DSpark drafter on the device (gpu_dspark.cc; GpuModelOptions::dspark), V4.1 (MODEL_SPEC §D):
+// DSpark drafter on the device (gpu_dspark.cc; GpuModelOptions::dspark), V4.1 and V4-0731
+// (MODEL_SPEC §D):
 // its weights, per-sequence context rings and draft scratch. `rings`: per stage k one region
 // of [S * n_slots + max_sequences * block, d] rows at rings + k * ring_stride: first the stage's
 // context K=V of position t of state slot s in row s * n_slots + t % n_slots (n_slots =
@@ -160,7 +163,10 @@ struct GpuDspark {
   const float *markov_embed = nullptr, *markov_head = nullptr;  // [V, R] fp32
   const float* confidence = nullptr;                            // [D + R] fp32
   int64_t block = 0, rank = 0, noise = 0, n_taps = 0, n_experts = 0, top_k = 0;
-  std::vector<int64_t> tap_of_layer;  // backbone layer -> tap index (its entering streams), or -1
+  GpuHcW hc_head;                     // V4 (ModelTraits::dspark_hc_head): the last stage's hc_head
+  // Backbone layer -> tap index, or -1 (its entering streams, V4.1; its output streams, V4:
+  // ModelTraits::dspark_taps_block_output).
+  std::vector<int64_t> tap_of_layer;
   float* rings = nullptr;
   int64_t n_slots = 0, ring_stride = 0;  // ring_stride: floats per stage region
   float* taps = nullptr;
@@ -170,6 +176,7 @@ struct GpuDspark {
   float *Z = nullptr, *Z2 = nullptr;            // [rows, n_hc, D]
   float *keys = nullptr;                        // [max_sequences * (W + block), d]
   float *h = nullptr, *hn = nullptr, *logits = nullptr, *e = nullptr;  // [rows, D] / [rows, V] / [rows, R]
+  float* head_pre = nullptr;                    // [rows, n_hc] hc_head's pre (V4)
   float* router = nullptr;                      // [rows, n_experts]
   int32_t* route_ids = nullptr;                 // [rows, top_k]
   float* route_w = nullptr;                     // [rows, top_k]
@@ -179,7 +186,7 @@ struct GpuDspark {
   int32_t* meta_host = nullptr;                 // pinned
   int64_t meta_ints = 0;
   float* out_host = nullptr;                    // pinned: tokens, confidences, probabilities [3 * rows]
-  ActScratch a;                                 // kFp8 activation scratch (unused: V4.1 is kF32)
+  ActScratch a;                                 // kFp8 activation scratch (unused: the drafter runs kF32)
   void* moe_ws = nullptr;                       // grouped MoE workspace for `rows` rows
   // CUDA graphs of a draft's device work (cuda_graphs): key (bucket of sequences, with the
   // device probabilities), captured on first use (gpu_dspark.cc).
@@ -488,6 +495,17 @@ struct GpuModel::Impl {
   GraphKey graph_key(std::span<const GpuChunk> chunks) const;
   void enqueue_forward();
   void run_graph(GraphKey key);
+  // The bucket a graph call of n items (chunks, draft sequences) of rows_each rows runs as:
+  // the smallest of opt.graph_buckets >= n, when it fits max_rows rows; 0 (eager) otherwise.
+  int64_t graph_bucket(int64_t n, int64_t rows_each, int64_t max_rows) const;
+  // One graph call (forwards and DSpark drafts, gpu_graphs.cc): `found` (the key's graph, or
+  // null) is replayed; else `enqueue` runs eagerly, then the same sequence is captured into
+  // *captured (logged as `what`, timed into graph_stats.capture_ms, counted in
+  // graph_stats.captured). A failed capture is logged and turns graphs off (kEager: the eager
+  // run stands). The caller keeps a captured graph under its key.
+  enum class GraphRun { kReplayed, kCaptured, kEager };
+  GraphRun replay_or_capture(const cuda::Graph* found, cuda::Graph* captured, const std::string& what,
+                             const std::function<void()>& enqueue);
 
   // Prefix caching (gpu_prefix_state.cc): the arena is made on the first export. The byte
   // ranges of sequence `seq`'s state that positions [begin, end) appended (compressed
@@ -507,12 +525,14 @@ struct GpuModel::Impl {
 
   // DSpark (gpu_dspark.cc; null when GpuModelOptions::dspark is off). init_dspark: weights
   // (host DSpark tensors, or random for dummy weights), rings and scratch. dspark_tap: inside
-  // enqueue_forward before layer l's mixes (after Engram), the tap's stream mean of every row
-  // when l is a target layer. dspark_write_context: after the last layer, every row's context
+  // enqueue_forward before layer l's mixes (after Engram; after_block false) and after its FFN
+  // site (after_block true), the tap's stream mean of every row when l is a target layer and
+  // after_block is the family's tap point (ModelTraits::dspark_taps_block_output: V4 after the
+  // block, V4.1 entering it). dspark_write_context: after the last layer, every row's context
   // K=V per stage into its ring slot (graph-safe). dspark_draft: GpuModel::draft.
   std::unique_ptr<GpuDspark> dspark;
   void init_dspark(const ModelWeights* host);
-  void dspark_tap(int64_t layer, const float* X_in);
+  void dspark_tap(int64_t layer, bool after_block, const float* X);
   void dspark_write_context();
   // The device work of a draft of b sequences (rows i * b + j, metadata uploaded), through the
   // Markov head and the confidences (and the probabilities when `prob`): graph-safe.

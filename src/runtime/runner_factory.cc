@@ -107,16 +107,25 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   o.cuda_graphs = args.cuda_graphs;
   o.expert_format = args.expert_format;
   o.max_rollback = std::max<int64_t>(args.model_options.max_rollback, 0);
-  // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) or V4.1's DSpark
-  // (GpuModelOptions::dspark) when asked for (mtp / dspark, auto) and the checkpoint has it;
+  // Drafter on the device: V4's MTP-1 (GpuModelOptions::mtp) or the DSpark of V4.1 and of
+  // V4-Flash-DSpark / 0731 (GpuModelOptions::dspark) when asked for (mtp / dspark, auto) and the
+  // checkpoint has it;
   // rolls back as many positions as the engine verifies drafts (MTP's natural draft length is 1,
   // it chains more; DSpark's is its block, num_speculative_tokens at most that).
   const std::string& spec = args.speculative_method;
   CHECK_KIND(kUnsupported, spec != "dspark" || family.dspark.block_size > 0)
       << "engine: --speculative-method dspark, but the config has no DSpark drafter (dspark_block_size)";
-  CHECK_KIND(kUnsupported, spec != "dspark" || family.is_v41())
-      << "engine: the DSpark drafter runs on device cuda for DeepSeek-V4.1 checkpoints only; "
-         "V4-Flash-DSpark / 0731's drafter runs on --device cpu (its device kernels are not written yet)";
+  CHECK_KIND(kUnsupported, spec != "dspark" || args.weight_format != "fp8")
+      << "engine: the DSpark drafter runs on device cuda with --weight-format fp32 only";
+  // A V4-Flash-DSpark / 0731 checkpoint: its drafter needs the host fp32 weights (the streaming
+  // loader below uploads the backbone and MTP-1 only), so it loads through them when the drafter
+  // is asked for by name, or by auto when they fit the host's memory (fp32 weights).
+  const bool v4_dspark_host =
+      !v41 && !builtin(args) && !args.dummy_weights && family.dspark.block_size > 0 &&
+      (spec == "dspark" || (spec == "auto" && args.weight_format != "fp8" && [&] {
+         const double have = host_memory_available();
+         return have >= 0 && host_fp32_load_bytes(args.model_dir) <= have;
+       }()));
   auto use_mtp = [&](bool has_mtp) {
     if (!has_mtp || (spec != "mtp" && spec != "auto")) return;
     o.mtp = true;
@@ -149,7 +158,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     }
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
   }
-  if (!builtin(args) && !args.dummy_weights && !v41) {
+  if (!builtin(args) && !args.dummy_weights && !v41 && !v4_dspark_host) {
     // A DeepSeek-V4 checkpoint goes to the device tensor by tensor (no host fp32 model; FP8
     // codes as stored, FP4 experts converted exactly; runtime/gpu_weight_stream.h).
     const GpuWeightStream stream(args.model_dir, family);
@@ -158,11 +167,12 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     use_mtp(stream.weights().has_mtp);
     return std::make_unique<CudaRunner>(family, stream.weights(), o);
   }
-  if (!builtin(args) && !args.dummy_weights) {  // V4.1: through host fp32 weights for now
+  if (!builtin(args) && !args.dummy_weights) {  // V4.1 / V4-DSpark: through host fp32 weights for now
     const double need = host_fp32_load_bytes(args.model_dir), have = host_memory_available();
     CHECK_KIND(kResourceExhausted, have < 0 || need <= have)
-        << "engine: DeepSeek-V4.1 checkpoints load on device cuda through host fp32 weights for now "
-           "(the streaming loader takes DeepSeek-V4 only): " << args.model_dir << " needs about "
+        << "engine: " << (v41 ? "DeepSeek-V4.1 checkpoints load" : "the DSpark drafter of a V4 checkpoint loads")
+        << " on device cuda through host fp32 weights for now (the streaming loader takes DeepSeek-V4's "
+           "backbone and MTP-1 only): " << args.model_dir << " needs about "
         << need / 1e9 << " GB of host memory, " << have / 1e9 << " GB are available";
   }
   Source s = open_source(args);
