@@ -12,12 +12,13 @@
 namespace deepinfer {
 
 void quantize_fp8_blocks(float* w, int64_t n, int64_t k, uint8_t* codes, float* grid,
-                         bool round_trip) {
-  const int64_t n_nb = ceil_div64(n, kFp8GemmBlock), n_kb = ceil_div64(k, kFp8GemmBlock);
+                         bool round_trip, int64_t block) {
+  ICHECK(block > 0) << "quantize_fp8_blocks: block " << block;
+  const int64_t n_nb = ceil_div64(n, block), n_kb = ceil_div64(k, block);
   for (int64_t bn = 0; bn < n_nb; ++bn) {
     for (int64_t bk = 0; bk < n_kb; ++bk) {
-      const int64_t r0 = bn * kFp8GemmBlock, r1 = std::min(n, r0 + kFp8GemmBlock);
-      const int64_t c0 = bk * kFp8GemmBlock, c1 = std::min(k, c0 + kFp8GemmBlock);
+      const int64_t r0 = bn * block, r1 = std::min(n, r0 + block);
+      const int64_t c0 = bk * block, c1 = std::min(k, c0 + block);
       float amax = 0.0f;
       bool finite = true;
       for (int64_t r = r0; r < r1; ++r) {
@@ -26,8 +27,8 @@ void quantize_fp8_blocks(float* w, int64_t n, int64_t k, uint8_t* codes, float* 
           amax = std::max(amax, std::fabs(w[r * k + c]));
         }
       }
-      CHECK(finite) << "quantize_fp8_blocks: a non-finite weight in the 128x128 "
-                                 << "block (" << bn << ", " << bk << ") of a [" << n << ", " << k
+      CHECK(finite) << "quantize_fp8_blocks: a non-finite weight in the " << block << "x"
+                                 << block << " block (" << bn << ", " << bk << ") of a [" << n << ", " << k
                                  << "] matrix";
       const float sc = amax > 0.0f ? pow2_scale(amax, kE4M3Max) : 1.0f;
       grid[bn * n_kb + bk] = sc;

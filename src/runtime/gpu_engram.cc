@@ -89,11 +89,13 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
   if (options_.fp8_wkv) {
     CHECK_KIND(kUnsupported, k % 16 == 0)
         << "GpuEngram: FP8 wkv with K=" << k << " (the FP8 GEMMs need K % 16 == 0)";
+    const int64_t b = fp8_weight_block(cfg);  // V4.1: 32x32 blocks, activations 1x32
+    wkv_.block = b;
     std::vector<float> copy(w.wkv.f32(), w.wkv.f32() + n_kv * k);
     std::vector<uint8_t> codes(n_kv * k);
-    std::vector<float> grid(ceil_div64(n_kv, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock));
-    quantize_fp8_blocks(copy.data(), n_kv, k, codes.data(), grid.data(), false);
-    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n_kv, k);
+    std::vector<float> grid(ceil_div64(n_kv, b) * ceil_div64(k, b));
+    quantize_fp8_blocks(copy.data(), n_kv, k, codes.data(), grid.data(), false, b);
+    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n_kv, k, b);
     wkvq_ = upload(codes.data(), DType::F8_E4M3, {n_kv, k});
     wkvs_ = upload(sw.data(), DType::F32, {static_cast<int64_t>(sw.size())});
     wkv_.q = wkvq_.data<uint8_t>();
@@ -139,7 +141,7 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
   device_bytes_ += static_cast<int64_t>(ids_.nbytes() + e_.nbytes() + kv_.nbytes());
   if (options_.fp8_wkv) {
     act_q_ = cuda::device_empty(DType::F8_E4M3, {m, k});
-    act_s_ = cuda::device_empty(DType::F32, {ceil_div64(k, kFp8GemmBlock), m});
+    act_s_ = cuda::device_empty(DType::F32, {ceil_div64(k, wkv_.block), m});
     device_bytes_ += static_cast<int64_t>(act_q_.nbytes() + act_s_.nbytes());
   }
   if (options_.prefetch) {
@@ -194,7 +196,8 @@ void GpuEngram::apply(cuda::DeviceContext& ctx, const int32_t* history, int64_t 
     engram_dequant_cuda(s, view_, ids_.data<int64_t>(), n_rows, tables_.n_cols, e_.data<float>());
   }
   linear_run(ctx, wkv_, e_.data<float>(), n_rows, kv_.data<float>(),
-             ActScratch{act_q_.data<uint8_t>(), act_s_.data<float>()}, options_.batch_invariant);
+             ActScratch{act_q_.data<uint8_t>(), act_s_.data<float>(), wkv_.block},
+             options_.batch_invariant);
   EngramGateCudaParams g;
   g.n = n_rows;
   g.n_hc = n_hc_;

@@ -7,8 +7,9 @@
 // Construction (once per engram layer, at load; allocates and uploads, synchronous):
 //  * the layer's hash constants: engram_primes(cfg.engram)[slot of `layer`] (prime walk and
 //    the committed NumPy multipliers), the token map uploaded to the device (int32 [n_tokens]);
-//  * engram.wkv: fp32 as given, or FP8 e4m3 with 128x128 block scales quantised on the host
-//    (runtime/fp8_weight_quant.h, as GpuModel's kFp8 projections); the gate weight
+//  * engram.wkv: fp32 as given, or FP8 e4m3 with b x b block scales quantised on the host
+//    (b = fp8_weight_block(cfg): 32 for V4.1; runtime/fp8_weight_quant.h, as GpuModel's kFp8
+//    projections); the gate weight
 //    w = q_weight * k_weight (fp32 product, as the CPU computes it);
 //  * the table, repacked per row (codes then scales, padded to 16 bytes:
 //    engram_packed_row_bytes, 272 B for V4.1-Flash's head_dim 256) into device memory or into
@@ -22,7 +23,7 @@
 // launches: a graph bucket's padding rows are computed and ignored). Numerics against the CPU
 // block: ids and the dequantised rows are bitwise the CPU's; the projection and the gate's
 // sums differ only in reduction order (fp32), or by the FP8 quantisation of wkv and of e per
-// 1x128 block (fp8_wkv). With batch_invariant every step is per row (rowwise fp32 / SIMT FP8
+// 1 x b block (fp8_wkv). With batch_invariant every step is per row (rowwise fp32 / SIMT FP8
 // GEMM; hash, gather and gate are per row already), so a row's update does not depend on the
 // batch.
 //

@@ -100,9 +100,9 @@ DeviceLinear GpuModel::Impl::linear(const float* host, int64_t n, int64_t k, flo
   }
   CHECK_KIND(kUnsupported, k % 16 == 0)
       << "GpuModel kFp8: a projection with K=" << k << " (the FP8 GEMMs need K % 16 == 0)";
-  const int64_t n_nb = ceil_div64(n, kFp8GemmBlock), ld = fp8_weight_scale_ld(k);
+  w.block = fp8_weight_block(cfg);
   auto* q = static_cast<uint8_t*>(raw_alloc(n * k));
-  float* s = alloc(n_nb * ld);
+  float* s = alloc(fp8_weight_scale_count(n, k, w.block));
   if (host != nullptr) {
     upload_fp8(host, n, k, q, s);
   } else {
@@ -115,15 +115,16 @@ DeviceLinear GpuModel::Impl::linear(const float* host, int64_t n, int64_t k, flo
 }
 
 void GpuModel::Impl::upload_fp8(const float* host, int64_t n, int64_t k, uint8_t* q, float* s) {
+  const int64_t b = fp8_weight_block(cfg);
   if (GpuWeightStream* ws = GpuWeightStream::owner_of(host)) {  // a streamed checkpoint tensor
-    ws->upload_fp8(host, n, k, q, s, ctx.stream());
+    ws->upload_fp8(host, n, k, q, s, ctx.stream(), b);
     return;
   }
   std::vector<float> copy(host, host + n * k);
   std::vector<uint8_t> codes(n * k);
-  std::vector<float> grid(ceil_div64(n, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock));
-  quantize_fp8_blocks(copy.data(), n, k, codes.data(), grid.data(), false);
-  const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n, k);
+  std::vector<float> grid(ceil_div64(n, b) * ceil_div64(k, b));
+  quantize_fp8_blocks(copy.data(), n, k, codes.data(), grid.data(), false, b);
+  const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n, k, b);
   CUDA_CHECK(cudaMemcpy(q, codes.data(), n * k, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(s, sw.data(), sw.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
@@ -132,7 +133,7 @@ void GpuModel::Impl::fill_fp8(uint8_t* q, float* s, int64_t count, int64_t n, in
                               float std) {
   // Dummy weights (no host weights; the benchmark's), not a quantiser: codes uniform in
   // [-448, 448) times one constant scale (not a power of two), so std of the values = std.
-  const int64_t n_scales = count * ceil_div64(n, kFp8GemmBlock) * fp8_weight_scale_ld(k);
+  const int64_t n_scales = count * fp8_weight_scale_count(n, k, fp8_weight_block(cfg));
   fill_random_e4m3(ctx.stream(), q, count * n * k, seed * 1000003 + ++fill_counter);
   fill_const_f32(ctx.stream(), s, n_scales, std * 1.7320508f / 448.0f);
 }
@@ -168,6 +169,9 @@ std::vector<DeviceLinear> GpuModel::Impl::expert_stack(const std::vector<const T
   }
   CHECK_KIND(kUnsupported, k % 16 == 0)
       << "GpuModel kFp8: an expert projection with K=" << k << " (the FP8 GEMMs need K % 16 == 0)";
+  // 128x128 blocks only (the grouped MoE kernels and CheckpointExperts' FP4 -> FP8 are built
+  // for them; V4.1's FP8 experts are refused in the constructor, fp8_weight_block).
+  ICHECK(fp8_weight_block(cfg) == kFp8GemmBlock) << "GpuModel: FP8 routed experts off the 128 grid";
   const int64_t sn = ceil_div64(n, kFp8GemmBlock) * fp8_weight_scale_ld(k);
   auto* q = static_cast<uint8_t*>(raw_alloc(n_experts * n * k));
   float* s = alloc(n_experts * sn);
@@ -323,12 +327,14 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   CHECK(opt.max_rollback >= 0) << "GpuModel: max_rollback " << opt.max_rollback << " (>= 0)";
   CHECK_KIND(kUnsupported, opt.max_rollback == 0 || opt.paged_kv)
       << "GpuModel: max_rollback needs paged_kv (the plain path's window ring holds exactly W positions)";
-  // Phase 1 of V4.1 on the GPU (issue 14): fp32 weights, reference / official numerics, the
-  // fp32 per-sequence state or the bf16 paged cache; the rest is refused here by name.
+  // V4.1 on the GPU (issue 14): fp32 weights, or weight_format fp8 with 32x32-block FP8 dense
+  // projections (fp8_weight_block) and FP4 routed experts as stored (expert_format w4a8,
+  // checked after resolve_expert_format); reference / official numerics, the fp32
+  // per-sequence state or the bf16 paged cache; the rest is refused here by name.
   if (cfg.is_v41()) {
-    CHECK_KIND(kUnsupported, opt.weight_format == WeightFormat::kF32)
-        << "GpuModel: DeepSeek-V4.1 runs with fp32 weights only for now (weight_format fp8, "
-           "its 32x32-block FP8 / FP4 weights, is issue 14 phase 2)";
+    CHECK_KIND(kUnsupported, opt.weight_format == WeightFormat::kF32 || !opt.dspark)
+        << "GpuModel: DeepSeek-V4.1 DSpark with weight_format fp8 is not supported yet (its "
+           "drafter's FP8 activations are 1x128); use weight_format fp32";
     CHECK_KIND(kUnsupported, !opt.paged_kv || resolved_kv_cache_dtype(opt) == KvCacheDtype::kBf16)
         << "GpuModel: DeepSeek-V4.1 with kv_cache_dtype fp8 is not supported yet (its 528 / 288 "
            "/ 68-byte cache formats are issue 14 phase 2); use kv_cache_dtype bf16 or paged_kv off";
@@ -398,6 +404,10 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
     ckpt = std::make_unique<CheckpointExperts>(opt.expert_checkpoint, cfg);
   }
   resolve_expert_format(hw, streamed, ckpt.get());
+  CHECK_KIND(kUnsupported, !fp8() || w4a8() || fp8_weight_block(cfg) == kFp8GemmBlock || E == 0)
+      << "GpuModel: DeepSeek-V4.1 routed experts in expert_format fp8 are not supported (the "
+         "FP8 expert kernels are 128x128-block; V4.1's are 32x32); use expert_format w4a8 (FP4 "
+         "experts as stored: streamed weights, or host weights with expert_checkpoint)";
   for (int64_t l = 0; l < L; ++l) {
     const LayerWeights* lw = host ? &hw->layers[l] : nullptr;
     GpuLayerW& g = layers[l];
@@ -647,9 +657,10 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   logits = alloc(R * V);
   if (fp8()) {
     const int64_t kmax = std::max({H * d, D, Rq, G * Ro, Is, I, gw});
+    const int64_t b = fp8_weight_block(cfg);
     auto scratch = [&](int64_t rows, int64_t width) {
       return ActScratch{static_cast<uint8_t*>(raw_alloc(rows * width)),
-                        alloc(rows * ceil_div64(width, kFp8GemmBlock))};
+                        alloc(rows * ceil_div64(width, b)), b};
     };
     a_in = scratch(T, D);
     a_r = scratch(T, Rq);
@@ -753,7 +764,7 @@ GpuModel::ExpertFp8Copy GpuModel::download_expert_fp8(int64_t layer, int64_t exp
       << " (needs kFp8, a layer and expert in range, w1 / w2 / w3)";
   const GpuLayerW& g = m.layers[layer];
   const DeviceLinear& d = (w == "w1" ? g.w1 : w == "w3" ? g.w3 : g.w2)[expert];
-  const int64_t n_nb = ceil_div64(d.n, kFp8GemmBlock), ld = fp8_weight_scale_ld(d.k);
+  const int64_t n_nb = ceil_div64(d.n, d.block), ld = fp8_weight_scale_ld(d.k, d.block);
   ExpertFp8Copy out{Tensor::empty(DType::F8_E4M3, {d.n, d.k}), Tensor::empty(DType::F32, {n_nb, ld})};
   CUDA_CHECK(cudaStreamSynchronize(m.ctx.stream()));
   CUDA_CHECK(cudaMemcpy(out.codes.raw(), d.q, d.n * d.k, cudaMemcpyDeviceToHost));
@@ -785,12 +796,13 @@ GpuModel::ExpertW4a8Copy GpuModel::download_expert_w4a8(int64_t layer, int64_t e
 GpuExpertBytes GpuModel::expert_bytes() const { return impl_->expert_bytes; }
 
 void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool routed_experts) {
-  auto rt = [](Tensor& t, int64_t n, int64_t k) {
+  const int64_t b = fp8_weight_block(cfg);
+  auto rt = [b](Tensor& t, int64_t n, int64_t k) {
     ICHECK(t.defined() && t.dtype() == DType::F32 && t.numel() == n * k)
         << "fp8_round_trip: " << t.str() << " is not [" << n << ", " << k << "] fp32";
     std::vector<uint8_t> codes(n * k);
-    std::vector<float> grid(ceil_div64(n, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock));
-    quantize_fp8_blocks(t.f32(), n, k, codes.data(), grid.data(), true);
+    std::vector<float> grid(ceil_div64(n, b) * ceil_div64(k, b));
+    quantize_fp8_blocks(t.f32(), n, k, codes.data(), grid.data(), true, b);
   };
   const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, Rq = cfg.q_lora_rank;
   const int64_t I = cfg.moe_intermediate_size, Is = I * cfg.n_shared_experts;

@@ -203,7 +203,8 @@ void GpuWeightStream::upload_f32(const void* host, int64_t n, void* device, void
 }
 
 void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t* q, float* s,
-                                 void* stream) {
+                                 void* stream, int64_t block) {
+  ICHECK(fp8_gemm_block_ok(block)) << "GpuWeightStream::upload_fp8: block " << block;
   const auto where = streamed_.find(host);
   ICHECK(where.has_value()) << "GpuWeightStream::upload_fp8: not a placeholder";
   const StoredTensor& t = *where->tensor;
@@ -212,8 +213,8 @@ void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t
       << "GpuWeightStream: [" << n << ", " << k << "] at element " << where->offset << " of '"
       << t.origin << "' " << shape_str(t.shape);
   const int64_t r0 = where->offset / k, rows = t.shape[0];
-  const int64_t ld = fp8_weight_scale_ld(k), kb = ceil_div(k, kFp8GemmBlock);
-  const bool on_grid = r0 % kFp8GemmBlock == 0 && (n % kFp8GemmBlock == 0 || r0 + n == rows);
+  const int64_t ld = fp8_weight_scale_ld(k, block), kb = ceil_div(k, block);
+  const bool on_grid = r0 % block == 0 && (n % block == 0 || r0 + n == rows);
   const std::string where_s = "' in checkpoint '" + streamed_.path() + "'";
   auto check_ue8m0 = [&](const uint8_t* g, int64_t count, const std::string& name) {
     for (int64_t i = 0; i < count; ++i) {
@@ -222,11 +223,11 @@ void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t
     }
   };
   auto upload_scales_ue8m0 = [&](const uint8_t* grid, int64_t rows_n) {
-    const std::vector<float> sw = expand_weight_scales_ue8m0(grid, rows_n, k);
+    const std::vector<float> sw = expand_weight_scales_ue8m0(grid, rows_n, k, block);
     stage(sw.data(), sw.size() * sizeof(float), s, stream);
   };
   const bool stored_fp8 = t.kind == StoredTensor::Kind::kFp8 && t.scale.dtype() == DType::F8_E8M0 &&
-                          t.block_n == kFp8GemmBlock && t.block_k == kFp8GemmBlock;
+                          t.block_n == block && t.block_k == block;
   if (stored_fp8 && on_grid) {  // the checkpoint's codes and scales as they are
     const StoredRows sr = stored_rows_slice(t, r0, r0 + n);
     const auto* grid = static_cast<const uint8_t*>(sr.scale.raw());
@@ -234,26 +235,26 @@ void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t
     stage(sr.weight.raw(), static_cast<size_t>(n * k), q, stream);
     upload_scales_ue8m0(grid, n);
     account(static_cast<double>(sr.weight.nbytes() + sr.scale.nbytes()),
-            static_cast<double>(n * k + ceil_div(n, kFp8GemmBlock) * ld * 4));
+            static_cast<double>(n * k + ceil_div(n, block) * ld * 4));
     release_mapped_rows(t, r0, r0 + n);
     ++stats_.fp8_as_stored;
     return;
   }
-  if (t.kind == StoredTensor::Kind::kFp4 && on_grid) {  // exact FP4 -> block FP8
+  if (t.kind == StoredTensor::Kind::kFp4 && on_grid && block == kFp8GemmBlock) {  // exact FP4 -> 128-block FP8
     const StoredRows sr = stored_rows_slice(t, r0, r0 + n);
     const Fp8BlockWeight w = fp4_to_fp8_block(sr.weight, sr.scale, t.origin, Fp4ToFp8Policy::kExact);
     stage(w.weight.raw(), static_cast<size_t>(n * k), q, stream);
     upload_scales_ue8m0(static_cast<const uint8_t*>(w.scale.raw()), n);
     account(static_cast<double>(sr.weight.nbytes() + sr.scale.nbytes()),
-            static_cast<double>(n * k + ceil_div(n, kFp8GemmBlock) * ld * 4));
+            static_cast<double>(n * k + ceil_div(n, block) * ld * 4));
     release_mapped_rows(t, r0, r0 + n);
     ++stats_.fp4_converted;
     return;
   }
-  // fp32 values quantised as GpuModel quantises host weights, 128 rows (one block row) at a
-  // time from r0: the blocks are independent, so this equals quantising the whole matrix.
+  // fp32 values quantised as GpuModel quantises host weights, whole block rows at a time
+  // from r0: the blocks are independent, so this equals quantising the whole matrix.
   const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(staging_->half) /
-                                               (k * 4 * kFp8GemmBlock)) * kFp8GemmBlock;
+                                               (k * 4 * block)) * block;
   std::vector<float> values;
   std::vector<uint8_t> codes;
   std::vector<float> grid;
@@ -261,12 +262,12 @@ void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t
     const int64_t m = std::min(per, n - b);
     values.resize(static_cast<size_t>(m * k));
     codes.resize(static_cast<size_t>(m * k));
-    grid.resize(static_cast<size_t>(ceil_div(m, kFp8GemmBlock) * kb));
+    grid.resize(static_cast<size_t>(ceil_div(m, block) * kb));
     convert_range(t, r0 + b, r0 + b + m, values.data());
-    quantize_fp8_blocks(values.data(), m, k, codes.data(), grid.data(), false);
-    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), m, k);
+    quantize_fp8_blocks(values.data(), m, k, codes.data(), grid.data(), false, block);
+    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), m, k, block);
     stage(codes.data(), codes.size(), q + b * k, stream);
-    stage(sw.data(), sw.size() * sizeof(float), s + b / kFp8GemmBlock * ld, stream);
+    stage(sw.data(), sw.size() * sizeof(float), s + b / block * ld, stream);
     const StoredRows sr = stored_rows_slice(t, r0 + b, r0 + b + m);
     account(static_cast<double>(sr.weight.nbytes() + (sr.scale.defined() ? sr.scale.nbytes() : 0)),
             static_cast<double>(m * k + sw.size() * 4));

@@ -12,8 +12,9 @@
 // mapping and convert them into the device format a row range at a time:
 //  * kF32 weights, norms, mixes, biases, embedding, head: fp32 (io/weight_stream.h's
 //    convert_rows: bf16 / fp16 / fp64 widened, block FP8 and FP4 dequantised, tid2eid to I32);
-//  * kFp8 projections stored as block FP8 with UE8M0 scales on the device's 128x128 grid (V4's
-//    checkpoints): the e4m3 codes as stored, the scales expanded to the GEMMs' fp32 layout;
+//  * kFp8 projections stored as block FP8 with UE8M0 scales on the device's grid (V4's
+//    checkpoints: 128x128; V4.1's: 32x32, fp8_weight_block): the e4m3 codes as stored, the
+//    scales expanded to the GEMMs' fp32 layout;
 //  * FP4 (routed experts, V4-Flash) under GpuModel's expert_format kFp8: converted exactly to
 //    128x128 block FP8 (io/fp4_to_fp8.h kExact, as runtime/expert_loader.h does; an inexact
 //    one is an Error naming the tensor); under kW4a8 (upload_w4a8): the codes and UE8M0
@@ -81,9 +82,12 @@ class GpuWeightStream {
   // For GpuModel's construction. `stream`: a cudaStream_t; the copies are enqueued on it.
   // n 4-byte elements (F32, or I32 for tid2eid) starting at placeholder `host` to `device`.
   void upload_f32(const void* host, int64_t n, void* device, void* stream);
-  // The [n, k] matrix starting at placeholder `host` in GpuModel's kFp8 format: e4m3 codes
-  // [n, k] to q, fp32 scales [ceil(n/128), fp8_weight_scale_ld(k)] to s.
-  void upload_fp8(const void* host, int64_t n, int64_t k, uint8_t* q, float* s, void* stream);
+  // The [n, k] matrix starting at placeholder `host` in GpuModel's kFp8 format on block x
+  // block blocks (fp8_weight_block(cfg): 128, V4.1 32): e4m3 codes [n, k] to q, fp32 scales
+  // [ceil(n/block), fp8_weight_scale_ld(k, block)] to s. Stored block FP8 on that grid goes
+  // as stored; FP4 is converted exactly only for block 128 (else re-quantised from fp32).
+  void upload_fp8(const void* host, int64_t n, int64_t k, uint8_t* q, float* s, void* stream,
+                  int64_t block = 128);
   // The [n, k] matrix at placeholder `host`, stored FP4 (codes [n, k/2] + F8_E8M0 [n, k/32]),
   // in moe_w4a8.h's device layout: codes [n, kp/2] to `codes`, scales [n, kp/32] to `scales`
   // (kp = k rounded up to 128). Throws Error naming the tensor when it is not stored FP4 of

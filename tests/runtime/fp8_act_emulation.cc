@@ -9,6 +9,7 @@
 #include "ops/gemm/gemm.h"
 #include "ops/linear/linear.h"
 #include "ops/quant/qat.h"
+#include "runtime/fp8_weight_quant.h"
 
 // linear_ref's symbol, deepinfer::linear_ref(const float*, long, long, const float*, long,
 // float*, deepinfer::GemmMode), as the wrap option names it.
@@ -27,7 +28,8 @@ std::atomic<Fp8ActivationEmulation*> g_active{nullptr};
 
 }  // namespace
 
-Fp8ActivationEmulation::Fp8ActivationEmulation(const ModelConfig& cfg, const ModelWeights& w) {
+Fp8ActivationEmulation::Fp8ActivationEmulation(const ModelConfig& cfg, const ModelWeights& w)
+    : block_(fp8_weight_block(cfg)) {
   auto add = [&](const Tensor& t, int64_t k) {
     if (t.defined()) fp8_.emplace(t.f32(), Projection{k, fp8_.size()});
   };
@@ -51,6 +53,7 @@ Fp8ActivationEmulation::Fp8ActivationEmulation(const ModelConfig& cfg, const Mod
       add(a.indexer.compressor.wgate, D);
       add(a.indexer.wq_b, Rq);
     }
+    add(a.indexer.wk, d);  // V4.1: index keys from the latents (GpuModel idx_wk)
   };
   auto moe = [&](const MoeWeights& m) {
     for (const ExpertWeightsT& e : m.experts) {
@@ -66,6 +69,7 @@ Fp8ActivationEmulation::Fp8ActivationEmulation(const ModelConfig& cfg, const Mod
   for (const LayerWeights& l : w.layers) {
     attention(l.attn);
     moe(l.moe);
+    if (l.engram.wkv.defined()) add(l.engram.wkv, l.engram.wkv.size(1));  // GpuEngram fp8_wkv
   }
   if (w.has_mtp) {
     add(w.mtp.e_proj, D);
@@ -117,7 +121,7 @@ bool Fp8ActivationEmulation::maybe_quantise(const float* x, int64_t m, int64_t k
       }
     }
   }
-  for (int64_t r = 0; r < m; ++r) fp8_roundtrip(xq.data() + r * k, k, kFp8GemmBlock);
+  for (int64_t r = 0; r < m; ++r) fp8_roundtrip(xq.data() + r * k, k, block_);
   ++quantised_;
   return true;
 }

@@ -1,6 +1,7 @@
 // CPU emulation of GpuModel's FP8 activations, for tests: while an Fp8ActivationEmulation is
 // active, every linear_ref (ops/linear/linear.h) whose weight is one of GpuModel's FP8
-// projections quantises its input first, per row in 1x128 blocks along K, as the GPU's
+// projections quantises its input first, per row in 1 x b blocks along K (b =
+// fp8_weight_block(cfg): 128, V4.1 32), as the GPU's
 // act_quant does before each block-scaled FP8 GEMM (fp8_roundtrip of ops/quant/qat.h: the
 // values act_quant_ref's codes times scales hold). Every other linear_ref (the router gate,
 // the indexer's weights_proj, the mHC mixes: fp32 on the GPU too) runs as is. With the same
@@ -66,6 +67,7 @@ class Fp8ActivationEmulation {
   };
   std::unordered_map<const float*, Projection> fp8_;  // FP8 weight -> its K
   std::vector<std::atomic<uint8_t>> used_;
+  int64_t block_ = 128;  // fp8_weight_block(cfg)
   uint32_t jitter_ = 0;
   int jitter_ulps_ = 1;
   std::atomic<int64_t> quantised_{0}, plain_{0};

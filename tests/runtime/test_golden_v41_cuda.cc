@@ -44,8 +44,8 @@
 //    this repository's NumPy Engram, README there) runs every part above through GpuEngram,
 //    the n-gram history built on the device (chunks of 1 read every earlier token from the
 //    ring, runtime/engram_history.h).
-//  * Refusals: V4.1 options outside phase 1 (weight_format fp8, kv_cache_dtype fp8, Engram
-//    with dummy weights) fail at construction with kUnsupported naming the option; bad tokens
+//  * Refusals: V4.1 options outside phase 1 (FP8 routed experts under weight_format fp8,
+//    kv_cache_dtype fp8, Engram with dummy weights) fail at construction with kUnsupported naming the option; bad tokens
 //    fail the forward before any state changes.
 #include <gtest/gtest.h>
 
@@ -486,9 +486,11 @@ TEST(GoldenV41CudaRefusals, UnsupportedOptionsAndBadInput) {
   std::string msg;
   {
     GpuModelOptions o = v41_options();
+    // weight_format fp8 runs (32x32-block dense FP8, test_golden_v41_fp8_cuda); its routed
+    // experts must be FP4 as stored (expert_format w4a8): the bf16 spelling has none.
     o.weight_format = WeightFormat::kFp8;
     EXPECT_EQ(thrown_kind([&] { GpuModel::load(base, o); }, &msg), "unsupported");
-    EXPECT_NE(msg.find("weight_format fp8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expert_format fp8"), std::string::npos) << msg;
   }
   {
     GpuModelOptions o = v41_options();

@@ -9,7 +9,8 @@
 //    (n-grams reaching into earlier chunks), sequences shorter than the n-gram, dead tokens;
 //    the table in device memory and in pinned mapped host memory give bitwise the same streams;
 //  * FP8 wkv vs a CPU emulation of the FP8 path (wkv round-tripped by quantize_fp8_blocks, the
-//    gathered activation by act_quant_ref per 1x128 block, exact products summed in fp32):
+//    gathered activation by act_quant_ref per 1 x b block, b = fp8_weight_block(cfg) = 32 for
+//    V4.1, wkv on b x b blocks; exact products summed in fp32):
 //    NMSE of the update X_out - X_in below 1e-5 (GEMM reduction order only; a wrong scale or
 //    stream gives O(1));
 //  * batch_invariant: every row's streams bitwise the same alone and inside the 129-row batch;
@@ -145,14 +146,14 @@ std::vector<float> cpu_engram(const LayerCase& c, const std::vector<int32_t>& hi
   return x;
 }
 
-// The FP8 path on the CPU: round-tripped wkv, activation quantised per 1x128 block.
+// The FP8 path on the CPU: round-tripped wkv, activation quantised per 1 x b block (b x b wkv).
 std::vector<float> cpu_engram_fp8(const LayerCase& c, const std::vector<int32_t>& hist, int64_t n,
                                   const std::vector<float>& x0) {
   const auto ids = cpu_ids(c, hist, n);
   const EngramWeights& w = c.w();
   const int hc = static_cast<int>(c.cfg.hc_mult);
   const int64_t d = c.cfg.hidden_size, hd = c.tables.head_dim, nc = c.tables.n_cols;
-  const int64_t k = nc * hd, n_kv = (hc + 1) * d, n_kb = ceil_div64(k, 128);
+  const int64_t k = nc * hd, n_kv = (hc + 1) * d, b = fp8_weight_block(c.cfg), n_kb = ceil_div64(k, b);
   const auto* codes = static_cast<const uint8_t*>(w.table.raw());
   const auto* scales = static_cast<const uint8_t*>(w.table_scale.raw());
   const auto& e4m3 = e4m3_values();
@@ -165,14 +166,14 @@ std::vector<float> cpu_engram_fp8(const LayerCase& c, const std::vector<int32_t>
   }
   std::vector<uint8_t> q(n * k);
   std::vector<float> s(n * n_kb);
-  act_quant_ref(e.data(), n, k, 128, q.data(), s.data(), ScaleLayout::kRowMajor);
+  act_quant_ref(e.data(), n, k, b, q.data(), s.data(), ScaleLayout::kRowMajor);
   for (int64_t r = 0; r < n; ++r) {
-    for (int64_t i = 0; i < k; ++i) e[r * k + i] = e4m3[q[r * k + i]] * s[r * n_kb + i / 128];
+    for (int64_t i = 0; i < k; ++i) e[r * k + i] = e4m3[q[r * k + i]] * s[r * n_kb + i / b];
   }
   std::vector<float> wkv(w.wkv.f32(), w.wkv.f32() + n_kv * k);
   std::vector<uint8_t> wq(n_kv * k);
-  std::vector<float> grid(ceil_div64(n_kv, 128) * n_kb);
-  quantize_fp8_blocks(wkv.data(), n_kv, k, wq.data(), grid.data(), true);
+  std::vector<float> grid(ceil_div64(n_kv, b) * n_kb);
+  quantize_fp8_blocks(wkv.data(), n_kv, k, wq.data(), grid.data(), true, b);
   std::vector<float> kv(n * n_kv);
   linear_ref(e.data(), n, k, wkv.data(), n_kv, kv.data(), GemmMode::kFixedOrder);
   std::vector<float> gw(hc * d);

@@ -135,7 +135,9 @@ Plan& get_plan(const PlanKey& key, const float* sw, const float* sx) {
 // M). Each lane streams 16 weight bytes per chunk, kUnroll chunks in flight at once (a warp
 // covers kUnroll * 512 K values per step), converts them to fp32 once and reuses them for
 // every row of the tile; per 16-element chunk the partial dot product is scaled by
-// sx[m, kb] * sw[n / 128, kb]. Weights are read once per kRows rows.
+// sx[m, kb] * sw[n / b, kb] (b = p.block, 128 or 32: K % 16 == 0 and b % 16 == 0, so a chunk
+// never straddles a block). Weights are read once per kRows rows. The arithmetic of a row
+// depends on k and b only (never on M): the batch-invariant path for both block sizes.
 constexpr int kSimtWarps = 4;
 constexpr int kSimtUnroll = 4;
 
@@ -144,7 +146,7 @@ struct SimtParams {
   const float* sx;  // [n_kb, m]
   const uint8_t* wq;
   const float* sw;  // [n_nb, sw_ld]
-  int64_t m, n, k, sw_ld;
+  int64_t m, n, k, sw_ld, block;
   void* y;
   bool y_bf16;
 };
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32) fp8_block_simt_kernel(SimtPar
   if (n >= p.n) return;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), p.m - m0));
   const uint8_t* w = p.wq + n * p.k;
-  const float* sw = p.sw + (n / 128) * p.sw_ld;
+  const float* sw = p.sw + (n / p.block) * p.sw_ld;
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32) fp8_block_simt_kernel(SimtPar
       if (k0 >= p.k) break;
       float wf[16];
       e4m3x16_to_f32(wv[u], wf);
-      const int64_t kb = k0 / 128;
+      const int64_t kb = k0 / p.block;
       const float swv = sw[kb];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -230,12 +232,13 @@ void launch_simt(const SimtParams& p, cudaStream_t stream) {
 }
 
 void fp8_block_simt(cuda::DeviceContext& ctx, const void* xq, const float* sx, const void* wq,
-                    const float* sw, int64_t m, int64_t n, int64_t k, void* y, DType y_dtype) {
+                    const float* sw, int64_t m, int64_t n, int64_t k, void* y, DType y_dtype,
+                    int64_t block) {
   CHECK_KIND(kUnsupported, reinterpret_cast<uintptr_t>(xq) % 16 == 0 &&
                                reinterpret_cast<uintptr_t>(wq) % 16 == 0)
       << "fp8 gemm (SIMT): xq and wq must be 16-byte aligned";
   const SimtParams p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
-                     m, n, k, fp8_weight_scale_ld(k), y, y_dtype == DType::BF16};
+                     m, n, k, fp8_weight_scale_ld(k, block), block, y, y_dtype == DType::BF16};
   if (m == 1) {
     launch_simt<1>(p, ctx.stream());
   } else if (m == 2) {
@@ -283,15 +286,19 @@ void gemm_f32_cuda(cuda::DeviceContext& ctx, const float* x, const float* w, int
 
 void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* sx_block_major,
                          const void* wq, const float* sw_padded, int64_t m, int64_t n, int64_t k,
-                         void* y, DType y_dtype, Fp8GemmImpl impl) {
+                         void* y, DType y_dtype, Fp8GemmImpl impl, int64_t block) {
   out_type(y_dtype);
+  CHECK_KIND(kUnsupported, fp8_gemm_block_ok(block))
+      << "fp8 gemm: block " << block << " (want 128 or 32)";
+  CHECK_KIND(kUnsupported, block == kFp8GemmBlock || impl != Fp8GemmImpl::kCublasLt)
+      << "fp8 gemm: cuBLASLt's block-scaled modes are 128 only (block " << block << ")";
   if (trivial(ctx, m, n, k, y, y_dtype)) return;
   CHECK_KIND(kUnsupported, k % 16 == 0) << "fp8 gemm: K=" << k << " is not a multiple of 16";
   const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kFp8Block, m, n, k, y_dtype};
-  if (impl == Fp8GemmImpl::kSimt ||
+  if (impl == Fp8GemmImpl::kSimt || block != kFp8GemmBlock ||
       (impl == Fp8GemmImpl::kAuto &&
        (m <= kFp8SimtMaxM || find_plan(key, sw_padded, sx_block_major) == nullptr))) {
-    fp8_block_simt(ctx, xq, sx_block_major, wq, sw_padded, m, n, k, y, y_dtype);
+    fp8_block_simt(ctx, xq, sx_block_major, wq, sw_padded, m, n, k, y, y_dtype, block);
     return;
   }
   Plan& plan = get_plan(key, sw_padded, sx_block_major);
@@ -324,7 +331,7 @@ Tensor gemm_bf16(cuda::DeviceContext& ctx, const Tensor& x, const Tensor& w, DTy
 }
 
 Tensor gemm_fp8_block(cuda::DeviceContext& ctx, const Tensor& xq, const Tensor& sx,
-                      const Tensor& wq, const Tensor& sw, DType y_dtype) {
+                      const Tensor& wq, const Tensor& sw, DType y_dtype, int64_t block) {
   CHECK(xq.device() == Device::kCUDA && sx.device() == Device::kCUDA &&
         wq.device() == Device::kCUDA && sw.device() == Device::kCUDA)
       << "gemm_fp8_block: tensors must be on the GPU";
@@ -333,15 +340,17 @@ Tensor gemm_fp8_block(cuda::DeviceContext& ctx, const Tensor& xq, const Tensor& 
       << "gemm_fp8_block: xq " << xq.str() << ", wq " << wq.str()
       << " (want F8_E4M3 [M,K], [N,K])";
   const int64_t m = xq.size(0), n = wq.size(0), k = xq.size(1);
-  const Shape sx_shape{ceil_div64(k, kFp8GemmBlock), m};
-  const Shape sw_shape{ceil_div64(n, kFp8GemmBlock), fp8_weight_scale_ld(k)};
+  CHECK_KIND(kUnsupported, fp8_gemm_block_ok(block))
+      << "gemm_fp8_block: block " << block << " (want 128 or 32)";
+  const Shape sx_shape{ceil_div64(k, block), m};
+  const Shape sw_shape{ceil_div64(n, block), fp8_weight_scale_ld(k, block)};
   CHECK(sx.dtype() == DType::F32 && sx.shape() == sx_shape)
       << "gemm_fp8_block: sx " << sx.str() << " (want F32 " << shape_str(sx_shape) << ")";
   CHECK(sw.dtype() == DType::F32 && sw.shape() == sw_shape)
       << "gemm_fp8_block: sw " << sw.str() << " (want F32 " << shape_str(sw_shape) << ")";
   Tensor y = cuda::device_empty(y_dtype, {m, n});
   gemm_fp8_block_cuda(ctx, xq.raw(), sx.data<float>(), wq.raw(), sw.data<float>(), m, n, k,
-                      y.raw(), y_dtype);
+                      y.raw(), y_dtype, Fp8GemmImpl::kAuto, block);
   return y;
 }
 

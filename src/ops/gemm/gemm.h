@@ -2,18 +2,21 @@
 // weight, y row-major). Two formats:
 //
 //  * BF16 x BF16 -> BF16 or F32, fp32 accumulation.
-//  * FP8 e4m3 block-scaled (MODEL_SPEC §B.4, DeepSeek's recipe): x quantised per 1x128 block
-//    along K (ops/quant/act_quant.h), w per 128x128 block, fp32 scales:
-//      y[m, n] = Σ_kb (Σ_{k ∈ kb} xq[m, k] · wq[n, k]) · sx[m, kb] · sw[n / 128, kb]
+//  * FP8 e4m3 block-scaled (MODEL_SPEC §B.4, DeepSeek's recipe) with block size b = 128
+//    (V4) or 32 (V4.1): x quantised per 1 x b block along K (ops/quant/act_quant.h), w per
+//    b x b block, fp32 scales:
+//      y[m, n] = Σ_kb (Σ_{k ∈ kb} xq[m, k] · wq[n, k]) · sx[m, kb] · sw[n / b, kb]
 //    fp32 accumulation, BF16 or F32 output. K must be a multiple of 16 (cuBLASLt's FP8
-//    alignment); M and N are free; a last partial K block is allowed.
+//    alignment, and the SIMT kernel's 16-byte chunks, which then never straddle a block);
+//    M and N are free; a last partial K block is allowed. The block size is an argument
+//    (default kFp8GemmBlock) of every entry and helper here, so one value describes a weight.
 //
-// Scale layouts (n_kb = ceil(K / 128), n_nb = ceil(N / 128)):
+// Scale layouts (n_kb = ceil(K / b), n_nb = ceil(N / b)):
 //  * CPU reference: sx [M, n_kb] row-major; sw [n_nb, n_kb] row-major (the checkpoint grid).
 //  * CUDA (what cuBLASLt's VEC128_32F / BLK128x128_32F modes read):
 //      sx [n_kb, M]      : the scales of one K block for all rows are contiguous
 //                          (act_quant_cuda with ScaleLayout::kBlockMajor writes this);
-//      sw [n_nb, ld]     : ld = fp8_weight_scale_ld(K) = round_up(n_kb, 4), padding unused
+//      sw [n_nb, ld]     : ld = fp8_weight_scale_ld(K, b) = round_up(n_kb, 4), padding unused
 //                          (expand_weight_scales_* build it at load).
 //
 // CUDA entries run on ctx.stream() (cuBLASLt with ctx's workspace), never allocate or
@@ -35,23 +38,35 @@
 
 namespace deepinfer {
 
-constexpr int64_t kFp8GemmBlock = 128;
+constexpr int64_t kFp8GemmBlock = 128;  // V4's b; V4.1's is 32 (kFp8GemmBlockV41)
+constexpr int64_t kFp8GemmBlockV41 = 32;
+inline bool fp8_gemm_block_ok(int64_t block) { return block == 128 || block == 32; }
 
 inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Leading dimension (in floats) of the CUDA weight-scale grid.
-inline int64_t fp8_weight_scale_ld(int64_t k) { return (ceil_div64(k, kFp8GemmBlock) + 3) / 4 * 4; }
+inline int64_t fp8_weight_scale_ld(int64_t k, int64_t block = kFp8GemmBlock) {
+  return (ceil_div64(k, block) + 3) / 4 * 4;
+}
+// Floats of the CUDA weight-scale grid [ceil(n / block), fp8_weight_scale_ld(k, block)].
+inline int64_t fp8_weight_scale_count(int64_t n, int64_t k, int64_t block = kFp8GemmBlock) {
+  return ceil_div64(n, block) * fp8_weight_scale_ld(k, block);
+}
 
 // ---- CPU references (fp32 accumulation of exact products; bf16/e4m3 inputs as raw bits) ----
 
 void gemm_bf16_ref(const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k,
                    float* y);
+// block: the b above (any positive value here; the CUDA entries take 128 or 32).
 void gemm_fp8_block_ref(const uint8_t* xq, const float* sx, const uint8_t* wq, const float* sw,
-                        int64_t m, int64_t n, int64_t k, float* y);
+                        int64_t m, int64_t n, int64_t k, float* y,
+                        int64_t block = kFp8GemmBlock);
 
-// Weight scales for the CUDA layout [n_nb, fp8_weight_scale_ld(K)] (padding set to 1.0f).
+// Weight scales for the CUDA layout [n_nb, fp8_weight_scale_ld(K, block)] (padding 1.0f).
 // From the checkpoint's UE8M0 grid [n_nb, n_kb] (exact: powers of two) or an fp32 grid.
-std::vector<float> expand_weight_scales_ue8m0(const uint8_t* s, int64_t n, int64_t k);
-std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k);
+std::vector<float> expand_weight_scales_ue8m0(const uint8_t* s, int64_t n, int64_t k,
+                                              int64_t block = kFp8GemmBlock);
+std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k,
+                                            int64_t block = kFp8GemmBlock);
 
 #ifdef DEEPINFER_CUDA
 
@@ -60,6 +75,8 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 // column, fp32 FMAs, weights read once per 8 rows) covers every M and is the fast one for
 // decode-sized M. kAuto: cuBLASLt where it has an algorithm and M > kFp8SimtMaxM, else SIMT.
 // The SIMT kernel needs 16-byte aligned xq, wq and K % 16 == 0 (as cuBLASLt does).
+// block 32 (V4.1) always runs the SIMT kernel (cuBLASLt's block-scaled modes are 128 only):
+// kCublasLt with block 32 is refused (kUnsupported).
 enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt };
 constexpr int64_t kFp8SimtMaxM = 0;
 
@@ -72,7 +89,8 @@ void gemm_f32_cuda(cuda::DeviceContext& ctx, const float* x, const float* w, int
                    int64_t k, float* y);
 void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* sx_block_major,
                          const void* wq, const float* sw_padded, int64_t m, int64_t n, int64_t k,
-                         void* y, DType y_dtype, Fp8GemmImpl impl = Fp8GemmImpl::kAuto);
+                         void* y, DType y_dtype, Fp8GemmImpl impl = Fp8GemmImpl::kAuto,
+                         int64_t block = kFp8GemmBlock);
 // Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
                                   DType y_dtype);
@@ -82,7 +100,8 @@ Tensor gemm_bf16(cuda::DeviceContext& ctx, const Tensor& x, const Tensor& w,
                  DType y_dtype = DType::BF16);
 // xq [M, K] F8_E4M3, sx [n_kb, M] F32, wq [N, K] F8_E4M3, sw [n_nb, ld] F32.
 Tensor gemm_fp8_block(cuda::DeviceContext& ctx, const Tensor& xq, const Tensor& sx,
-                      const Tensor& wq, const Tensor& sw, DType y_dtype = DType::BF16);
+                      const Tensor& wq, const Tensor& sw, DType y_dtype = DType::BF16,
+                      int64_t block = kFp8GemmBlock);
 
 #endif  // DEEPINFER_CUDA
 

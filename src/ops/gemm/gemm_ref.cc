@@ -27,9 +27,10 @@ void gemm_bf16_ref(const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, i
 }
 
 void gemm_fp8_block_ref(const uint8_t* xq, const float* sx, const uint8_t* wq, const float* sw,
-                        int64_t m, int64_t n, int64_t k, float* y) {
+                        int64_t m, int64_t n, int64_t k, float* y, int64_t block) {
+  ICHECK(block > 0) << "gemm_fp8_block_ref: block " << block;
   if (m == 0 || n == 0) return;
-  const int64_t n_kb = ceil_div64(k, kFp8GemmBlock);
+  const int64_t n_kb = ceil_div64(k, block);
   // e4m3 -> fp32 through a 256-entry table (exact).
   float lut[256];
   for (int c = 0; c < 256; ++c) lut[c] = e4m3_to_f32(static_cast<uint8_t>(c));
@@ -43,10 +44,10 @@ void gemm_fp8_block_ref(const uint8_t* xq, const float* sx, const uint8_t* wq, c
         const float* wr = wf.data() + col * k;
         float acc = 0.0f;
         for (int64_t kb = 0; kb < n_kb; ++kb) {
-          const int64_t k0 = kb * kFp8GemmBlock, k1 = std::min(k, k0 + kFp8GemmBlock);
-          float block = 0.0f;  // products of e4m3 values are exact in fp32
-          for (int64_t i = k0; i < k1; ++i) block += xr[i] * wr[i];
-          acc += block * sx[row * n_kb + kb] * sw[(col / kFp8GemmBlock) * n_kb + kb];
+          const int64_t k0 = kb * block, k1 = std::min(k, k0 + block);
+          float part = 0.0f;  // products of e4m3 values are exact in fp32
+          for (int64_t i = k0; i < k1; ++i) part += xr[i] * wr[i];
+          acc += part * sx[row * n_kb + kb] * sw[(col / block) * n_kb + kb];
         }
         y[row * n + col] = acc;
       }
@@ -54,23 +55,26 @@ void gemm_fp8_block_ref(const uint8_t* xq, const float* sx, const uint8_t* wq, c
   }, 8);
 }
 
-std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k) {
-  const int64_t n_nb = ceil_div64(n, kFp8GemmBlock), n_kb = ceil_div64(k, kFp8GemmBlock);
-  const int64_t ld = fp8_weight_scale_ld(k);
+std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k, int64_t block) {
+  ICHECK(block > 0) << "expand_weight_scales: block " << block;
+  const int64_t n_nb = ceil_div64(n, block), n_kb = ceil_div64(k, block);
+  const int64_t ld = fp8_weight_scale_ld(k, block);
   std::vector<float> out(n_nb * ld, 1.0f);
   for (int64_t i = 0; i < n_nb; ++i)
     for (int64_t j = 0; j < n_kb; ++j) out[i * ld + j] = s[i * n_kb + j];
   return out;
 }
 
-std::vector<float> expand_weight_scales_ue8m0(const uint8_t* s, int64_t n, int64_t k) {
-  const int64_t count = ceil_div64(n, kFp8GemmBlock) * ceil_div64(k, kFp8GemmBlock);
+std::vector<float> expand_weight_scales_ue8m0(const uint8_t* s, int64_t n, int64_t k,
+                                              int64_t block) {
+  ICHECK(block > 0) << "expand_weight_scales: block " << block;
+  const int64_t count = ceil_div64(n, block) * ceil_div64(k, block);
   std::vector<float> f(count);
   for (int64_t i = 0; i < count; ++i) {
     CHECK(s[i] != 255) << "weight scale " << i << " is the e8m0 NaN code 255";
     f[i] = e8m0_to_f32(s[i]);
   }
-  return expand_weight_scales_f32(f.data(), n, k);
+  return expand_weight_scales_f32(f.data(), n, k, block);
 }
 
 }  // namespace deepinfer
