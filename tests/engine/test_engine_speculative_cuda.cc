@@ -24,7 +24,10 @@
 //    V4.1 DSpark golden checkpoint tests/data/golden_v41/dspark_quant/bf16): the same 64-request
 //    check against plain greedy on a runner without the drafter, drafts of the whole block (5),
 //    fixed scheduling overlap on and off, confidence scheduling (the drafter's own c_i), CUDA
-//    graphs.
+//    graphs. The same with V4-Flash-DSpark / 0731's drafter (the V4 golden
+//    tests/data/golden_v4_dspark/model: taps after the blocks, V4 stages, hc_head); its layers
+//    are window-only, so a state stops growing at the window and no budget forces preemption
+//    (as in the CPU test V4DsparkGreedyEqualsPlainWithAborts): admission is bounded instead.
 // Label cuda: needs a GPU. On a failure each test prints the first differing row and its max
 // |difference|.
 #include <gtest/gtest.h>
@@ -355,15 +358,33 @@ std::unique_ptr<CudaRunner> mtp_runner(bool mtp, bool cuda_graphs) {
 }
 
 constexpr const char* kDsparkGolden = "tests/data/golden_v41/dspark_quant/bf16";
+constexpr const char* kV4DsparkGolden = "tests/data/golden_v4_dspark/model";
 
-// The DSpark golden checkpoint on the device, official numerics, batch-invariant, rollback of a
+struct HostCheckpoint {
+  ModelConfig config;
+  ModelWeights weights;
+};
+
+// A golden checkpoint's host weights, loaded once per directory.
+const HostCheckpoint& host_checkpoint(const std::string& dir) {
+  static std::map<std::string, HostCheckpoint> loaded;
+  auto it = loaded.find(dir);
+  if (it == loaded.end()) {
+    HostCheckpoint h;
+    h.config = load_model_config(dir + "/config.json");
+    auto src = open_checkpoint_weights(dir, h.config);
+    h.weights = load_model_weights(h.config, *src);
+    it = loaded.emplace(dir, std::move(h)).first;
+  }
+  return it->second;
+}
+
+// A DSpark golden checkpoint on the device, official numerics, batch-invariant, rollback of a
 // whole block; with or without its drafter.
-std::unique_ptr<CudaRunner> dspark_runner(bool dspark, bool cuda_graphs) {
-  static const ModelConfig config = load_model_config(std::string(kDsparkGolden) + "/config.json");
-  static const ModelWeights weights = [] {
-    auto src = open_checkpoint_weights(kDsparkGolden, config);
-    return load_model_weights(config, *src);
-  }();
+std::unique_ptr<CudaRunner> dspark_runner(const std::string& dir, bool dspark, bool cuda_graphs) {
+  const HostCheckpoint& h = host_checkpoint(dir);
+  const ModelConfig& config = h.config;
+  const ModelWeights& weights = h.weights;
   CudaRunnerOptions o;
   o.max_sequences = 64;
   o.max_context = 256;
@@ -383,8 +404,10 @@ struct DrafterRun {
   EngineStats stats;
 };
 
+// dspark_dir: a DSpark golden checkpoint's runner (empty: the MTP runner).
 DrafterRun run_drafter_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, bool mtp, bool cuda_graphs,
-                      const std::vector<std::string>& aborts, int abort_step, bool dspark = false) {
+                      const std::vector<std::string>& aborts, int abort_step, const std::string& dspark_dir = "") {
+  const bool dspark = !dspark_dir.empty();
   DrafterRun run;
   args.on_logits = [&run](const std::string& id, int64_t index, std::span<const float> row) {
     auto [it, fresh] = run.logits.try_emplace({id, index}, row.begin(), row.end());
@@ -392,7 +415,7 @@ DrafterRun run_drafter_engine(EngineArgs args, const std::vector<EngineRequest>&
       ASSERT_TRUE(std::equal(row.begin(), row.end(), it->second.begin())) << id << " output " << index;
     }
   };
-  std::unique_ptr<CudaRunner> r = dspark ? dspark_runner(mtp, cuda_graphs) : mtp_runner(mtp, cuda_graphs);
+  std::unique_ptr<CudaRunner> r = dspark ? dspark_runner(dspark_dir, mtp, cuda_graphs) : mtp_runner(mtp, cuda_graphs);
   if (mtp) {
     EXPECT_EQ(r->drafter(), dspark ? "dspark" : "mtp");
     EXPECT_EQ(r->draft_length(), dspark ? 5 : 1);
@@ -434,14 +457,16 @@ std::vector<EngineRequest> drafter_jobs(int64_t V) {
 
 // A device drafter's speculative greedy runs (fixed overlap on / off, confidence, CUDA graphs)
 // against plain greedy on a runner without it: token for token, logprobs and every committed
-// token's logits row bitwise; preemption forced, four requests aborted.
-void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t k, bool dspark) {
-  // The DSpark golden checkpoint has its own vocabulary (64); the MTP runner uses the small config's.
-  const int64_t V = dspark ? load_model_config(std::string(kDsparkGolden) + "/config.json").vocab_size
-                           : small_config().vocab_size;
+// token's logits row bitwise; preemption forced (when `preempts`), four requests aborted.
+// dspark_dir: the DSpark golden checkpoint (empty: the MTP runner).
+void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t k, const std::string& dspark_dir,
+                             bool preempts = true) {
+  const bool dspark = !dspark_dir.empty();
+  // The DSpark golden checkpoints have their own vocabulary (64); the MTP runner uses the small config's.
+  const int64_t V = dspark ? host_checkpoint(dspark_dir).config.vocab_size : small_config().vocab_size;
   const std::vector<EngineRequest> jobs = drafter_jobs(V);
   const std::vector<std::string> aborted = {"m3", "m20", "m41", "m62"};
-  const DrafterRun plain = run_drafter_engine(base, jobs, false, false, aborted, 6, dspark);
+  const DrafterRun plain = run_drafter_engine(base, jobs, false, false, aborted, 6, dspark_dir);
   struct Setting {
     const char* name;
     bool overlap, graphs;
@@ -458,7 +483,7 @@ void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t
     a.speculative_method = method;
     a.num_speculative_tokens = k;
     a.spec_scheduling = st.scheduling;
-    const DrafterRun spec = run_drafter_engine(a, jobs, true, st.graphs, aborted, 6, dspark);
+    const DrafterRun spec = run_drafter_engine(a, jobs, true, st.graphs, aborted, 6, dspark_dir);
     const EngineStats& s = spec.stats;
     std::printf("%s drafter, %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted, "
                 "%lld preemptions (plain %lld)\n",
@@ -468,7 +493,7 @@ void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t
     if (std::string(st.scheduling) == "fixed") {
       EXPECT_GT(s.n_verifications, 0);
     }
-    EXPECT_GT(s.n_preemptions, 0) << "the state budget was meant to force preemption";
+    if (preempts) EXPECT_GT(s.n_preemptions, 0) << "the state budget was meant to force preemption";
     ASSERT_EQ(spec.outputs.size(), plain.outputs.size());
     int64_t bad = 0;
     for (const auto& [id, outs] : plain.outputs) {
@@ -513,7 +538,7 @@ TEST(EngineSpeculativeCuda, MtpDrafterGreedyEqualsPlainWithPreemptionAndAborts) 
   base.max_model_len = 160;
   base.block_size = 8;
   base.state_budget_bytes = 5 << 19;  // 2.5 MiB (the engine's accounting): forces preemption
-  expect_drafter_lossless(base, "mtp", 3, /*dspark=*/false);
+  expect_drafter_lossless(base, "mtp", 3, /*dspark_dir=*/"");
 }
 
 // The DSpark golden checkpoint (vocabulary 64), whole blocks of 5 drafts;
@@ -526,7 +551,19 @@ TEST(EngineSpeculativeCuda, DsparkDrafterGreedyEqualsPlainWithPreemptionAndAbort
   base.max_model_len = 96;
   base.block_size = 8;
   base.state_budget_bytes = 3 << 19;  // 1.5 MiB (the engine's accounting): forces preemption
-  expect_drafter_lossless(base, "dspark", 5, /*dspark=*/true);
+  expect_drafter_lossless(base, "dspark", 5, kDsparkGolden);
+}
+
+// V4-Flash-DSpark / 0731's drafter (the V4 golden, vocabulary 64, window-only layers: no
+// preemption, a state budget that bounds admission as the CPU test's 512 KiB does).
+TEST(EngineSpeculativeCuda, V4DsparkDrafterGreedyEqualsPlainWithAborts) {
+  EngineArgs base;
+  base.max_num_seqs = 64;
+  base.max_num_batched_tokens = 96;
+  base.max_model_len = 96;
+  base.block_size = 8;
+  base.state_budget_bytes = 1 << 19;
+  expect_drafter_lossless(base, "dspark", 5, kV4DsparkGolden, /*preempts=*/false);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// V4.1's DSpark drafter on the GPU (GpuModelOptions::dspark, runtime/gpu_dspark.cc) against the
-// CPU drafter (model/dspark.cc, itself tested against the float64 reference in
-// tests/model/test_dspark.cc):
-//  * tests/data/golden_v41/dspark_quant/bf16 (window 8, 3 stages, block 5) and models/trained-v41
-//    (its trained drafter via the index; skipped when absent): four sequences of different
+// The DSpark drafters of V4.1 and of V4-Flash-DSpark / 0731 on the GPU (GpuModelOptions::dspark,
+// runtime/gpu_dspark.cc) against the CPU drafter (model/dspark.cc, itself tested against the
+// float64 references in tests/model/test_dspark.cc and test_dspark_v4.cc):
+//  * tests/data/golden_v41/dspark_quant/bf16 (window 8, 3 stages, block 5), models/trained-v41
+//    (its trained drafter via the index; skipped when absent) and the V4-0731 golden
+//    tests/data/golden_v4_dspark/model (window 8, 4 window-only layers, taps after blocks 1-3,
+//    3 V4 stages with hc_head, block 5): four sequences of different
 //    lengths (one position, inside the window, just past it, wrapped twice) drafted in one
 //    batched GpuModel::draft after the prefill, after decode steps and (official numerics, paged
 //    bf16 cache, which holds the official rounding's values exactly) after verification-style
@@ -15,6 +17,13 @@
 //    sequence's positions, printed), context keys within the bound or one e4m3 step apart (an
 //    FP8 rounding boundary falls differently after fp32-level input differences; such flips are
 //    counted and at most 1% + 4 of the values).
+//  * V4-0731 at every position (reference numerics): the 40 golden tokens fed one by one; after
+//    each forward the backbone logits and every stage's context key of the new position
+//    against the float64 reference (tools/dspark_v4_reference.py) and the CPU, and a draft of
+//    the whole block against the CPU's; at the golden's three decode positions (p < W, p = W,
+//    p >> W, next = its anchor) also the float64 draft ids, logits, hidden states and
+//    confidences. Bound 1e-4 (see the test).
+//  * the tests below run on both goldens (V4.1 and V4-0731):
 //  * rollback (golden, official, paged, batch-invariant): a loop that drafts, verifies
 //    [y, drafts], keeps a random prefix and truncates leaves every key of the window and the
 //    next draft bitwise those of a fresh sequence fed the committed tokens; a prefix state
@@ -31,7 +40,8 @@
 //    drafts (bitwise), also replayed from a draft graph (bucket of sequences, with and without
 //    the device probabilities); the
 //    device-side probabilities (CudaRunner's path) are the softmax of the logits (1e-5) and the
-//    confidences are those of the host-logits call.
+//    confidences are those of the host-logits call; draft captures are counted in
+//    graph_stats().captured with the forwards'.
 //  * bad requests and bad options fail with Error.
 // Label cuda: needs a GPU.
 #include <gtest/gtest.h>
@@ -49,6 +59,7 @@
 #include "model/sequence_state.h"
 #include "model/weight_source.h"
 #include "runtime/gpu_model.h"
+#include "../model/golden_data.h"
 #include "../model/model_test_util.h"
 #include "verify_graphs_test_util.h"
 
@@ -57,6 +68,8 @@ namespace {
 
 constexpr const char* kGolden = "tests/data/golden_v41/dspark_quant/bf16";
 constexpr const char* kTrained = "models/trained-v41";
+constexpr const char* kGoldenV4 = "tests/data/golden_v4_dspark/model";
+constexpr const char* kGoldenV4Ref = "tests/data/golden_v4_dspark/dspark_v4_reference.safetensors";
 
 using testing::random_tokens;
 using testing::expect_verify_graphs_bitwise;
@@ -322,11 +335,111 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuDsparkVsCpu,
                          ::testing::Values(VsCpuCase{kGolden, Numerics::kReference},
                                            VsCpuCase{kGolden, Numerics::kOfficial},
                                            VsCpuCase{kTrained, Numerics::kReference},
-                                           VsCpuCase{kTrained, Numerics::kOfficial}),
+                                           VsCpuCase{kTrained, Numerics::kOfficial},
+                                           VsCpuCase{kGoldenV4, Numerics::kReference},
+                                           VsCpuCase{kGoldenV4, Numerics::kOfficial}),
                          [](const ::testing::TestParamInfo<VsCpuCase>& i) {
-                           return std::string(i.param.dir == kGolden ? "golden" : "trained") +
+                           const std::string dir = i.param.dir;
+                           return std::string(dir == kGolden ? "golden" : dir == kGoldenV4 ? "golden_v4" : "trained") +
                                   (i.param.numerics == Numerics::kOfficial ? "_official" : "_reference");
                          });
+
+// --- V4-0731 at every position against the float64 reference -----------------------------
+
+// Rows of `got` against `want` (width values each): max|diff| <= bound * max|ref| per row;
+// returns the worst ratio.
+float expect_rows_near(const float* got, const float* want, int64_t n_rows, int64_t width, float bound,
+                       const std::string& what) {
+  float worst = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* w = want + r * width;
+    float diff = 0;
+    for (int64_t i = 0; i < width; ++i) diff = std::max(diff, std::abs(got[r * width + i] - w[i]));
+    const float m = max_abs_of(w, width);
+    worst = std::max(worst, diff / m);
+    EXPECT_LE(diff, bound * m) << what << " row " << r;
+  }
+  return worst;
+}
+
+// Reference numerics, the plain fp32 state. The bound 1e-4 of max|ref| per row: the GPU runs
+// every GEMM in fp32 (CUBLAS_COMPUTE_32F, no TF32) and only sums in other orders than the CPU,
+// which is itself within 6e-7 of the float64 reference (test_dspark_v4); 4 layers and 3 stages
+// of fp32 rounding (~1e-7 per operation, sums of at most 4 * 128 terms) stay orders of magnitude
+// below it, while the smallest wrong reading of the golden's sensitivity table (the last FFN
+// site's pre instead of hc_head) moves the drafts by 2.1e-2. The golden's smallest top-2
+// margins (anchors 3.6e-2, drafts 5.6e-3) exceed 1e-4 * max|logit| at these logit sizes, so the
+// anchors and draft ids must be equal.
+TEST(GpuDsparkV4, EveryPositionMatchesTheCpuAndTheFloat64Reference) {
+  constexpr float kBound = 1e-4f;
+  const auto ref = SafetensorsFile::open(kGoldenV4Ref);
+  const std::vector<int32_t> ids = testing::read_ids(*ref, "input_ids");
+  const std::vector<int32_t> positions = testing::read_ids(*ref, "decode_positions");
+  const std::vector<int32_t> anchors = testing::read_ids(*ref, "anchor_ids");
+  const std::vector<int32_t> draft_ids = testing::read_ids(*ref, "draft_ids");
+  const std::vector<float> backbone = testing::read_f32(*ref, "backbone_logits");
+  const std::vector<float> context = testing::read_f32(*ref, "context_kv");
+  const std::vector<float> logits = testing::read_f32(*ref, "logits"), hidden = testing::read_f32(*ref, "hidden");
+  const std::vector<float> confidence = testing::read_f32(*ref, "confidence");
+  auto gpu = GpuModel::load(kGoldenV4, ds_options(Numerics::kReference, /*paged=*/false, 0));
+  ModelOptions mo;
+  mo.numerics = Numerics::kReference;
+  auto cpu = Model::load(kGoldenV4, mo);
+  ASSERT_TRUE(gpu->has_dspark());
+  const ModelConfig& cfg = gpu->config();
+  ASSERT_TRUE(cfg.traits.dspark_taps_block_output && cfg.traits.dspark_hc_head && !cfg.traits.single_pass_mhc);
+  const int64_t V = cfg.vocab_size, D = cfg.hidden_size, d = cfg.head_dim, K = gpu->dspark_block_size();
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ASSERT_EQ(K, 5);
+  const int64_t seq = gpu->new_sequence();
+  auto st = cpu->new_state();
+  const int64_t n_stages = static_cast<int64_t>(st->draft_rings.size());
+  ASSERT_EQ(n_stages, 3);
+  ASSERT_EQ(int64_t(context.size()), n_stages * T * d);
+  Worst worst;
+  float worst_backbone = 0, worst_key_ref = 0, worst_key_cpu = 0, worst_logits = 0, worst_hidden = 0;
+  size_t decode = 0;
+  for (int64_t p = 0; p < T; ++p) {
+    const std::string at = "p = " + std::to_string(p);
+    const std::vector<int32_t> tok = {ids[size_t(p)]};
+    const std::vector<float> g = gpu_run(*gpu, seq, tok);
+    cpu_run(*cpu, *st, tok);
+    worst_backbone = std::max(worst_backbone, expect_rows_near(g.data(), &backbone[size_t(p * V)], 1, V, kBound,
+                                                               at + ": backbone logits"));
+    for (int64_t k = 0; k < n_stages; ++k) {  // the key this forward wrote for position p
+      const std::vector<float> key = gpu->dspark_key(seq, k, p);
+      const std::string what = at + ", stage " + std::to_string(k) + " context key";
+      worst_key_ref = std::max(worst_key_ref, expect_rows_near(key.data(), &context[size_t((k * T + p) * d)], 1, d,
+                                                               kBound, what + " vs float64"));
+      worst_key_cpu = std::max(worst_key_cpu,
+                               expect_rows_near(key.data(), &st->draft_rings[size_t(k)][size_t((p % st->n_draft_slots) * d)],
+                                                1, d, kBound, what + " vs CPU"));
+    }
+    const bool at_decode = decode < positions.size() && positions[decode] == p;
+    const int32_t next = at_decode ? anchors[decode] : ids[size_t((p + 1) % T)];
+    const DraftBlock got = gpu_draft(*gpu, seq, next, K);
+    expect_draft_near(got, cpu->draft(*st, next), V, D, kBound, at + " vs CPU", worst);
+    if (!at_decode) continue;
+    const int64_t top = std::max_element(g.begin(), g.end()) - g.begin();
+    EXPECT_EQ(top, anchors[decode]) << at << ": the backbone's argmax is the golden's anchor";
+    ASSERT_EQ(int64_t(got.tokens.size()), K);
+    for (int64_t j = 0; j < K; ++j) {
+      EXPECT_EQ(got.tokens[size_t(j)], draft_ids[decode * K + j]) << at << " draft " << j;
+      const float want = confidence[decode * K + j];
+      EXPECT_LE(std::abs(got.confidence[size_t(j)] - want), kBound * (1.0f + std::abs(want))) << at << " confidence " << j;
+    }
+    worst_logits = std::max(worst_logits, expect_rows_near(got.logits.data(), &logits[decode * K * V], K, V, kBound,
+                                                           at + ": draft logits vs float64"));
+    worst_hidden = std::max(worst_hidden, expect_rows_near(got.hidden.data(), &hidden[decode * K * D], K, D, kBound,
+                                                           at + ": draft hidden vs float64"));
+    ++decode;
+  }
+  EXPECT_EQ(decode, positions.size()) << "the golden's decode positions lie within its tokens";
+  worst.print("V4-0731 golden, every position, vs CPU");
+  std::printf("  vs float64: backbone %.3g, context keys %.3g (CPU %.3g), draft logits %.3g, hidden %.3g "
+              "(worst max|diff| / max|ref| per row)\n",
+              worst_backbone, worst_key_ref, worst_key_cpu, worst_logits, worst_hidden);
+}
 
 // --- rollback, prefix states ------------------------------------------------------------------
 
@@ -341,9 +454,12 @@ std::vector<std::vector<float>> window_keys(const GpuModel& g, int64_t seq, int6
 }
 
 
-TEST(GpuDspark, RollbackLoopEqualsAFreshSequence) {
-  const HostModel h = load_host(kGolden);
-  const int64_t n_stages = h.cfg.num_nextn_predict_layers;
+// The tests below on both golden checkpoints: V4.1's and V4-0731's.
+class GpuDsparkGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuDsparkGolden, RollbackLoopEqualsAFreshSequence) {
+  const HostModel h = load_host(GetParam());
+  const int64_t n_stages = int64_t(h.weights.dspark.stages.size());
   GpuModel g(h.cfg, h.weights, ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true));
   const int64_t V = h.cfg.vocab_size, K = g.dspark_block_size();
   std::vector<int32_t> committed = random_tokens(6, V, 3);
@@ -375,8 +491,8 @@ TEST(GpuDspark, RollbackLoopEqualsAFreshSequence) {
 
 // --- MODEL_SPEC §E.16 / §E.17 -----------------------------------------------------------------
 
-TEST(GpuDspark, BackboneLogitsAreBitwiseTheSameWithTheDrafter) {
-  const HostModel h = load_host(kGolden);
+TEST_P(GpuDsparkGolden, BackboneLogitsAreBitwiseTheSameWithTheDrafter) {
+  const HostModel h = load_host(GetParam());
   GpuModelOptions on = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), off = on;
   off.dspark = false;
   GpuModel with(h.cfg, h.weights, on), without(h.cfg, h.weights, off);
@@ -393,8 +509,8 @@ TEST(GpuDspark, BackboneLogitsAreBitwiseTheSameWithTheDrafter) {
   }
 }
 
-TEST(GpuDspark, BlockIsBidirectionalAndDraftingDeterministic) {
-  const HostModel h = load_host(kGolden);
+TEST_P(GpuDsparkGolden, BlockIsBidirectionalAndDraftingDeterministic) {
+  const HostModel h = load_host(GetParam());
   ModelConfig other = h.cfg;
   other.dspark.noise_token_id = (h.cfg.dspark.noise_token_id + 1) % h.cfg.vocab_size;
   const GpuModelOptions o = ds_options(Numerics::kReference, false, 0);
@@ -411,7 +527,7 @@ TEST(GpuDspark, BlockIsBidirectionalAndDraftingDeterministic) {
               diff, max_abs_of(a.logits.data(), V));
   EXPECT_GT(diff, 1e-3f * max_abs_of(a.logits.data(), V)) << "block position 0 does not see the later positions";
   // The same on the CPU with the other noise token (so the difference is the math's, not noise).
-  auto src = open_checkpoint_weights(kGolden, other);
+  auto src = open_checkpoint_weights(GetParam(), other);
   ModelOptions mo;
   mo.numerics = Numerics::kReference;
   auto cpu = Model::from_source(other, *src, mo);
@@ -424,9 +540,9 @@ TEST(GpuDspark, BlockIsBidirectionalAndDraftingDeterministic) {
 
 // --- graphs, batching, device probabilities ---------------------------------------------------
 
-TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
-  const HostModel h = load_host(kGolden);
-  const int64_t n_stages = h.cfg.num_nextn_predict_layers, V = h.cfg.vocab_size;
+TEST_P(GpuDsparkGolden, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
+  const HostModel h = load_host(GetParam());
+  const int64_t n_stages = int64_t(h.weights.dspark.stages.size()), V = h.cfg.vocab_size;
   GpuModelOptions eager_o = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), graph_o = eager_o;
   graph_o.cuda_graphs = true;
   GpuModel eager(h.cfg, h.weights, eager_o), graphs(h.cfg, h.weights, graph_o);
@@ -463,6 +579,9 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
   }
   // The graph model drafts 3 sequences as a bucket of 4 (one padding sequence): the first call
   // runs eagerly and captures, the second replays; both bitwise the one-by-one eager drafts.
+  // Draft captures count in captured / capture_ms with the forwards'.
+  const int64_t forward_captures = graphs.graph_stats().captured;
+  const double forward_capture_ms = graphs.graph_stats().capture_ms;
   for (int call = 0; call < 2; ++call) {
     const std::vector<DraftBlock> batched = graphs.draft(sg, next, 5);
     for (int64_t i = 0; i < kSeqs; ++i) {
@@ -473,6 +592,8 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
   }
   EXPECT_EQ(graphs.graph_stats().draft_captured, 1);
   EXPECT_EQ(graphs.graph_stats().draft_replays, 1);
+  EXPECT_EQ(graphs.graph_stats().captured, forward_captures + 1);
+  EXPECT_GT(graphs.graph_stats().capture_ms, forward_capture_ms);
   // CudaRunner's form (device probabilities, no logits): its own graph, replayed bitwise.
   std::vector<std::vector<float>> pe, pg1, pg2;
   const std::vector<DraftBlock> le = eager.draft(se, next, 4, &pe);
@@ -486,15 +607,17 @@ TEST(GpuDspark, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
   }
   EXPECT_EQ(graphs.graph_stats().draft_captured, 2);
   EXPECT_EQ(graphs.graph_stats().draft_replays, 2);
+  EXPECT_EQ(graphs.graph_stats().captured, forward_captures + 2);
   EXPECT_EQ(eager.graph_stats().draft_captured, 0);
+  EXPECT_EQ(eager.graph_stats().captured, 0);
 }
 
 // Verification forwards replayed from CUDA graphs against eager ones (verify_graphs_test_util.h)
 // on the golden V4.1 DSpark checkpoint (ratios 2 / 1, KV and index sources, candidate blocks),
 // L = 2, 4, 6 in turn, every stage's context keys of the window compared at the end.
-TEST(GpuDspark, VerificationGraphsAreBitwiseTheEagerForwards) {
-  const HostModel h = load_host(kGolden);
-  const int64_t n_stages = h.cfg.num_nextn_predict_layers;
+TEST_P(GpuDsparkGolden, VerificationGraphsAreBitwiseTheEagerForwards) {
+  const HostModel h = load_host(GetParam());
+  const int64_t n_stages = int64_t(h.weights.dspark.stages.size());
   GpuModelOptions eager_o = ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true), graph_o = eager_o;
   graph_o.cuda_graphs = true;
   GpuModel eager(h.cfg, h.weights, eager_o), graphs(h.cfg, h.weights, graph_o);
@@ -509,8 +632,8 @@ TEST(GpuDspark, VerificationGraphsAreBitwiseTheEagerForwards) {
   expect_verify_graphs_bitwise(eager, graphs, c);
 }
 
-TEST(GpuDspark, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {
-  const HostModel h = load_host(kGolden);
+TEST_P(GpuDsparkGolden, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {
+  const HostModel h = load_host(GetParam());
   GpuModel g(h.cfg, h.weights, ds_options(Numerics::kOfficial, true, 5, /*batch_invariant=*/true));
   const int64_t V = h.cfg.vocab_size;
   std::vector<int64_t> seqs;
@@ -539,6 +662,11 @@ TEST(GpuDspark, DeviceDraftProbabilitiesAreTheSoftmaxOfTheLogits) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Goldens, GpuDsparkGolden, ::testing::Values(kGolden, kGoldenV4),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param) == kGolden ? "v41" : "v4";
+                         });
 
 // --- bad requests -----------------------------------------------------------------------------
 
