@@ -112,7 +112,7 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
                                             (o.max_rollback + 1) * config.hc_mult * config.hidden_size);
   }
   if (o.dspark) {  // each stage's context ring (gpu_model_impl.h GpuDspark), fp32
-    sizing.state_bytes_per_sequence += 4 * config.num_nextn_predict_layers *
+    sizing.state_bytes_per_sequence += 4 * config.dspark.n_stages *
                                        (config.sliding_window + o.max_rollback + 1) * config.head_dim;
   }
   sizing.activation_bytes += plan.fixed_state_bytes();

@@ -134,9 +134,10 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   g->n_taps = static_cast<int64_t>(cfg.dspark.target_layer_ids.size());
   g->n_experts = cfg.dspark.n_routed_experts > 0 ? cfg.dspark.n_routed_experts : cfg.n_routed_experts;
   g->top_k = cfg.dspark.n_experts_per_tok > 0 ? cfg.dspark.n_experts_per_tok : cfg.n_experts_per_tok;
-  const int64_t n_stages = w != nullptr ? static_cast<int64_t>(w->stages.size()) : cfg.num_nextn_predict_layers;
+  // DsparkConfig::n_stages: V4.1's num_nextn_predict_layers, V4-DSpark's three.
+  const int64_t n_stages = w != nullptr ? static_cast<int64_t>(w->stages.size()) : cfg.dspark.n_stages;
   CHECK_KIND(kUnsupported, n_stages >= 1 && g->n_taps >= 1 && g->rank >= 1)
-      << "GpuModel: dspark needs stages (num_nextn_predict_layers), dspark_target_layer_ids and "
+      << "GpuModel: dspark needs stages (DsparkConfig::n_stages), dspark_target_layer_ids and "
          "dspark_markov_rank (got " << n_stages << ", " << g->n_taps << ", " << g->rank << ")";
   g->tap_of_layer.assign(cfg.num_layers, -1);
   for (int64_t t = 0; t < g->n_taps; ++t) g->tap_of_layer[cfg.dspark.target_layer_ids[t]] = t;
