@@ -14,6 +14,7 @@
 #include "cuda/device_tensor.h"
 #include "ops/gemm/gemm.h"
 #include "runtime/fp8_weight_quant.h"
+#include "runtime/gpu_weight_stream.h"
 
 namespace deepinfer {
 namespace {
@@ -79,9 +80,19 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
       token_map_.data<int32_t>());
   device_bytes_ += static_cast<int64_t>(token_map_.nbytes());
 
-  // Gate weight and projection.
+  // Gate weight and projection. Streamed checkpoint tensors (GpuModel::load) are placeholders:
+  // the gate weights are read into host memory, wkv goes through the stream's converters.
+  GpuWeightStream* ws = GpuWeightStream::owner_of(w.wkv.raw());
+  std::vector<float> qw(n_hc_ * dim_), kw(n_hc_ * dim_);
+  for (auto [t, out] : {std::pair{&w.q_weight, &qw}, std::pair{&w.k_weight, &kw}}) {
+    if (GpuWeightStream* s = GpuWeightStream::owner_of(t->raw())) {
+      s->read_f32(t->raw(), n_hc_ * dim_, out->data());
+    } else {
+      std::memcpy(out->data(), t->f32(), n_hc_ * dim_ * sizeof(float));
+    }
+  }
   std::vector<float> gate(n_hc_ * dim_);
-  for (int64_t i = 0; i < n_hc_ * dim_; ++i) gate[i] = w.q_weight.f32()[i] * w.k_weight.f32()[i];
+  for (int64_t i = 0; i < n_hc_ * dim_; ++i) gate[i] = qw[i] * kw[i];
   w_gate_ = upload(gate.data(), DType::F32, {n_hc_, dim_});
   device_bytes_ += static_cast<int64_t>(w_gate_.nbytes());
   wkv_.n = n_kv;
@@ -91,16 +102,27 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
         << "GpuEngram: FP8 wkv with K=" << k << " (the FP8 GEMMs need K % 16 == 0)";
     const int64_t b = fp8_weight_block(cfg);  // V4.1: 32x32 blocks, activations 1x32
     wkv_.block = b;
-    std::vector<float> copy(w.wkv.f32(), w.wkv.f32() + n_kv * k);
-    std::vector<uint8_t> codes(n_kv * k);
-    std::vector<float> grid(ceil_div64(n_kv, b) * ceil_div64(k, b));
-    quantize_fp8_blocks(copy.data(), n_kv, k, codes.data(), grid.data(), false, b);
-    const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n_kv, k, b);
-    wkvq_ = upload(codes.data(), DType::F8_E4M3, {n_kv, k});
-    wkvs_ = upload(sw.data(), DType::F32, {static_cast<int64_t>(sw.size())});
+    if (ws != nullptr) {  // as stored when on the b grid, else quantised as below
+      wkvq_ = cuda::device_empty(DType::F8_E4M3, {n_kv, k});
+      wkvs_ = cuda::device_empty(DType::F32, {fp8_weight_scale_count(n_kv, k, b)});
+      ws->upload_fp8(w.wkv.raw(), n_kv, k, wkvq_.data<uint8_t>(), wkvs_.data<float>(), nullptr, b);
+      CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    } else {
+      std::vector<float> copy(w.wkv.f32(), w.wkv.f32() + n_kv * k);
+      std::vector<uint8_t> codes(n_kv * k);
+      std::vector<float> grid(ceil_div64(n_kv, b) * ceil_div64(k, b));
+      quantize_fp8_blocks(copy.data(), n_kv, k, codes.data(), grid.data(), false, b);
+      const std::vector<float> sw = expand_weight_scales_f32(grid.data(), n_kv, k, b);
+      wkvq_ = upload(codes.data(), DType::F8_E4M3, {n_kv, k});
+      wkvs_ = upload(sw.data(), DType::F32, {static_cast<int64_t>(sw.size())});
+    }
     wkv_.q = wkvq_.data<uint8_t>();
     wkv_.s = wkvs_.data<float>();
     device_bytes_ += static_cast<int64_t>(wkvq_.nbytes() + wkvs_.nbytes());
+  } else if (ws != nullptr) {
+    wkv32_ = cuda::device_empty(DType::F32, {n_kv, k});
+    ws->upload_f32(w.wkv.raw(), n_kv * k, wkv32_.raw(), nullptr);
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } else {
     wkv32_ = upload(w.wkv.f32(), DType::F32, {n_kv, k});
     wkv_.w32 = wkv32_.data<float>();
@@ -115,14 +137,22 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
                       table_bytes_ <= options_.device_table_max_bytes);
   const uint8_t* base = nullptr;
   if (table_on_device_) {
-    std::vector<uint8_t> packed(table_bytes_);
-    pack_table(w, packed.data());
-    table_device_ = upload(packed.data(), DType::U8, {table_bytes_});
+    // A range of rows at a time (64 MB packed), never a host copy of the whole table (the
+    // table itself may be the checkpoint's mapping: GpuWeightStream's views).
+    table_device_ = cuda::device_empty(DType::U8, {table_bytes_});
+    const int64_t per = std::max<int64_t>(1, (int64_t{64} << 20) / row_bytes);
+    std::vector<uint8_t> packed(static_cast<size_t>(std::min(per, n_table_rows) * row_bytes));
+    for (int64_t r0 = 0; r0 < n_table_rows; r0 += per) {
+      const int64_t r1 = std::min(n_table_rows, r0 + per);
+      pack_table(w, packed.data(), r0, r1);
+      cuda::copy_h2d(table_device_.data<uint8_t>() + r0 * row_bytes, packed.data(),
+                     (r1 - r0) * row_bytes);
+    }
     base = table_device_.data<uint8_t>();
     device_bytes_ += table_bytes_;
   } else {
     pinned_ = pinned_mapped(table_bytes_);
-    pack_table(w, pinned_.data<uint8_t>());
+    pack_table(w, pinned_.data<uint8_t>(), 0, n_table_rows);
     void* dev = nullptr;
     CUDA_CHECK(cudaHostGetDevicePointer(&dev, pinned_.raw(), 0));
     base = static_cast<const uint8_t*>(dev);
@@ -157,14 +187,14 @@ GpuEngram::~GpuEngram() {
   if (done_ != nullptr) cudaEventDestroy(done_);
 }
 
-void GpuEngram::pack_table(const EngramWeights& w, uint8_t* dst) const {
-  const int64_t hd = tables_.head_dim, n_sc = hd / 32, rows = w.table.size(0);
+void GpuEngram::pack_table(const EngramWeights& w, uint8_t* dst, int64_t r0, int64_t r1) const {
+  const int64_t hd = tables_.head_dim, n_sc = hd / 32;
   const int64_t row_bytes = engram_packed_row_bytes(hd);
   const auto* codes = static_cast<const uint8_t*>(w.table.raw());
   const auto* scales = static_cast<const uint8_t*>(w.table_scale.raw());
-  parallel_for(rows, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      uint8_t* d = dst + r * row_bytes;
+  parallel_for(r1 - r0, [&](int64_t begin, int64_t end) {
+    for (int64_t r = r0 + begin; r < r0 + end; ++r) {
+      uint8_t* d = dst + (r - r0) * row_bytes;
       std::memcpy(d, codes + r * hd, hd);
       std::memcpy(d + hd, scales + r * n_sc, n_sc);
       std::memset(d + hd + n_sc, 0, row_bytes - hd - n_sc);

@@ -112,7 +112,7 @@ class GpuEngram {
   const int64_t* last_ids() const { return ids_.data<int64_t>(); }
 
  private:
-  void pack_table(const EngramWeights& w, uint8_t* dst) const;
+  void pack_table(const EngramWeights& w, uint8_t* dst, int64_t r0, int64_t r1) const;  // rows [r0, r1)
 
   GpuEngramOptions options_;
   int64_t layer_ = 0;

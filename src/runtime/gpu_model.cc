@@ -743,14 +743,9 @@ std::unique_ptr<GpuModel> GpuModel::load(const std::string& dir, const GpuModelO
   const ModelConfig config = load_model_config(dir);
   GpuModelOptions opt = options;
   if (opt.expert_checkpoint.empty()) opt.expert_checkpoint = dir;
-  if (!config.is_v41()) {  // tensor by tensor from the mapped files (gpu_weight_stream.h)
-    const GpuWeightStream stream(dir, config);
-    return std::make_unique<GpuModel>(config, stream, opt);
-  }
-  // V4.1: host fp32 weights (its Engram reads host tensors; GpuWeightStream refuses it).
-  auto source = open_checkpoint_weights(dir, config);
-  const ModelWeights weights = load_model_weights(config, *source);
-  return std::make_unique<GpuModel>(config, weights, opt);
+  // Tensor by tensor from the mapped files (gpu_weight_stream.h), V4 and V4.1 alike.
+  const GpuWeightStream stream(dir, config);
+  return std::make_unique<GpuModel>(config, stream, opt);
 }
 
 GpuModel::ExpertFp8Copy GpuModel::download_expert_fp8(int64_t layer, int64_t expert,
@@ -834,6 +829,9 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
     if (a.has_indexer) {
       rt(a.indexer.wq_b, HI * dI, Rq);
     }
+    if (a.indexer.wk.defined()) rt(a.indexer.wk, dI, d);  // V4.1 index keys (idx_wk)
+    Tensor& ewkv = w.layers[l].engram.wkv;  // GpuEngram fp8_wkv
+    if (ewkv.defined()) rt(ewkv, ewkv.size(0), ewkv.size(1));
     MoeWeights& m = w.layers[l].moe;
     for (auto& e : m.experts) {
       if (!routed_experts) break;  // kept exact (GpuModelOptions::expert_checkpoint)

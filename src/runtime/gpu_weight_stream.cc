@@ -34,12 +34,6 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-const ModelConfig& v4_only(const ModelConfig& config) {
-  CHECK_KIND(kUnsupported, !config.is_v41())
-      << "streaming GPU loader: DeepSeek-V4.1 checkpoints load through host fp32 weights for "
-         "now (its Engram and fp32-only device weights read host tensors)";
-  return config;
-}
 
 }  // namespace
 
@@ -53,7 +47,7 @@ struct GpuWeightStream::Staging {
 
 GpuWeightStream::GpuWeightStream(const std::string& path, const ModelConfig& config,
                                  const GpuWeightStreamOptions& options)
-    : opt_(options), streamed_(path, v4_only(config)), staging_(std::make_unique<Staging>()) {
+    : opt_(options), streamed_(path, config), staging_(std::make_unique<Staging>()) {
   Staging& st = *staging_;
   st.half = std::max<size_t>(opt_.staging_bytes / 2, size_t{1} << 20);
   for (int i = 0; i < 2; ++i) {
@@ -200,6 +194,24 @@ void GpuWeightStream::upload_f32(const void* host, int64_t n, void* device, void
     b = e;
   }
   ++stats_.f32_tensors;
+}
+
+void GpuWeightStream::read_f32(const void* host, int64_t n, float* out) {
+  const auto where = streamed_.find(host);
+  ICHECK(where.has_value()) << "GpuWeightStream::read_f32: not a placeholder";
+  const StoredTensor& t = *where->tensor;
+  ICHECK(t.dtype == DType::F32) << "GpuWeightStream: tensor '" << t.origin << "' is "
+                                << dtype_name(t.dtype) << ", read as fp32";
+  const int64_t rows = stored_rows(t), numel = shape_numel(t.shape);
+  const int64_t width = rows == 0 ? 1 : std::max<int64_t>(1, numel / rows);
+  ICHECK(where->offset % width == 0 && n % width == 0 && where->offset + n <= numel)
+      << "GpuWeightStream: elements [" << where->offset << ", +" << n << ") of '" << t.origin
+      << "' " << shape_str(t.shape) << " are not whole rows";
+  const int64_t r0 = where->offset / width, r1 = r0 + n / width;
+  convert_range(t, r0, r1, out);
+  const StoredRows sr = stored_rows_slice(t, r0, r1);
+  account(static_cast<double>(sr.weight.nbytes() + (sr.scale.defined() ? sr.scale.nbytes() : 0)), 0);
+  release_mapped_rows(t, r0, r1);
 }
 
 void GpuWeightStream::upload_fp8(const void* host, int64_t n, int64_t k, uint8_t* q, float* s,

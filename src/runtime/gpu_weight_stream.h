@@ -1,8 +1,10 @@
 // GpuWeightStream: loads a checkpoint onto the device tensor by tensor, never building the
-// host fp32 model (issue 14, deliverable 3). Used by GpuModel::load and the runner factory for
-// DeepSeek-V4 checkpoint directories on cuda; the old host path (load_model_weights + the
-// GpuModel(ModelWeights) upload) stays for the built-in model, dummy weights, DeepSeek-V4.1
-// (its Engram reads host tensors; refused here with kUnsupported) and tests that pass weights.
+// host fp32 model (issue 14, deliverables 2 and 3). Used by GpuModel::load and the runner
+// factory for DeepSeek-V4 and V4.1 checkpoint directories on cuda; the old host path
+// (load_model_weights + the GpuModel(ModelWeights) upload) stays for the built-in model, dummy
+// weights and tests that pass weights. V4.1's Engram (GpuEngram) takes its wkv through
+// upload_f32 / upload_fp8, its gate weights through read_f32 (small), and packs its tables
+// from the store's mapped views (StreamedWeights keeps Engram tables as views: no fp32 copy).
 //
 // How: StreamedWeights (runtime/streamed_weights.h) opens the checkpoint deferred and runs
 // load_model_weights over it (every name / shape / dtype / unexpected-tensor check of the CPU
@@ -64,7 +66,7 @@ struct GpuWeightStreamStats {
 class GpuWeightStream {
  public:
   // Opens the checkpoint (directory or file). Throws Error naming the tensor for a bad
-  // checkpoint, kUnsupported for DeepSeek-V4.1.
+  // checkpoint.
   GpuWeightStream(const std::string& path, const ModelConfig& config,
                   const GpuWeightStreamOptions& options = {});
   ~GpuWeightStream();
@@ -82,6 +84,8 @@ class GpuWeightStream {
   // For GpuModel's construction. `stream`: a cudaStream_t; the copies are enqueued on it.
   // n 4-byte elements (F32, or I32 for tid2eid) starting at placeholder `host` to `device`.
   void upload_f32(const void* host, int64_t n, void* device, void* stream);
+  // The same n values converted into host memory `out` (small tensors: Engram's gate weights).
+  void read_f32(const void* host, int64_t n, float* out);
   // The [n, k] matrix starting at placeholder `host` in GpuModel's kFp8 format on block x
   // block blocks (fp8_weight_block(cfg): 128, V4.1 32): e4m3 codes [n, k] to q, fp32 scales
   // [ceil(n/block), fp8_weight_scale_ld(k, block)] to s. Stored block FP8 on that grid goes
