@@ -11,7 +11,8 @@
 // 16, 64 (report only). The tensor-core kernel (paged_attention_mma_cuda) on every supported
 // case against the reference (check_mma). Indexer scores: 1 and 4 rows bitwise equal to the 12-row call.
 // FP8 indexer keys (index_cache.h): store/load vs the CPU, and the paged indexer scores vs
-// index_load_ref + indexer_scores_ref over shuffled block tables at V4-Flash shapes.
+// index_load_ref + indexer_scores_ref over shuffled block tables at V4-Flash shapes; the same
+// for V4.1's 68-B FP4 keys. V4.1's 528 / 288-B K=V formats: store/load and paged attention.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,6 +187,8 @@ struct Case {
   int64_t n_heads, head_dim, rope_dim, window, ratio, topk;  // topk 0: all visible entries
   int64_t block_size;
   std::vector<std::pair<int64_t, int64_t>> chunks;  // (start position, length) per sequence
+  // V4.1 formats (fp8 dtype): 528-B window pool, 288-B compressed pool (rope_dim unused).
+  bool v41 = false;
 };
 
 void run_case(std::mt19937_64& rng, const Case& c) {
@@ -193,7 +196,11 @@ void run_case(std::mt19937_64& rng, const Case& c) {
                                   << c.head_dim << " W " << c.window << " ratio " << c.ratio
                                   << " topk " << c.topk << " seqs " << c.chunks.size());
   const int64_t H = c.n_heads, d = c.head_dim, W = c.window, S = static_cast<int64_t>(c.chunks.size());
-  const KvCacheLayout layout{c.dtype, d, c.rope_dim, c.block_size};
+  KvCacheLayout layout{c.dtype, d, c.rope_dim, c.block_size};
+  if (c.v41) {
+    layout = KvCacheLayout::v41_window(c.dtype, c.block_size);
+    layout.head_dim = d;
+  }
   std::vector<int64_t> win_entries, cmp_entries;
   for (const auto& [start, len] : c.chunks) {
     win_entries.push_back(start + len);  // the window pool holds positions 0 .. end-1
@@ -201,6 +208,10 @@ void run_case(std::mt19937_64& rng, const Case& c) {
   }
   const Pool win = make_pool(rng, layout, win_entries);
   KvCacheLayout cmp_layout = layout;
+  if (c.v41) {
+    cmp_layout = KvCacheLayout::v41_compressed(c.dtype, c.block_size);
+    cmp_layout.head_dim = d;
+  }
   cmp_layout.block_size = c.block_size * 2 + 1;  // block sizes may differ between pools
   const Pool cmp = make_pool(rng, cmp_layout, cmp_entries);
 
@@ -377,6 +388,24 @@ TEST(KvCacheCuda, PagedAttentionV4FlashShapes) {
   run_case(rng, {KvCacheDtype::kFp8, 70, 128, 64, 20, 4, 40, 16, {{100, 30}, {0, 9}}});
 }
 
+// DeepSeek-V4.1's formats (kv_cache.h: e4m3/32 window pool, e2m1 + e4m3/16 compressed pool)
+// through the generic kernels: SIMT, split-K, tensor cores, a row alone. V4.1-Flash shapes
+// (64 heads x 512, window 128): ratio 2 top-512 decode and prefill, ratio 1 top-512, a
+// window-only layer, a prefill chunk large enough for the tensor-core grid.
+TEST(KvCacheCuda, PagedAttentionV41Formats) {
+  auto rng = test::fresh_rng();
+  check_store_and_load(rng, KvCacheLayout::v41_window(KvCacheDtype::kFp8, 64), 300, 7);
+  check_store_and_load(rng, KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, 64), 300, 7);
+  check_store_and_load(rng, KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, 3), 29, 13);
+  const auto fp8 = KvCacheDtype::kFp8;
+  run_case(rng, {fp8, 64, 512, 0, 128, 2, 512, 64, {{4000, 1}, {2100, 1}, {700, 1}, {3, 1}}, true});
+  run_case(rng, {fp8, 64, 512, 0, 128, 1, 512, 64, {{3000, 1}, {9, 1}}, true});
+  run_case(rng, {fp8, 64, 512, 0, 128, 2, 512, 64, {{2200, 48}, {0, 16}}, true});
+  run_case(rng, {fp8, 64, 512, 0, 128, 0, 0, 64, {{300, 40}}, true});
+  run_case(rng, {fp8, 64, 512, 0, 128, 1, 512, 64, {{2000, 300}}, true});
+  run_case(rng, {fp8, 5, 96, 0, 7, 2, 11, 3, {{0, 23}, {40, 2}}, true});
+}
+
 // Split-K at decode batches of 1, 2 and 4 rows, V4-Flash shapes (64 heads x 512, window
 // 128): CSA top-512 (n_indices shorter than 512 on short rows, -1 holes) and HCA-all lists of
 // up to 2048 entries (ratio 4, every visible entry), fp8 and bf16 caches. run_case checks the
@@ -460,15 +489,19 @@ TEST(KvCacheCuda, PagedAttentionSplitKTiming) {
 
 TEST(IndexCacheCuda, StoreLoadAndPagedScores) {
   auto rng = test::fresh_rng();
-  for (const auto& [H, d, bs] :
-       {std::tuple<int64_t, int64_t, int64_t>{64, 128, 64}, {5, 96, 3}, {8, 96, 4}}) {
-    SCOPED_TRACE(testing::Message() << "H " << H << " d " << d << " block " << bs);
+  // fp4: V4.1's 68-B keys (IndexKeyFormat::kE2m1Ue8m0Block32) at ratio 2 (V4.1-Flash: 32
+  // heads x 128); the others V4's e4m3 keys at ratio 4.
+  for (const auto& [H, d, bs, fp4] :
+       {std::tuple<int64_t, int64_t, int64_t, bool>{64, 128, 64, false}, {5, 96, 3, false}, {8, 96, 4, false},
+        {32, 128, 64, true}, {5, 96, 3, true}, {8, 64, 4, true}}) {
+    SCOPED_TRACE(testing::Message() << "H " << H << " d " << d << " block " << bs << (fp4 ? " fp4" : ""));
     IndexCacheLayout l;
     l.head_dim = d;
     l.block_size = bs;
+    if (fp4) l.format = IndexKeyFormat::kE2m1Ue8m0Block32;
     // Sequences (decode rows and a short prefill chunk) as (start, length).
     const std::vector<std::pair<int64_t, int64_t>> chunks = {{8001, 1}, {2050, 1}, {6, 1}, {300, 9}};
-    const int64_t ratio = 4, S = static_cast<int64_t>(chunks.size());
+    const int64_t ratio = fp4 ? 2 : 4, S = static_cast<int64_t>(chunks.size());
     std::vector<int64_t> n_entries;
     int64_t max_blocks = 0, n_blocks = 2;
     for (const auto& [start, len] : chunks) {

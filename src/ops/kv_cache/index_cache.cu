@@ -1,6 +1,6 @@
-// Paged FP8 indexer keys: store / load (one warp per key) and the indexer scores reading
-// them (one warp per key, the row's q and head weights in shared memory, the same
-// arithmetic as indexer_scores_cuda).
+// Paged indexer keys (V4 e4m3 + fp32 scale, V4.1 e2m1 + UE8M0 per 32): store / load (one
+// warp per key) and the indexer scores reading them (one warp per key, the row's q and head
+// weights in shared memory, the same arithmetic as indexer_scores_cuda).
 #include <algorithm>
 
 #include "base/error.h"
@@ -22,17 +22,41 @@ constexpr int kKeysPerBlock = 64;
 constexpr int64_t kFullRows = 16;
 
 struct Geometry {
-  int64_t head_dim = 0, block_size = 1, block_bytes = 0;
+  int64_t head_dim = 0, block_size = 1, block_bytes = 0, data_bytes = 0, scale_bytes = 0;
+  bool fp4 = false;
 };
 
-Geometry geometry(const IndexCacheLayout& l) { return {l.head_dim, l.block_size, l.block_bytes()}; }
+Geometry geometry(const IndexCacheLayout& l) {
+  return {l.head_dim, l.block_size, l.block_bytes(), l.data_bytes(), l.scale_bytes(), l.fp4()};
+}
 
 __device__ __forceinline__ const uint8_t* key_data(const Geometry& g, const uint8_t* cache, int64_t slot) {
-  return cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.head_dim;
+  return cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.data_bytes;
 }
 
 __device__ __forceinline__ int64_t scale_offset(const Geometry& g, int64_t slot) {
-  return slot / g.block_size * g.block_bytes + g.block_size * g.head_dim + slot % g.block_size * 4;
+  return slot / g.block_size * g.block_bytes + g.block_size * g.data_bytes + slot % g.block_size * g.scale_bytes;
+}
+
+// Dim c of an e2m1 key (codes two per byte, UE8M0 scale per 32).
+__device__ __forceinline__ float fp4_dim(const uint8_t* data, const uint8_t* scales, int64_t c) {
+  return kv_device::e2m1_value(data[c / 2] >> (c % 2 * 4)) * kv_device::e8m0_value(scales[c / 32]);
+}
+
+// fp4_roundtrip's per-32 quantiser on one key, one dim per lane per pass, codes kept.
+__device__ __forceinline__ void store_fp4_key(const Geometry& g, const float* k, uint8_t* data,
+                                              uint8_t* scales, int lane) {
+  for (int64_t c0 = 0; c0 < g.head_dim; c0 += 32) {
+    const int64_t c = c0 + lane;
+    const float v = k[c];
+    const float amax = fmaxf(6.0f * 0x1p-126f, kv_device::warp_max(fabsf(v)));
+    const float s = qat_device::pow2_scale(amax, qat_device::kE2M1MaxF);
+    const float q = fminf(qat_device::kE2M1MaxF, fmaxf(-qat_device::kE2M1MaxF, v / s));
+    const uint32_t code = kv_device::e2m1_code_of(qat_device::round_e2m1(q), q);
+    const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
+    if (lane % 2 == 0) data[c / 2] = static_cast<uint8_t>(code | (high << 4));
+    if (lane == 0) scales[c0 / 32] = static_cast<uint8_t>((__float_as_uint(s) >> 23) & 0xffu);
+  }
 }
 
 __device__ __forceinline__ float e4m3_value(uint32_t code) {
@@ -46,11 +70,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (!kv_device::store_entry(kWarps, slots, n, i, slot)) return;
   const int lane = threadIdx.x % 32;
   const float* k = keys + i * row_stride;
+  if (g.fp4) {
+    uint8_t* data = cache + (slot / g.block_size * g.block_bytes + slot % g.block_size * g.data_bytes);
+    store_fp4_key(g, k, data, cache + scale_offset(g, slot), lane);
+    return;
+  }
   float amax = 0.0f;
   for (int64_t c = lane; c < g.head_dim; c += 32) amax = fmaxf(amax, fabsf(k[c]));
   amax = fmaxf(1e-4f, kv_device::warp_max(amax));
   const float s = qat_device::pow2_scale(amax, qat_device::kE4M3MaxF);
-  uint8_t* data = cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.head_dim;
+  uint8_t* data = cache + slot / g.block_size * g.block_bytes + slot % g.block_size * g.data_bytes;
   for (int64_t c = lane; c < g.head_dim; c += 32) {
     const float q = fminf(qat_device::kE4M3MaxF, fmaxf(-qat_device::kE4M3MaxF, k[c] / s));
     data[c] = static_cast<uint8_t>(kv_device::e4m3_code(qat_device::round_e4m3(q)));
@@ -65,6 +94,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (!kv_device::load_entry(kWarps, slots, n, g.head_dim, out, slot, y)) return;
   const int lane = threadIdx.x % 32;
   const uint8_t* data = key_data(g, cache, slot);
+  if (g.fp4) {
+    const uint8_t* scales = cache + scale_offset(g, slot);
+    for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = fp4_dim(data, scales, c);
+    return;
+  }
   const float s = *reinterpret_cast<const float*>(cache + scale_offset(g, slot));
   for (int64_t c = lane; c < g.head_dim; c += 32) y[c] = e4m3_value(data[c]) * s;
 }
@@ -88,10 +122,16 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_paged_scores_kernel(Index
   for (int64_t s = first + warp; s < last; s += kWarps) {
     const int64_t slot = static_cast<int64_t>(table[s / geo.block_size]) * geo.block_size + s % geo.block_size;
     const uint8_t* data = key_data(geo, p.cache, slot);
-    const float sc = *reinterpret_cast<const float*>(p.cache + scale_offset(geo, slot));
     float k[kMaxPerLane];
+    if (geo.fp4) {
+      const uint8_t* scales = p.cache + scale_offset(geo, slot);
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) k[i] = i < per_lane ? e4m3_value(data[i * 32 + lane]) * sc : 0.0f;
+      for (int i = 0; i < kMaxPerLane; ++i) k[i] = i < per_lane ? fp4_dim(data, scales, i * 32 + lane) : 0.0f;
+    } else {
+      const float sc = *reinterpret_cast<const float*>(p.cache + scale_offset(geo, slot));
+#pragma unroll
+      for (int i = 0; i < kMaxPerLane; ++i) k[i] = i < per_lane ? e4m3_value(data[i * 32 + lane]) * sc : 0.0f;
+    }
     const float total = indexer_device::key_score(s_q, s_g, k, per_lane, lane, p.n_heads, d, p.scale);
     if (lane == 0) p.scores[row * p.score_stride + s] = total;
   }

@@ -1,5 +1,7 @@
-// CUDA entries of the paged FP8 indexer-key cache (format in index_cache.h). Device pointers;
-// run on `stream`; never allocate or synchronise; graph capturable.
+// CUDA entries of the paged indexer-key cache (formats in index_cache.h: V4's e4m3 + fp32
+// scale, V4.1's e2m1 + UE8M0 per 32; every entry below serves both). Device pointers; run on
+// `stream`; never allocate or synchronise; graph capturable. With fp4 keys the tensor-core
+// scores hold each key as e2m1 x its scale in bf16 (exact) and apply no per-key scale after.
 //
 //  * index_store_cuda / index_load_cuda: byte-identical to index_store_ref / identical to
 //    index_load_ref.

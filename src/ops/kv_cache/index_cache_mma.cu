@@ -32,16 +32,19 @@ constexpr int kPad = 8;              // bf16 per shared row beyond head_dim
 constexpr int kMaxDim = 256;
 constexpr int64_t kMinRows = 32;     // below: the SIMT kernel (it spreads few rows wider)
 
+// fp4 (IndexKeyFormat::kE2m1Ue8m0Block32): the key tile holds e2m1 x its UE8M0 scale (exact
+// in bf16) and the per-key scale after the product is 1.
 struct Geo {
-  int64_t head_dim = 0, block_size = 1, block_bytes = 0;
+  int64_t head_dim = 0, block_size = 1, block_bytes = 0, data_bytes = 0, scale_bytes = 0;
+  bool fp4 = false;
 };
 
 __device__ __forceinline__ int64_t key_offset(const Geo& g, int64_t slot) {
-  return slot / g.block_size * g.block_bytes + slot % g.block_size * g.head_dim;
+  return slot / g.block_size * g.block_bytes + slot % g.block_size * g.data_bytes;
 }
 
 __device__ __forceinline__ int64_t scale_offset(const Geo& g, int64_t slot) {
-  return slot / g.block_size * g.block_bytes + g.block_size * g.head_dim + slot % g.block_size * 4;
+  return slot / g.block_size * g.block_bytes + g.block_size * g.data_bytes + slot % g.block_size * g.scale_bytes;
 }
 
 __global__ void __launch_bounds__(kThreads) indexer_paged_scores_mma_kernel(IndexerPagedScoresParams p,
@@ -84,6 +87,19 @@ __global__ void __launch_bounds__(kThreads) indexer_paged_scores_mma_kernel(Inde
       uint4 out = make_uint4(0u, 0u, 0u, 0u);
       if (s < last) {
         const int64_t slot = static_cast<int64_t>(table[s / geo.block_size]) * geo.block_size + s % geo.block_size;
+        if (geo.fp4) {
+          const uint32_t codes = *reinterpret_cast<const uint32_t*>(p.cache + key_offset(geo, slot) + c / 2);
+          const float sc = kv_device::e8m0_value(p.cache[scale_offset(geo, slot) + c / 32]);
+          uint32_t w[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            w[i] = mma_bf16::pack(kv_device::e2m1_value(codes >> (8 * i)) * sc,
+                                  kv_device::e2m1_value(codes >> (8 * i + 4)) * sc);
+          }
+          *reinterpret_cast<uint4*>(sk + key * ld + c) = make_uint4(w[0], w[1], w[2], w[3]);
+          if (c == 0) s_scale[key] = 1.0f;
+          continue;
+        }
         const uint2 codes = *reinterpret_cast<const uint2*>(p.cache + key_offset(geo, slot) + c);
         const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
         const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
@@ -170,7 +186,8 @@ void indexer_paged_scores_mma_cuda(cudaStream_t stream, const IndexerPagedScores
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (2 * kHeads + kTileKeys) * (kMaxDim + kPad) * 2));
   });
-  const Geo geo{p.layout.head_dim, p.layout.block_size, p.layout.block_bytes()};
+  const Geo geo{p.layout.head_dim,   p.layout.block_size,  p.layout.block_bytes(),
+                p.layout.data_bytes(), p.layout.scale_bytes(), p.layout.fp4()};
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.n_rows));
   indexer_paged_scores_mma_kernel<<<grid, kThreads, smem, stream>>>(p, geo);
   CUDA_CHECK_LAUNCH();

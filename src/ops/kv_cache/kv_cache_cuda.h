@@ -4,6 +4,11 @@
 // pointers must be 8-byte aligned (the kernels load up to 8 bytes at a time; block_bytes is
 // a multiple of 8, so every block and entry stays aligned).
 //
+//  Every KvEntryFormat (kv_cache.h) is served by kv_store/load, paged_attention_cuda and
+//  paged_attention_mma_cuda; a call's two sources may differ in format (V4.1: e4m3/32 window,
+//  e2m1 + e4m3/16 compressed; both dequantise exactly, to fp32 or to bf16). The sm90 decode
+//  kernel serves kModel1 and bf16 only (it refuses rope_dim 0 fp8 layouts).
+//
 //  * kv_store_cuda: byte-identical to kv_store_ref. entries [n, row_stride] fp32 (first
 //    head_dim values of each row), slots int32 [n] (-1 skips the row).
 //  * kv_load_cuda: identical to kv_load_ref (-1 rows become 0): the unfused composition

@@ -15,16 +15,22 @@
 namespace deepinfer::kv_device {
 
 // A layout's derived sizes, computed once on the host (KvCacheLayout's methods are host-only).
+// fp8: codes present (any KvEntryFormat); format / group: the fp8 format and its dims per
+// scale (kModel1 64, kE4m3Block32 32, kE2m1E4m3Block16 16).
 struct Geometry {
   int64_t head_dim = 0, nope = 0, n_scales = 0, block_size = 1;
   int64_t data_bytes = 0, scale_bytes = 0, block_bytes = 0;
   bool fp8 = false;
+  KvEntryFormat format = KvEntryFormat::kModel1;
+  int64_t group = KvCacheLayout::kScaleGroup;
 };
 
 inline Geometry geometry(const KvCacheLayout& l) {
   Geometry g;
   g.head_dim = l.head_dim;
   g.fp8 = l.dtype == KvCacheDtype::kFp8;
+  g.format = l.fp8_format();
+  g.group = l.scale_group();
   g.nope = g.fp8 ? l.nope_dim() : l.head_dim;
   g.n_scales = l.n_scales();
   g.block_size = l.block_size;
@@ -102,6 +108,27 @@ __device__ __forceinline__ float2 e4m3x2_values(uint32_t two_codes) {
   const __half2_raw raw =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xffffu), __NV_E4M3);
   return __half22float2(__half2(raw));
+}
+
+// One e4m3 code -> its exact value.
+__device__ __forceinline__ float e4m3_value(uint32_t code) { return e4m3x2_values(code & 0xffu).x; }
+
+// e2m1 code (bit 3 sign, magnitude index {0, .5, 1, 1.5, 2, 3, 4, 6}) -> its value.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const uint32_t i = code & 7u;
+  const float mag = i < 2 ? 0.5f * static_cast<float>(i)
+                          : (1.0f + 0.5f * static_cast<float>(i & 1u)) * __uint_as_float((126u + (i >> 1)) << 23);
+  return code & 8u ? -mag : mag;
+}
+
+// e2m1 code of q (|q| <= 6): base/dtype.h's f32_to_e2m1 (RNE via qat_device's rounding; the
+// sign is q's sign bit, so a negative q that rounds to 0 gives code 8 as on the CPU).
+__device__ __forceinline__ uint32_t e2m1_code_of(float rounded, float q) {
+  const uint32_t sign = (__float_as_uint(q) >> 28) & 8u;
+  const float a = fabsf(rounded);
+  if (a < 1.0f) return sign | static_cast<uint32_t>(a * 2.0f);
+  const uint32_t bits = __float_as_uint(a);
+  return sign | (2u + 2u * ((bits >> 23) - 127u) + ((bits >> 22) & 1u));
 }
 
 // Exact e4m3 value `v` (already on the e4m3 grid, |v| <= 448) -> its code, sign of zero kept

@@ -70,8 +70,13 @@ __device__ __forceinline__ int64_t chunk_keys(int64_t n_keys, int64_t n_splits) 
   return c < kMinChunk ? kMinChunk : c;
 }
 
-template <bool kFp8, bool kSplit>
+// kMode: kModeBf16, kModeModel1 (V4 fp8) or kModeV41 (each key in its source's format:
+// kE4m3Block32 or kE2m1E4m3Block16; no bf16 dims).
+constexpr int kModeBf16 = 0, kModeModel1 = 1, kModeV41 = 2;
+
+template <int kMode, bool kSplit>
 __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a) {
+  constexpr bool kFp8 = kMode != kModeBf16;
   const int64_t row = blockIdx.x / a.n_groups;
   const int64_t head = (blockIdx.x % a.n_groups) * a.heads_per_block + threadIdx.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -89,6 +94,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
   __shared__ __align__(16) float s_kv[kTile][kMaxDim];
   __shared__ const uint8_t* s_data[kTile];
   __shared__ const uint8_t* s_scales[kTile];
+  __shared__ bool s_fp4[kTile];  // kModeV41: the key is kE2m1E4m3Block16
 
   float q[kMaxPerLane], acc[kMaxPerLane];
   const float* qh = a.q + (row * a.n_heads + (active ? head : 0)) * a.head_dim;
@@ -113,14 +119,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
       const int64_t j = j0 + threadIdx.x;
       const uint8_t* data = nullptr;
       const uint8_t* scales = nullptr;
+      bool fp4 = false;
       const int64_t slot = next_slot;
       if (j < j_end && slot >= 0) {
         const KeySource& s = j < n0 ? a.src[0] : a.src[1];
         data = s.cache + kv_device::data_offset(s.g, slot);
         if (kFp8) scales = s.cache + kv_device::scale_offset(s.g, slot);
+        fp4 = kMode == kModeV41 && s.g.format == KvEntryFormat::kE2m1E4m3Block16;
       }
       s_data[threadIdx.x] = data;
       s_scales[threadIdx.x] = scales;
+      s_fp4[threadIdx.x] = fp4;
       next_slot = slot_of(j + kTile);
     }
     __syncthreads();
@@ -143,7 +152,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
       const int c = (u - t * units_per_key) * 4;
       const uint8_t* data = s_data[t];
       if (data == nullptr) continue;
-      if (kFp8 && c < nope) {
+      if (kMode == kModeV41) {
+        if (s_fp4[t]) {
+          raw[k].x = *reinterpret_cast<const uint16_t*>(data + c / 2);
+          scale_code[k] = s_scales[t][c / 16];
+        } else {
+          raw[k].x = *reinterpret_cast<const uint32_t*>(data + c);
+          scale_code[k] = s_scales[t][c / 32];
+        }
+      } else if (kFp8 && c < nope) {
         raw[k].x = *reinterpret_cast<const uint32_t*>(data + c);
         scale_code[k] = s_scales[t][c / KvCacheLayout::kScaleGroup];
       } else {
@@ -159,7 +176,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_attention_kernel(Args a)
       const int c = (u - t * units_per_key) * 4;
       if (s_data[t] == nullptr) continue;
       float4 v;
-      if (kFp8 && c < nope) {
+      if (kMode == kModeV41 && s_fp4[t]) {
+        const uint32_t codes = raw[k].x;
+        const float sc = kv_device::e4m3_value(scale_code[k]);
+        v = make_float4(kv_device::e2m1_value(codes & 0xfu) * sc, kv_device::e2m1_value((codes >> 4) & 0xfu) * sc,
+                        kv_device::e2m1_value((codes >> 8) & 0xfu) * sc,
+                        kv_device::e2m1_value((codes >> 12) & 0xfu) * sc);
+      } else if (kFp8 && c < nope) {
         const uint32_t codes = raw[k].x;
         const float sc = kv_device::e8m0_value(scale_code[k]);
         const float2 lo = kv_device::e4m3x2_values(codes), hi = kv_device::e4m3x2_values(codes >> 16);
@@ -339,12 +362,17 @@ void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
       << "paged attention: " << p.n_rows << " rows x " << a.n_groups << " head groups";
   const unsigned threads =
       static_cast<unsigned>(std::max<int64_t>(pl.heads_per_block * 32, kMinThreads));
-  const bool fp8 = layout.dtype == KvCacheDtype::kFp8;
+  // The V4.1 formats (rope_dim 0, so key_sources never pairs them with kModel1).
+  const int mode = layout.dtype != KvCacheDtype::kFp8 ? kModeBf16
+                   : layout.format == KvEntryFormat::kModel1 ? kModeModel1 : kModeV41;
   if (pl.n_splits <= 1) {
-    if (fp8) {
-      paged_attention_kernel<true, false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+    const unsigned grid = static_cast<unsigned>(blocks);
+    if (mode == kModeV41) {
+      paged_attention_kernel<kModeV41, false><<<grid, threads, 0, stream>>>(a);
+    } else if (mode == kModeModel1) {
+      paged_attention_kernel<kModeModel1, false><<<grid, threads, 0, stream>>>(a);
     } else {
-      paged_attention_kernel<false, false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+      paged_attention_kernel<kModeBf16, false><<<grid, threads, 0, stream>>>(a);
     }
     CUDA_CHECK_LAUNCH();
     return;
@@ -357,10 +385,12 @@ void paged_attention_cuda(cudaStream_t stream, const PagedAttentionParams& p) {
   a.ws_acc = static_cast<float*>(p.workspace);
   a.ws_ml = reinterpret_cast<float2*>(a.ws_acc + p.n_rows * p.n_heads * pl.n_splits * a.head_dim);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(pl.n_splits));
-  if (fp8) {
-    paged_attention_kernel<true, true><<<grid, threads, 0, stream>>>(a);
+  if (mode == kModeV41) {
+    paged_attention_kernel<kModeV41, true><<<grid, threads, 0, stream>>>(a);
+  } else if (mode == kModeModel1) {
+    paged_attention_kernel<kModeModel1, true><<<grid, threads, 0, stream>>>(a);
   } else {
-    paged_attention_kernel<false, true><<<grid, threads, 0, stream>>>(a);
+    paged_attention_kernel<kModeBf16, true><<<grid, threads, 0, stream>>>(a);
   }
   CUDA_CHECK_LAUNCH();
   paged_attention_combine_kernel<<<static_cast<unsigned>(p.n_rows * p.n_heads), kCombineThreads, 0,

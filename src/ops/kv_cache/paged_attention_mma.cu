@@ -65,13 +65,26 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // 8 consecutive dims (c .. c+7) of a key as bf16, exact: e4m3 codes x UE8M0 scale (fp8 NoPE
 // dims) or the stored bf16 values (RoPE dims, bf16 caches). data == nullptr: zeros.
-template <bool kFp8>
+// kV41: the V4.1 formats (no bf16 dims): fp4 keys are e2m1 codes x an e4m3 scale per 16
+// (products of <= 6 significant bits, exact in bf16), the others e4m3 x UE8M0 per 32.
+template <bool kFp8, bool kV41>
 __device__ __forceinline__ uint4 key_dims8(const uint8_t* data, const uint8_t* scales, int c,
-                                           int nope) {
+                                           int nope, bool fp4) {
   if (data == nullptr) return make_uint4(0u, 0u, 0u, 0u);
+  if (kV41 && fp4) {
+    const uint32_t codes = *reinterpret_cast<const uint32_t*>(data + c / 2);
+    const float sc = kv_device::e4m3_value(scales[c / 16]);
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = mma_bf16::pack(kv_device::e2m1_value(codes >> (8 * i)) * sc,
+                            kv_device::e2m1_value(codes >> (8 * i + 4)) * sc);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
   if (kFp8 && c < nope) {
     const uint2 codes = *reinterpret_cast<const uint2*>(data + c);
-    const float sc = kv_device::e8m0_value(scales[c / KvCacheLayout::kScaleGroup]);
+    const float sc = kv_device::e8m0_value(scales[c / (kV41 ? 32 : KvCacheLayout::kScaleGroup)]);
     const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
     const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
     return make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
@@ -81,7 +94,7 @@ __device__ __forceinline__ uint4 key_dims8(const uint8_t* data, const uint8_t* s
   return *reinterpret_cast<const uint4*>(data + off);
 }
 
-template <bool kFp8>
+template <bool kFp8, bool kV41>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int D = static_cast<int>(a.head_dim), ld = D + kPad, nope = static_cast<int>(a.nope);
@@ -90,6 +103,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
   __nv_bfloat16* sk = sq_lo + kHeadsPerCta * ld;                // [kKeys][ld]
   __shared__ const uint8_t* s_data[kKeys];
   __shared__ const uint8_t* s_scales[kKeys];
+  __shared__ bool s_fp4[kKeys];
 
   const int64_t row = blockIdx.x / a.n_groups;
   const int64_t h0 = (blockIdx.x % a.n_groups) * kHeadsPerCta;
@@ -121,21 +135,25 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(MmaArgs a
       const int64_t j = j0 + threadIdx.x;
       const uint8_t* data = nullptr;
       const uint8_t* scales = nullptr;
+      bool fp4 = false;
       if (j < n_keys) {
         const KeySource& s = j < n0 ? a.src[0] : a.src[1];
         const int64_t slot = s.indices[row * s.max_indices + (j < n0 ? j : j - n0)];
         if (slot >= 0) {
           data = s.cache + kv_device::data_offset(s.g, slot);
           if (kFp8) scales = s.cache + kv_device::scale_offset(s.g, slot);
+          fp4 = kV41 && s.g.format == KvEntryFormat::kE2m1E4m3Block16;
         }
       }
       s_data[threadIdx.x] = data;
       s_scales[threadIdx.x] = scales;
+      s_fp4[threadIdx.x] = fp4;
     }
     __syncthreads();
     for (int u = threadIdx.x; u < kKeys * D / 8; u += kThreads) {
       const int key = u / (D / 8), c = (u % (D / 8)) * 8;
-      *reinterpret_cast<uint4*>(sk + key * ld + c) = key_dims8<kFp8>(s_data[key], s_scales[key], c, nope);
+      *reinterpret_cast<uint4*>(sk + key * ld + c) = key_dims8<kFp8, kV41>(s_data[key], s_scales[key], c, nope,
+                                                                       s_fp4[key]);
     }
     __syncthreads();
     if (!active) continue;
@@ -275,11 +293,14 @@ void paged_attention_mma_cuda(cudaStream_t stream, const PagedAttentionParams& p
       << "paged attention (mma): " << p.n_rows << " rows x " << a.n_groups << " head groups";
   const int smem = static_cast<int>((2 * kHeadsPerCta + kKeys) * (layout.head_dim + kPad) * 2);
   const bool fp8 = layout.dtype == KvCacheDtype::kFp8;
-  auto kernel = fp8 ? paged_attention_mma_kernel<true> : paged_attention_mma_kernel<false>;
+  // The V4.1 formats (rope_dim 0: key_sources never pairs them with kModel1).
+  const bool v41 = fp8 && layout.format != KvEntryFormat::kModel1;
+  auto kernel = v41 ? paged_attention_mma_kernel<true, true>
+                : fp8 ? paged_attention_mma_kernel<true, false> : paged_attention_mma_kernel<false, false>;
   // Opt in to the largest shared memory any head_dim needs, once per kernel (not a stream
   // operation, but kept out of every later call).
-  static std::once_flag once[2];
-  std::call_once(once[fp8 ? 1 : 0], [&] {
+  static std::once_flag once[3];
+  std::call_once(once[v41 ? 2 : fp8 ? 1 : 0], [&] {
     const int most = (2 * kHeadsPerCta + kKeys) * (kMaxDim + kPad) * 2;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
   });
