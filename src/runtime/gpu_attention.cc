@@ -429,17 +429,19 @@ void GpuModel::Impl::output_projection(int64_t layer, float* out) {
   const int64_t N = n_rows, H = cfg.num_heads, d = cfg.head_dim;
 
   // Grouped output projection: group g maps its H*d/G slice of o to R_o values. FP8 with
-  // 128-aligned groups: o is quantised once; group g's K blocks are a contiguous run of the
-  // block-major scales and its codes are copied out to a dense [N, H*d/G] operand (the same
-  // per-1x128-block quantisation as quantising each group's slice on its own).
+  // block-aligned groups (the activation block: 128 V4, 32 V4.1): o is quantised once; group
+  // g's K blocks are a contiguous run of the block-major scales and its codes are copied out
+  // to a dense [N, H*d/G] operand (the same per-1 x block quantisation as quantising each
+  // group's slice on its own).
   const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
-  const bool quant_once = fp8() && gw % kFp8GemmBlock == 0;
+  const bool quant_once = fp8() && gw % a_gen.block == 0;
   if (quant_once) act_quantize(ctx, o, N, H * d, a_gen);
   for (int64_t g = 0; g < G; ++g) {
     if (quant_once) {
       CUDA_CHECK(cudaMemcpy2DAsync(og_q, gw, a_gen.q + g * gw, H * d, gw, N,
                                    cudaMemcpyDeviceToDevice, stream));
-      lin_in(w.wo_a[g], nullptr, ActScratch{og_q, a_gen.s + g * (gw / kFp8GemmBlock) * N}, N, zg);
+      lin_in(w.wo_a[g], nullptr, ActScratch{og_q, a_gen.s + g * (gw / a_gen.block) * N, a_gen.block}, N,
+             zg);
     } else {
       CUDA_CHECK(cudaMemcpy2DAsync(og, gw * sizeof(float), o + g * gw, H * d * sizeof(float),
                                    gw * sizeof(float), N, cudaMemcpyDeviceToDevice, stream));
