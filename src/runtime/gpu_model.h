@@ -281,7 +281,8 @@ struct GpuGraphStats {
   int64_t last_bucket = 0;  // rows the last forward ran as (0: eager, unpadded)
   int64_t last_length = 0;  // L of the last forward's key (1: decode; 0: eager)
   int64_t verify_captured = 0, verify_replays = 0;  // the same for keys of L >= 2
-  int64_t draft_captured = 0, draft_replays = 0;    // DSpark drafts (GpuModel::draft)
+  // Draft graphs (GpuModel::draft): DSpark one per draft call, MTP one per chained step.
+  int64_t draft_captured = 0, draft_replays = 0;
 };
 
 class GpuModel {

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -146,6 +147,9 @@ struct GpuMtp {
   int32_t* key_pos = nullptr;    // [rows] mtp_write_context: the RoPE position of each row's key
   ActScratch a;                  // kFp8: activation scratch for rows * n_hc rows of width max
   void* moe_ws = nullptr;        // grouped MoE workspace for max_sequences rows
+  // CUDA graphs of the chained draft steps (cuda_graphs): key (bucket of sequences, step j,
+  // with the device probabilities), captured on first use (gpu_mtp.cc).
+  std::map<std::tuple<int64_t, int64_t, bool>, cuda::Graph> graphs;
 };
 
 // DSpark drafter on the device (gpu_dspark.cc; GpuModelOptions::dspark), V4.1 and V4-0731
@@ -546,6 +550,9 @@ struct GpuModel::Impl {
   void mtp_write_context();
   void mtp_input(int64_t n, const int32_t* tokens_dev, const float* streams_in, float* Z);
   void mtp_draft_step(int64_t b, const int32_t* step_meta);
+  // One chained step's device work (graph-safe): mtp_draft_step, the draft's probability when
+  // `prob`, and the step's output streams copied to the next step's input.
+  void mtp_draft_enqueue(int64_t b, const int32_t* step_meta, bool prob);
 };
 
 }  // namespace deepinfer

@@ -20,7 +20,13 @@
 //    over the W keys up to its position: the step's own key goes to the sequence's chain
 //    slots (j), then the row's window keys, committed ones from the ring and the chain's, are
 //    gathered into a contiguous list that sparse_attention_cuda reads as the row's chunk),
-//    the MoE, hc_head, norm, head, argmax.
+//    the MoE, hc_head, norm, head, argmax. With cuda_graphs (no trace installed) the call runs
+//    as a bucket of sequences (graph_bucket, at most max_sequences) and each chained step j's
+//    device work (mtp_draft_enqueue) as the graph of key (bucket, j, probabilities), captured
+//    on first use and replayed after (gpu_graphs.cc replay_or_capture; graph_stats
+//    draft_captured / draft_replays). Padding sequences draft in the scratch slot (position j
+//    of its chain slots, token 0, the call's first sequence's streams read as input); their
+//    results are ignored.
 //  * rollback: everything is kept by position, and a draft writes only its chain slots (never
 //    the ring), so it changes no state a later forward or draft reads; truncate() needs
 //    nothing here (the next forward rewrites the keys from the new length - 1 on).
@@ -29,6 +35,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
@@ -335,6 +344,17 @@ void GpuModel::Impl::mtp_draft_step(int64_t b, const int32_t* sm) {
   argmax_rows_cuda(stream, g.logits, b, V, g.tokens);
 }
 
+void GpuModel::Impl::mtp_draft_enqueue(int64_t b, const int32_t* step_meta, bool prob) {
+  GpuMtp& g = *mtp;
+  cudaStream_t stream = ctx.stream();
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
+  mtp_draft_step(b, step_meta);
+  if (prob) mtp_top_probability_cuda(stream, g.logits, b, cfg.vocab_size, g.prob);
+  // The next step continues from the block's own output streams (after the last step the
+  // copy is unused: H is scratch, mtp_write_context rewrites it).
+  CUDA_CHECK(cudaMemcpyAsync(g.H, g.Z, b * hc * D * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+
 bool GpuModel::has_mtp() const { return impl_->mtp != nullptr; }
 
 std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std::span<const int32_t> next,
@@ -368,12 +388,19 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
     CHECK(next[i] >= 0 && next[i] < V) << "draft: next token " << next[i] << " is outside the vocabulary [0, "
                                        << V << ")";
   }
+  // Graphs (cuda_graphs, not profiling, no trace): a bucket Bb >= B of sequences, B.. Bb-1
+  // padding in the scratch slot (see the header comment).
+  const int64_t bucket =
+      m.graphs_on && !m.profiling && g_trace == nullptr ? m.graph_bucket(B, 1, m.opt.max_batch_tokens) : 0;
+  const bool graph = bucket > 0 && bucket <= Bm;
+  const int64_t Bb = graph ? bucket : B;
   // Every step's metadata up front (positions are known; tokens stay on the device).
   const int64_t per_step = kDSections * Bm + Bm * W;
   for (int64_t j = 0; j < n_drafts; ++j) {
     int32_t* sm = g.meta_host + j * per_step;
-    for (int64_t i = 0; i < B; ++i) {
-      const int64_t s = sequences[i], p = m.seq_tokens[s] - 1, pos = p + j;
+    for (int64_t i = 0; i < Bb; ++i) {
+      const bool pad = i >= B;
+      const int64_t s = pad ? m.scratch_slot : sequences[i], p = pad ? 0 : m.seq_tokens[s] - 1, pos = p + j;
       const int64_t lo = std::max<int64_t>(0, pos - W + 1);
       sm[kDPos * Bm + i] = static_cast<int32_t>(pos);
       sm[kDSlot * Bm + i] = static_cast<int32_t>(s);
@@ -382,8 +409,8 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
       sm[kDStep * Bm + i] = static_cast<int32_t>(j);
       sm[kDStepEnd * Bm + i] = static_cast<int32_t>(j + 1);
       sm[kDZero * Bm + i] = 0;
-      sm[kDStreamRow * Bm + i] = static_cast<int32_t>(s * g.n_stream_slots + p % g.n_stream_slots);
-      sm[kDNext * Bm + i] = next[i];
+      sm[kDStreamRow * Bm + i] = pad ? sm[kDStreamRow * Bm] : static_cast<int32_t>(s * g.n_stream_slots + p % g.n_stream_slots);
+      sm[kDNext * Bm + i] = pad ? 0 : next[i];
       int32_t* keys = sm + kDSections * Bm + i * W;
       const int64_t chain0 = S * g.n_slots + s * g.n_chain;  // rows of the ring buffer
       for (int64_t t = 0; t < W; ++t) {  // positions lo..pos, then padding (never read)
@@ -396,30 +423,42 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
   const GpuWork saved = m.work;  // work() keeps describing the last forward
   CUDA_CHECK(cudaMemcpyAsync(g.meta, g.meta_host, n_drafts * per_step * sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream));
-  gather_rows_cuda(stream, g.streams, g.meta + kDStreamRow * Bm, B, hc * D, g.H);
-  CUDA_CHECK(cudaMemcpyAsync(g.tokens, g.meta + kDNext * Bm, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
+  gather_rows_cuda(stream, g.streams, g.meta + kDStreamRow * Bm, Bb, hc * D, g.H);
+  CUDA_CHECK(cudaMemcpyAsync(g.tokens, g.meta + kDNext * Bm, Bb * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
   const bool host_logits = probabilities == nullptr;
   std::vector<float> logits(host_logits ? static_cast<size_t>(n_drafts * B * V) : 0),
       hidden(host_logits ? static_cast<size_t>(n_drafts * B * D) : 0), prob(static_cast<size_t>(n_drafts * B));
   std::vector<int32_t> tokens(static_cast<size_t>(n_drafts * B));
   for (int64_t j = 0; j < n_drafts; ++j) {
-    g_trace_step_now = j;
-    m.mtp_draft_step(B, g.meta + j * per_step);
-    g_trace_step_now = -1;
+    const int32_t* step_meta = g.meta + j * per_step;
+    auto enqueue = [&] { m.mtp_draft_enqueue(Bb, step_meta, !host_logits); };
+    if (graph) {  // captured on first use (gpu_graphs.cc): that call runs eagerly, then the capture
+      const std::tuple<int64_t, int64_t, bool> key{Bb, j, !host_logits};
+      auto it = g.graphs.find(key);
+      cuda::Graph captured;
+      const std::string what = it != g.graphs.end() ? std::string()
+                                                    : "MTP draft graph of " + std::to_string(Bb) + " sequences, step " +
+                                                          std::to_string(j) + (host_logits ? "" : " (probabilities)");
+      const Impl::GraphRun run = m.replay_or_capture(it != g.graphs.end() ? &it->second : nullptr, &captured, what, enqueue);
+      if (run == Impl::GraphRun::kReplayed) ++m.graph_stats.draft_replays;
+      if (run == Impl::GraphRun::kCaptured) {
+        ++m.graph_stats.draft_captured;
+        g.graphs.emplace(key, std::move(captured));
+      }
+    } else {
+      g_trace_step_now = j;
+      enqueue();
+      g_trace_step_now = -1;
+    }
     if (host_logits) {
       CUDA_CHECK(cudaMemcpyAsync(logits.data() + j * B * V, g.logits, B * V * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaMemcpyAsync(hidden.data() + j * B * D, g.h, B * D * sizeof(float), cudaMemcpyDeviceToHost,
                                  stream));
     } else {
-      mtp_top_probability_cuda(stream, g.logits, B, V, g.prob);
       CUDA_CHECK(cudaMemcpyAsync(prob.data() + j * B, g.prob, B * sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
     CUDA_CHECK(cudaMemcpyAsync(tokens.data() + j * B, g.tokens, B * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-    // The next step continues from the block's own output streams.
-    if (j + 1 < n_drafts) {
-      CUDA_CHECK(cudaMemcpyAsync(g.H, g.Z, B * hc * D * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-    }
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   m.work = saved;

@@ -33,7 +33,9 @@
 //    (batch-invariant, bitwise); verification forwards [y, drafts] replayed from graphs (keys
 //    (L, bucket), golden_mtp and the small V4 with ratios 4 / 128) give bitwise the eager logits
 //    and, after a rollback, the next eager decode's logits and the MTP keys bitwise the eager
-//    model's; a batched draft equals one-by-one drafts (bitwise); the
+//    model's; a batched draft equals one-by-one drafts (bitwise), also replayed from the draft
+//    graphs (a bucket of sequences, one graph per chained step, with and without the device
+//    probabilities; counted in graph_stats captured / draft_captured / draft_replays); the
 //    device-side draft probabilities (CudaRunner's) are the softmax of the logits (1e-5).
 //  * bad requests fail with Error.
 // Label cuda: needs a GPU.
@@ -783,11 +785,52 @@ TEST(GpuMtp, GraphStepsAndBatchedDraftsAreBitwiseTheEagerOnes) {
         << "sequence " << i;
     next.push_back(int32_t(gen() % uint32_t(cfg.vocab_size)));
   }
-  const std::vector<DraftBlock> batched = graphs.draft(sg, next, 3);
-  for (int64_t i = 0; i < kSeqs; ++i) {
-    expect_same_draft(batched[size_t(i)], gpu_draft(eager, se[size_t(i)], next[size_t(i)], 3),
-                      "batched graph-model draft vs one-by-one eager draft, sequence " + std::to_string(i));
+  // The graph model drafts 3 sequences as a bucket of 4 (one padding sequence in the scratch
+  // slot), each chained step from its own graph: the first call runs eagerly and captures, the
+  // second replays; both bitwise the one-by-one eager drafts (logits and hidden states too).
+  // Draft captures count in captured / capture_ms with the forwards'.
+  const int64_t forward_captures = graphs.graph_stats().captured;
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<DraftBlock> batched = graphs.draft(sg, next, 3);
+    for (int64_t i = 0; i < kSeqs; ++i) {
+      const DraftBlock one = gpu_draft(eager, se[size_t(i)], next[size_t(i)], 3);
+      const std::string what = "batched graph-model draft (call " + std::to_string(call) +
+                               ") vs one-by-one eager draft, sequence " + std::to_string(i);
+      expect_same_draft(batched[size_t(i)], one, what);
+      EXPECT_EQ(batched[size_t(i)].hidden, one.hidden) << what;
+    }
   }
+  EXPECT_EQ(graphs.graph_stats().draft_captured, 3);  // one graph per chained step
+  EXPECT_EQ(graphs.graph_stats().draft_replays, 3);
+  EXPECT_EQ(graphs.graph_stats().captured, forward_captures + 3);
+  // CudaRunner's form (device probabilities, no logits): its own graphs, replayed bitwise.
+  std::vector<std::vector<float>> pe, pg1, pg2;
+  const std::vector<DraftBlock> le = eager.draft(se, next, 3, &pe);
+  const std::vector<DraftBlock> lg1 = graphs.draft(sg, next, 3, &pg1), lg2 = graphs.draft(sg, next, 3, &pg2);
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    EXPECT_EQ(lg1[size_t(i)].tokens, le[size_t(i)].tokens) << "sequence " << i;
+    EXPECT_EQ(lg2[size_t(i)].tokens, le[size_t(i)].tokens) << "sequence " << i;
+    EXPECT_EQ(pg1[size_t(i)], pe[size_t(i)]) << "sequence " << i;
+    EXPECT_EQ(pg2[size_t(i)], pe[size_t(i)]) << "sequence " << i;
+  }
+  EXPECT_EQ(graphs.graph_stats().draft_captured, 6);
+  EXPECT_EQ(graphs.graph_stats().draft_replays, 6);
+  // A shorter chain replays the first step's graph; two sequences are bucket 2 (no padding),
+  // a graph of its own.
+  const std::vector<DraftBlock> short_chain = graphs.draft(sg, next, 1);
+  EXPECT_EQ(graphs.graph_stats().draft_captured, 6);
+  EXPECT_EQ(graphs.graph_stats().draft_replays, 7);
+  const std::vector<int64_t> two(sg.begin(), sg.begin() + 2);
+  const std::vector<int32_t> next2(next.begin(), next.begin() + 2);
+  const std::vector<DraftBlock> pair = graphs.draft(two, next2, 1);
+  EXPECT_EQ(graphs.graph_stats().draft_captured, 7);
+  for (int64_t i = 0; i < kSeqs; ++i) {
+    const DraftBlock one = gpu_draft(eager, se[size_t(i)], next[size_t(i)], 1);
+    expect_same_draft(short_chain[size_t(i)], one, "one-step graph draft, sequence " + std::to_string(i));
+    if (i < 2) expect_same_draft(pair[size_t(i)], one, "one-step graph draft of two, sequence " + std::to_string(i));
+  }
+  EXPECT_EQ(eager.graph_stats().draft_captured, 0);
+  EXPECT_EQ(eager.graph_stats().captured, 0);
 }
 
 // The verification-graph loop (verify_graphs_test_util.h) with the MTP keys of the window;

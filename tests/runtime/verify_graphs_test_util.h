@@ -2,7 +2,8 @@
 // "CUDA graphs": key (L, bucket of chunks)) equal eager ones, for any device drafter (MTP:
 // test_gpu_mtp_cuda.cc, DSpark: test_gpu_dspark_cuda.cc). Both models batch-invariant, the same
 // weights; three sequences (bucket 4: one padding chunk) run the same loop on `eager` and
-// `graphs`: batched drafts (bitwise equal), the verification [y, drafts] of every sequence with
+// `graphs`: batched drafts (bitwise equal; the graph model's replayed from its draft graphs),
+// the verification [y, drafts] of every sequence with
 // all logits (L from VerifyGraphCase::lengths in turn; every fourth step one sequence verifies
 // fewer drafts and another only y, so the chunks are shorter than the key's L) bitwise equal; a
 // random prefix kept (truncate), then one EAGER decode step on both models whose logits must be
