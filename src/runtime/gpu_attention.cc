@@ -145,7 +145,7 @@ void GpuModel::Impl::attention_block(int64_t layer, const float* x_in, float* ou
     run_compressor(w.cmp, ratio, d, st.cmp_a, st.cmp_z, paged ? nullptr : st.cmp_entries,
                    st.cmp_max_entries, x_in, false, latent_keys ? latent_stage : nullptr);
     if (paged) {
-      kv_store_cuda(stream, plan.kv, ent_stage, N, d, sec(cmp_slot_section.at(ratio)),
+      kv_store_cuda(stream, plan.cmp_kv, ent_stage, N, d, sec(cmp_slot_section.at(ratio)),
                     st.cmp_cache);
     }
     if (latent_keys) emit_index_keys(layer);
@@ -177,14 +177,16 @@ void GpuModel::Impl::emit_index_keys(int64_t layer) {
   GpuLayerState& st = states[layer];
   const int64_t N = n_rows, dI = cfg.index_head_dim, ratio = cfg.plan[layer].ratio;
   // key = k_norm(wk . latent) for every row (rows that emit nothing are computed and not
-  // stored), then RoPE at ratio * entry, FP4 (official) and the store.
+  // stored), then RoPE at ratio * entry, FP4 (official) and the store: into the dense fp32
+  // keys, or (paged fp8) back into key_stage's emitting rows and from there into the paged
+  // index cache at the rows' compressed slots (-1 for rows that emit none).
   lin(w.idx_wk, latent_stage, N, key_stage, a_gen);
   rms_norm_cuda(stream, key_stage, w.idx_k_norm, N, dI, dI, static_cast<float>(cfg.rms_norm_eps),
                 key_stage);
-  ICHECK(!plan.idx_paged) << "GpuModel: V4.1 index keys in the FP8 index cache";
   IndexKeysFinishParams p;
   p.keys_in = key_stage;
-  p.keys = st.idx_entries;
+  p.keys = plan.idx_paged ? key_stage : st.idx_entries;  // by row: each block reads its row first
+  p.by_row = plan.idx_paged;
   p.max_entries = st.idx_max_entries;
   p.width = dI;
   p.rope_dim = cfg.rope_dim;
@@ -199,6 +201,9 @@ void GpuModel::Impl::emit_index_keys(int64_t layer) {
   p.positions = sec(kPositions);
   p.slot = sec(kSlot);
   index_keys_finish_cuda(stream, p);
+  if (plan.idx_paged) {
+    index_store_cuda(stream, plan.idx, key_stage, N, dI, sec(cmp_slot_section.at(ratio)), st.idx_cache);
+  }
 }
 
 void GpuModel::Impl::run_indexer(int64_t layer, const float* x_in) {
@@ -366,7 +371,7 @@ void GpuModel::Impl::paged_attention(int64_t layer, int64_t ratio) {
   if (ratio > 0 && lp.kv_from >= 0) {
     KvSource& cmp = pp.sources[1];
     cmp.cache = states[lp.kv_from].cmp_cache;
-    cmp.layout = plan.kv;
+    cmp.layout = plan.cmp_kv;
     cmp.n_blocks = plan.compressed.at(ratio).n_blocks;
     cmp.max_indices = paged_cmp_max_indices(layer);
     if (lp.topk_from >= 0) {  // the selected entries' slots in the ratio's pool

@@ -330,14 +330,12 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   // V4.1 on the GPU (issue 14): fp32 weights, or weight_format fp8 with 32x32-block FP8 dense
   // projections (fp8_weight_block) and FP4 routed experts as stored (expert_format w4a8,
   // checked after resolve_expert_format); reference / official numerics, the fp32
-  // per-sequence state or the bf16 paged cache; the rest is refused here by name.
+  // per-sequence state or the paged cache in bf16 or fp8 (fp8: the 528 / 288 / 68-byte
+  // formats, runtime/gpu_state_plan.h choose_cache_formats); the rest is refused here by name.
   if (cfg.is_v41()) {
     CHECK_KIND(kUnsupported, opt.weight_format == WeightFormat::kF32 || !opt.dspark)
         << "GpuModel: DeepSeek-V4.1 DSpark with weight_format fp8 is not supported yet (its "
            "drafter's FP8 activations are 1x128); use weight_format fp32";
-    CHECK_KIND(kUnsupported, !opt.paged_kv || resolved_kv_cache_dtype(opt) == KvCacheDtype::kBf16)
-        << "GpuModel: DeepSeek-V4.1 with kv_cache_dtype fp8 is not supported yet (its 528 / 288 "
-           "/ 68-byte cache formats are issue 14 phase 2); use kv_cache_dtype bf16 or paged_kv off";
     CHECK_KIND(kUnsupported, !cfg.engram.enabled() || hw != nullptr)
         << "GpuModel: Engram (engram_layer_ids) needs host weights (its tables), not dummy ones";
   }
@@ -345,7 +343,17 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (plan.paged) {
     opt.kv_cache_dtype = plan.dtype;
     plan.kv.validate();
+    plan.cmp_kv.validate();
     plan.idx.validate();
+    LOG(INFO) << "GpuModel: paged " << kv_cache_dtype_name(plan.dtype) << " state: window "
+              << kv_entry_format_name(plan.kv.fp8_format()) << " " << plan.kv.entry_bytes()
+              << " B, compressed " << kv_entry_format_name(plan.cmp_kv.fp8_format()) << " "
+              << plan.cmp_kv.entry_bytes() << " B, index keys "
+              << (plan.idx_paged ? std::to_string(plan.idx.entry_bytes()) + " B paged" : std::string("fp32"))
+              << "; " << paged_bytes_per_token(cfg, plan) << " B per context token, "
+              << plan.state_bytes_per_sequence() << " B per sequence of " << opt.max_context
+              << " tokens (blocks of " << plan.block_size << ", " << plan.window.n_blocks
+              << " window blocks)";
   } else {
     opt.kv_cache_dtype.reset();
   }

@@ -35,8 +35,9 @@ void GpuModel::Impl::alloc_paged_state() {
   }
   // Caches start zeroed (every byte pattern 0 is the value 0 in both formats), so a stray
   // read of a block nobody wrote is finite.
-  auto cache = [&](int64_t n_blocks, bool index) {
-    const int64_t bytes = n_blocks * (index ? plan.idx.block_bytes() : plan.kv.block_bytes());
+  // block_bytes: the pool's layout (window plan.kv, compressed plan.cmp_kv, keys plan.idx).
+  auto cache = [&](int64_t n_blocks, bool index, int64_t block_bytes) {
+    const int64_t bytes = n_blocks * block_bytes;
     auto* p = static_cast<uint8_t*>(raw_alloc(bytes));
     CUDA_CHECK(cudaMemset(p, 0, bytes));
     cache_pools.push_back({p, bytes, n_blocks * B, index});
@@ -49,16 +50,16 @@ void GpuModel::Impl::alloc_paged_state() {
     GpuLayerState& st = states[l];
     const LayerPlan& lp = cfg.plan[l];
     const int64_t ratio = lp.ratio;
-    st.win_cache = cache(plan.window.n_blocks, false);
+    st.win_cache = cache(plan.window.n_blocks, false, plan.kv.block_bytes());
     // Caches of the layers that write them (sources); readers use their source's.
     if (g.has_compressor) {
       ICHECK(plan.compressed.count(ratio)) << "GpuModel: no compressed pool of ratio " << ratio;
-      st.cmp_cache = cache(plan.compressed.at(ratio).n_blocks, false);
+      st.cmp_cache = cache(plan.compressed.at(ratio).n_blocks, false, plan.cmp_kv.block_bytes());
     }
     if (lp.kv_from >= 0 && lp.topk_from < 0) all_entries[ratio] = true;
     if (g.has_indexer) any_indexer = true;
     if (lp.owns_index_keys && cfg.index_n_heads > 0 && plan.idx_paged) {
-      st.idx_cache = cache(plan.compressed.at(ratio).n_blocks, true);
+      st.idx_cache = cache(plan.compressed.at(ratio).n_blocks, true, plan.idx.block_bytes());
     }
   }
   win_idx = reinterpret_cast<int32_t*>(alloc(T * std::max<int64_t>(W, 1)));
@@ -152,8 +153,15 @@ void GpuModel::Impl::randomize_caches(uint64_t seed_in) {
   const auto* sl = static_cast<const int32_t*>(slots.data());
   const int64_t T = opt.max_batch_tokens;
   uint64_t s = seed_in * 7919 + 17;
+  auto compressed = [&](const uint8_t* cache) {
+    for (const GpuLayerState& st : states) {
+      if (st.cmp_cache == cache) return true;
+    }
+    return false;
+  };
   for (const GpuCachePool& c : cache_pools) {
     const int64_t width = c.index ? plan.idx.head_dim : plan.kv.head_dim;
+    const KvCacheLayout& kv = compressed(c.cache) ? plan.cmp_kv : plan.kv;
     float* stage = c.index ? idx_stage : ent_stage;
     for (int64_t at = 0; at < c.n_slots; at += T) {
       const int64_t n = std::min(T, c.n_slots - at);
@@ -161,7 +169,7 @@ void GpuModel::Impl::randomize_caches(uint64_t seed_in) {
       if (c.index) {
         index_store_cuda(stream, plan.idx, stage, n, width, sl + at, c.cache);
       } else {
-        kv_store_cuda(stream, plan.kv, stage, n, width, sl + at, c.cache);
+        kv_store_cuda(stream, kv, stage, n, width, sl + at, c.cache);
       }
     }
   }

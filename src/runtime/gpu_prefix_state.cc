@@ -161,7 +161,7 @@ std::vector<GpuStateRange> GpuModel::Impl::appended_ranges(int64_t seq, int64_t 
     if (e0 >= e1) continue;
     if (m.layers[size_t(l)].has_compressor) {
       if (st.cmp_cache != nullptr) {
-        const KvCacheLayout& kv = m.plan.kv;
+        const KvCacheLayout& kv = m.plan.cmp_kv;
         paged_entries(out, kv, kv.data_bytes(), kv.scale_bytes(), m.cmp_pools.at(ratio), seq, e0, e1, st.cmp_cache);
       } else if (st.cmp_entries != nullptr) {
         add(out, st.cmp_entries + (seq * st.cmp_max_entries + e0) * d, (e1 - e0) * d * 4);
@@ -169,7 +169,7 @@ std::vector<GpuStateRange> GpuModel::Impl::appended_ranges(int64_t seq, int64_t 
     }
     if (st.idx_cache != nullptr) {
       const IndexCacheLayout& ix = m.plan.idx;
-      paged_entries(out, ix, ix.head_dim, 4, m.cmp_pools.at(ratio), seq, e0, e1, st.idx_cache);
+      paged_entries(out, ix, ix.data_bytes(), ix.scale_bytes(), m.cmp_pools.at(ratio), seq, e0, e1, st.idx_cache);
     } else if (st.idx_entries != nullptr) {
       add(out, st.idx_entries + (seq * st.idx_max_entries + e0) * dI, (e1 - e0) * dI * 4);
     }

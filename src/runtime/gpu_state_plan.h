@@ -3,16 +3,19 @@
 //
 // Paged (GpuModelOptions::paged_kv, the default), for each layer:
 //  * window pool: K=V entries in the kv_cache_dtype layout (ops/kv_cache/kv_cache.h: fp8 =
-//    MODEL1 584 B per entry at V4 shapes, bf16 = 2 * head_dim B), paged by position. A
+//    MODEL1 584 B per entry at V4 shapes, V4.1's e4m3/32 528 B; bf16 = 2 * head_dim B), paged
+//    by position. A
 //    sequence keeps the blocks of its last window - 1 positions between forwards
 //    (window_blocks_per_sequence); a forward adds the blocks its chunk's positions touch, so the
 //    pool has n_seqs * window_blocks_per_sequence + ceil(max_batch_tokens / B) blocks.
 //  * compressed pool per compress ratio m: entries [0, max_context / m) of every sequence
-//    (ceil(max_context / m / B) blocks each), same layout, for each layer that owns a
+//    (ceil(max_context / m / B) blocks each) in the compressed layout (`cmp_kv`: V4 as the
+//    window; V4.1 fp8: e2m1 + e4m3/16, 288 B), for each layer that owns a
 //    compressor (its LayerPlan, io/layer_plan.h; V4.1 reuse / reindex layers read their
 //    source's).
-//  * indexer keys (layers owning index keys): kFp8: the FP8 index cache
-//    (ops/kv_cache/index_cache.h, head_dim + 4 B per key), paged with the ratio-4 tables;
+//  * indexer keys (layers owning index keys): kFp8: the paged index cache
+//    (ops/kv_cache/index_cache.h; V4 e4m3 head_dim + 4 B per key, V4.1 e2m1 + UE8M0/32 68 B),
+//    paged with the block tables of the owner's ratio;
 //    kBf16 (reference numerics): dense fp32 [max_context / 4, index_head_dim] per sequence,
 //    so the top-k sees the unrounded scores the fp64 reference sees.
 //  * compressor partial-window rings (fp32, per sequence, as in the plain path).
@@ -27,6 +30,7 @@
 #include <cstdint>
 #include <map>
 
+#include "base/error.h"
 #include "io/config_parser.h"
 #include "io/model_config.h"
 #include "ops/kv_cache/index_cache.h"
@@ -44,7 +48,8 @@ struct GpuStatePlan {
   bool paged = true;
   KvCacheDtype dtype = KvCacheDtype::kFp8;
   int64_t block_size = 64;
-  KvCacheLayout kv;          // window + compressed entries
+  KvCacheLayout kv;          // window entries
+  KvCacheLayout cmp_kv;      // compressed entries (V4: = kv)
   IndexCacheLayout idx;      // indexer keys (paged fp8 only)
   bool idx_paged = false;    // indexer keys in the FP8 index cache
   int64_t window_blocks_per_sequence = 0;
@@ -67,6 +72,43 @@ inline KvCacheDtype resolved_kv_cache_dtype(const GpuModelOptions& o) {
 }
 
 inline int64_t gpu_state_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The fp8 setting's entry formats, decided once from the family's traits (the values official
+// numerics keeps, model/kv_rounding.h; each format holds them exactly): V4.1 (window FP8 over
+// all dims in 32-blocks, FP4 compressed entries) gets DeepInfer's 528-B window, 288-B compressed
+// and 68-B index-key entries; V4 the MODEL1 entry for both pools and the 132-B e4m3 keys.
+inline void choose_cache_formats(const ModelTraits& t, GpuStatePlan* p) {
+  p->cmp_kv = p->kv;
+  if (p->dtype != KvCacheDtype::kFp8) return;
+  if (t.window_fp8_all_dims) {
+    CHECK_KIND(kUnsupported, t.window_fp8_block == 32)
+        << "GpuModel: fp8 window entries over all dims need 32-blocks, not " << t.window_fp8_block;
+    p->kv.format = KvEntryFormat::kE4m3Block32;
+    p->kv.rope_dim = 0;
+    p->cmp_kv = p->kv;
+  }
+  if (t.compressed_fp4) {
+    p->cmp_kv.format = KvEntryFormat::kE2m1E4m3Block16;
+    p->cmp_kv.rope_dim = 0;
+    p->idx.format = IndexKeyFormat::kE2m1Ue8m0Block32;
+  }
+}
+
+// Bytes one more token of context adds to the paged compressed entries and index keys
+// (every owner, ratio m: 1/m of an entry; block rounding aside). V4.1-Flash with fp8 (owners
+// 2, 8, 14 at ratio 2, 20 at ratio 1): 3 * 288 / 2 + 288 + 3 * 68 / 2 + 68 = 890 B, DeepInfer's
+// figure (research/deepinfer-source.md §1 "Caches"); test_gpu_state_plan checks it.
+inline double paged_bytes_per_token(const ModelConfig& c, const GpuStatePlan& p) {
+  double b = 0.0;
+  for (const LayerPlan& lp : c.plan) {
+    if (lp.ratio <= 0) continue;
+    if (lp.owns_compressor) b += static_cast<double>(p.cmp_kv.entry_bytes()) / lp.ratio;
+    if (lp.owns_index_keys && c.index_n_heads > 0 && p.idx_paged) {
+      b += static_cast<double>(p.idx.entry_bytes()) / lp.ratio;
+    }
+  }
+  return b;
+}
 
 // Positions of a compressor ring of ratio m (compress_pool_cuda.h): the 2m an emission may
 // read plus the positions a rollback may undo (GpuModelOptions::max_rollback).
@@ -97,6 +139,7 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& config, const GpuModelOpti
   p.idx.head_dim = dI;
   p.idx.block_size = B;
   p.idx_paged = p.paged && p.dtype == KvCacheDtype::kFp8;
+  choose_cache_formats(c.traits, &p);
   const int64_t R = std::max<int64_t>(o.max_rollback, 0);
   p.window_blocks_per_sequence = gpu_state_ceil_div(std::max<int64_t>(W - 1 + R, 0), B) + 1;
   p.window.max_blocks = gpu_state_ceil_div(C, B);
@@ -113,7 +156,7 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& config, const GpuModelOpti
       cp.n_blocks = p.n_seqs * cp.max_blocks;
       const int64_t cw = (m == 4 ? 2 : 1) * d;
       per_seq += 2 * (compressor_ring_len(m, R) * cw) * 4;  // compressor rings a, z
-      per_seq += p.paged ? cp.max_blocks * p.kv.block_bytes() : (C / m) * d * 4;
+      per_seq += p.paged ? cp.max_blocks * p.cmp_kv.block_bytes() : (C / m) * d * 4;
     }
     if (index_keys && lp.own_index_compressor) {  // V4: the index compressor's rings
       per_seq += 2 * (compressor_ring_len(4, R) * 2 * dI) * 4;

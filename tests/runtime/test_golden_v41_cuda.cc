@@ -44,8 +44,11 @@
 //    this repository's NumPy Engram, README there) runs every part above through GpuEngram,
 //    the n-gram history built on the device (chunks of 1 read every earlier token from the
 //    ring, runtime/engram_history.h).
+//  * kv_cache_dtype fp8 (the 528 / 288 / 68-byte formats, exact for official values): official
+//    numerics against the CPU official path by the loose rule, every scenario; batch
+//    invariance as below.
 //  * Refusals: V4.1 options outside phase 1 (FP8 routed experts under weight_format fp8,
-//    kv_cache_dtype fp8, Engram with dummy weights) fail at construction with kUnsupported naming the option; bad tokens
+//    Engram with dummy weights) fail at construction with kUnsupported naming the option; bad tokens
 //    fail the forward before any state changes.
 #include <gtest/gtest.h>
 
@@ -354,6 +357,30 @@ TEST_P(GoldenV41Cuda, Bf16PagedCache) {
   }
 }
 
+// kv_cache_dtype fp8 (header): the 528 / 288 / 68-byte formats hold official numerics'
+// values exactly, so official numerics on them meets the CPU official path by the same rule as
+// the bf16 paged cache; and the paged state holds the formats' sizes.
+TEST_P(GoldenV41Cuda, Fp8PagedCache) {
+  auto r = ref();
+  const auto tokens = read_ids(*r, "input_ids"), tokens_b = read_ids(*r, "input_ids_b");
+  const std::string bf16 = (dir() / "bf16").string();
+  GpuModelOptions o = v41_options();
+  o.paged_kv = true;
+  o.kv_cache_dtype = KvCacheDtype::kFp8;
+  o.kv_block_size = 16;
+  o.numerics = Numerics::kOfficial;
+  std::printf("%s: GPU official numerics, fp8 paged cache (528 / 288 / 68-B formats), vs the "
+              "CPU official path\n", GetParam().c_str());
+  const auto [want, want_b] = cpu_logits(bf16, Numerics::kOfficial, tokens, tokens_b);
+  auto gpu = GpuModel::load(bf16, o);
+  ASSERT_TRUE(gpu->options().kv_cache_dtype.has_value());
+  EXPECT_EQ(*gpu->options().kv_cache_dtype, KvCacheDtype::kFp8);
+  check_scenarios(*gpu, tokens, tokens_b, want, want_b, "official fp8 paged", expect_loose);
+  o.kv_cache_dtype.reset();  // official numerics default to fp8
+  auto dflt = GpuModel::load(bf16, o);
+  EXPECT_EQ(*dflt->options().kv_cache_dtype, KvCacheDtype::kFp8);
+}
+
 // Header, "Batch invariance": A (chunks of 5) and B (chunks of 3, another text) interleaved
 // -- joint forwards and forwards of one of them, a third sequence prefilled first and freed
 // at step 6 -- against each alone in the same chunks, bitwise at every position. Paged blocks
@@ -366,16 +393,18 @@ TEST_P(GoldenV41Cuda, BatchedMatchesAloneBitwise) {
     const char* name;
     bool paged;
     Numerics numerics;
+    KvCacheDtype dtype = KvCacheDtype::kBf16;
   };
   for (const Path& path : {Path{"plain reference", false, Numerics::kReference},
                            Path{"plain official", false, Numerics::kOfficial},
                            Path{"bf16 paged reference", true, Numerics::kReference},
-                           Path{"bf16 paged official", true, Numerics::kOfficial}}) {
+                           Path{"bf16 paged official", true, Numerics::kOfficial},
+                           Path{"fp8 paged official", true, Numerics::kOfficial, KvCacheDtype::kFp8}}) {
     SCOPED_TRACE(path.name);
     GpuModelOptions o = v41_options();
     o.paged_kv = path.paged;
     if (path.paged) {
-      o.kv_cache_dtype = KvCacheDtype::kBf16;
+      o.kv_cache_dtype = path.dtype;
       o.kv_block_size = 8;
     }
     o.numerics = path.numerics;
@@ -491,16 +520,6 @@ TEST(GoldenV41CudaRefusals, UnsupportedOptionsAndBadInput) {
     o.weight_format = WeightFormat::kFp8;
     EXPECT_EQ(thrown_kind([&] { GpuModel::load(base, o); }, &msg), "unsupported");
     EXPECT_NE(msg.find("expert_format fp8"), std::string::npos) << msg;
-  }
-  {
-    GpuModelOptions o = v41_options();
-    o.paged_kv = true;
-    o.kv_cache_dtype = KvCacheDtype::kFp8;
-    EXPECT_EQ(thrown_kind([&] { GpuModel::load(base, o); }, &msg), "unsupported");
-    EXPECT_NE(msg.find("kv_cache_dtype fp8"), std::string::npos) << msg;
-    o.kv_cache_dtype.reset();  // official numerics default to fp8: refused the same way
-    o.numerics = Numerics::kOfficial;
-    EXPECT_EQ(thrown_kind([&] { GpuModel::load(base, o); }), "unsupported");
   }
   const fs::path engram = fs::path(kDir) / "engram" / "bf16";
   if (fs::exists(engram)) {  // Engram tables come from the checkpoint: no dummy weights

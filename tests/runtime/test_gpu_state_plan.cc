@@ -116,6 +116,67 @@ TEST(GpuStatePlan, V4FlashBytes) {
   EXPECT_LT(per_token(bf16), per_token(plain));
 }
 
+
+// V4.1-Flash's shapes (MODEL_SPEC §C.6: 40 layers, ratios [0, 0] + [2] x 18 + [1] x 20, KV
+// sources 2, 8, 14, 20, index sources 2, 8, 14, 20, 24, 28, 32, 36; head_dim 512, indexer 32 x
+// 128, window 128) on the tiny config's family traits, kv_cache_dtype fp8: the window pool in
+// 528-B entries, the compressed pools in 288-B entries, the index keys paged in 68-B entries;
+// 890 B per context token (DeepInfer's figure: 3 * 288 / 2 + 288 + 3 * 68 / 2 + 68). Per
+// sequence by hand: 40 windows of (window_blocks + 1) blocks of 64 x 528 B, the compressed and
+// key blocks of the 4 owners, the fp32 compressor rings (ratio 2: 2 x (4 + R) x 512 x 4 B each
+// of a and z; ratio 1: 2 x (2 + R) x 512). DeepInfer's per-request rings (43 x 134 x 528 B +
+// 3 x 28672 B ~ 3.1 MB) count 134 window slots per layer; ours are whole blocks.
+TEST(GpuStatePlan, V41FlashFp8Formats) {
+  ModelConfig c = load_model_config("tests/data/golden_v41/base/bf16/config.json");
+  ASSERT_TRUE(c.is_v41());
+  c.num_layers = 40;
+  c.head_dim = 512;
+  c.rope_dim = 64;
+  c.num_heads = 64;
+  c.sliding_window = 128;
+  c.index_n_heads = 32;
+  c.index_head_dim = 128;
+  c.index_topk = 512;
+  c.compress_ratios = {0, 0};
+  for (int i = 0; i < 18; ++i) c.compress_ratios.push_back(2);
+  for (int i = 0; i < 20; ++i) c.compress_ratios.push_back(1);
+  c.kv_source_layer_ids = {2, 8, 14, 20};
+  c.index_source_layer_ids = {2, 8, 14, 20, 24, 28, 32, 36};
+  c.candidate_source_layer_id = 20;
+  c.plan.clear();
+  GpuModelOptions o;
+  o.max_sequences = 4;
+  o.max_context = 65536;
+  o.max_batch_tokens = 2048;
+  o.numerics = Numerics::kOfficial;
+  o.kv_cache_dtype = KvCacheDtype::kFp8;
+  o.max_rollback = 6;
+  const GpuStatePlan p = plan_gpu_state(c, o);
+  complete_model_config(&c);
+  EXPECT_EQ(p.kv.format, KvEntryFormat::kE4m3Block32);
+  EXPECT_EQ(p.kv.entry_bytes(), 528);
+  EXPECT_EQ(p.cmp_kv.format, KvEntryFormat::kE2m1E4m3Block16);
+  EXPECT_EQ(p.cmp_kv.entry_bytes(), 288);
+  EXPECT_TRUE(p.idx_paged);
+  EXPECT_EQ(p.idx.entry_bytes(), 68);
+  EXPECT_DOUBLE_EQ(paged_bytes_per_token(c, p), 890.0);
+  const int64_t B = 64, C = o.max_context, R = o.max_rollback;
+  EXPECT_EQ(p.window_blocks_per_sequence, 4);  // 133 positions straddle at most 4 blocks
+  const int64_t windows = 40 * (p.window_blocks_per_sequence + 1) * B * 528;
+  const int64_t entries = 3 * (C / 2 / B) * B * (288 + 68) + (C / B) * B * (288 + 68);
+  const int64_t rings = 3 * 2 * (4 + R) * 512 * 4 + 2 * (2 + R) * 512 * 4;
+  EXPECT_EQ(p.state_bytes_per_sequence(), windows + entries + rings);
+  std::printf("V4.1-Flash fp8: %.0f B per context token, %lld B per sequence of %lld tokens "
+              "(%lld B windows, %lld B compressor rings)\n", paged_bytes_per_token(c, p),
+              static_cast<long long>(p.state_bytes_per_sequence()), static_cast<long long>(C),
+              static_cast<long long>(windows), static_cast<long long>(rings));
+  // V4 keeps MODEL1 entries for both pools and the 132-B keys.
+  const GpuStatePlan v4 = plan_gpu_state(v4_flash(), o);
+  EXPECT_EQ(v4.kv.format, KvEntryFormat::kModel1);
+  EXPECT_EQ(v4.cmp_kv.entry_bytes(), 584);
+  EXPECT_EQ(v4.idx.entry_bytes(), 132);
+}
+
 }  // namespace
 }  // namespace deepinfer
 
