@@ -25,8 +25,9 @@
 //    max(0, p - W + 1)..p, block keys 0..block-1] that sparse_attention_cuda reads as every
 //    block row's chunk (its attention position set to the list's last entry, window W + block:
 //    so each block row sees the whole list, bidirectionally). Then the head collapse (V4.1
-//    the last site's pre, V4 hc_head), norm, head, the Markov head step by step (block position i's rows are contiguous, so
-//    each step is one embedding gather, one rank-R correction and one arg-max), the
+//    the last site's pre, V4 hc_head), norm, head, the Markov head step by step (block
+//    position i's rows are contiguous, so each step is one embedding gather, one rank-R
+//    correction and one arg-max), the
 //    confidences, and one copy of the results to the host (the call's one synchronisation).
 //    With cuda_graphs the device part (dspark_draft_enqueue) runs as a bucket of sequences,
 //    captured on first use and replayed after (graph_stats draft_captured / draft_replays).

@@ -409,7 +409,8 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
       sm[kDStep * Bm + i] = static_cast<int32_t>(j);
       sm[kDStepEnd * Bm + i] = static_cast<int32_t>(j + 1);
       sm[kDZero * Bm + i] = 0;
-      sm[kDStreamRow * Bm + i] = pad ? sm[kDStreamRow * Bm] : static_cast<int32_t>(s * g.n_stream_slots + p % g.n_stream_slots);
+      sm[kDStreamRow * Bm + i] =
+          pad ? sm[kDStreamRow * Bm] : static_cast<int32_t>(s * g.n_stream_slots + p % g.n_stream_slots);
       sm[kDNext * Bm + i] = pad ? 0 : next[i];
       int32_t* keys = sm + kDSections * Bm + i * W;
       const int64_t chain0 = S * g.n_slots + s * g.n_chain;  // rows of the ring buffer
@@ -439,7 +440,8 @@ std::vector<DraftBlock> GpuModel::draft(std::span<const int64_t> sequences, std:
       const std::string what = it != g.graphs.end() ? std::string()
                                                     : "MTP draft graph of " + std::to_string(Bb) + " sequences, step " +
                                                           std::to_string(j) + (host_logits ? "" : " (probabilities)");
-      const Impl::GraphRun run = m.replay_or_capture(it != g.graphs.end() ? &it->second : nullptr, &captured, what, enqueue);
+      const Impl::GraphRun run =
+          m.replay_or_capture(it != g.graphs.end() ? &it->second : nullptr, &captured, what, enqueue);
       if (run == Impl::GraphRun::kReplayed) ++m.graph_stats.draft_replays;
       if (run == Impl::GraphRun::kCaptured) {
         ++m.graph_stats.draft_captured;

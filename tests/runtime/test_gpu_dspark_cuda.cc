@@ -411,9 +411,8 @@ TEST(GpuDsparkV4, EveryPositionMatchesTheCpuAndTheFloat64Reference) {
       const std::string what = at + ", stage " + std::to_string(k) + " context key";
       worst_key_ref = std::max(worst_key_ref, expect_rows_near(key.data(), &context[size_t((k * T + p) * d)], 1, d,
                                                                kBound, what + " vs float64"));
-      worst_key_cpu = std::max(worst_key_cpu,
-                               expect_rows_near(key.data(), &st->draft_rings[size_t(k)][size_t((p % st->n_draft_slots) * d)],
-                                                1, d, kBound, what + " vs CPU"));
+      const float* cpu_key = &st->draft_rings[size_t(k)][size_t((p % st->n_draft_slots) * d)];
+      worst_key_cpu = std::max(worst_key_cpu, expect_rows_near(key.data(), cpu_key, 1, d, kBound, what + " vs CPU"));
     }
     const bool at_decode = decode < positions.size() && positions[decode] == p;
     const int32_t next = at_decode ? anchors[decode] : ids[size_t((p + 1) % T)];
@@ -426,7 +425,8 @@ TEST(GpuDsparkV4, EveryPositionMatchesTheCpuAndTheFloat64Reference) {
     for (int64_t j = 0; j < K; ++j) {
       EXPECT_EQ(got.tokens[size_t(j)], draft_ids[decode * K + j]) << at << " draft " << j;
       const float want = confidence[decode * K + j];
-      EXPECT_LE(std::abs(got.confidence[size_t(j)] - want), kBound * (1.0f + std::abs(want))) << at << " confidence " << j;
+      EXPECT_LE(std::abs(got.confidence[size_t(j)] - want), kBound * (1.0f + std::abs(want)))
+          << at << " confidence " << j;
     }
     worst_logits = std::max(worst_logits, expect_rows_near(got.logits.data(), &logits[decode * K * V], K, V, kBound,
                                                            at + ": draft logits vs float64"));
