@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22: why DeepGEMM (PyPI deepinfer-gemm 2.8.2) segfaults at its first JIT call on the H200.
-# Run from the repository root on the GPU machine with .carry/anchors holding
+# Run from the repository root on the GPU machine with .carry/dg holding
 # deepgemm.txz (the sdist as pip downloads it, xz-packed) and anchor_deepgemm.py (../shared/anchors):
 #   bash bench/anchors/deepgemm_backtrace.sh
 # Builds the extension in place (the anchor script's build_deepgemm), then runs the first JIT call
@@ -10,12 +10,12 @@ set -uo pipefail
 OUT=${OUT:-/tmp}
 LOG=$OUT/deepgemm-backtrace.log
 exec > >(tee "$LOG") 2>&1
-mkdir -p /tmp/dg && tar -xJf .carry/anchors/deepgemm.txz -C /tmp/dg
+mkdir -p /tmp/dg && tar -xJf .carry/dg/deepgemm.txz -C /tmp/dg
 SRC=$(dirname "$(ls /tmp/dg/*/setup.py | head -1)")
 export DG_SRC=$SRC DG_JIT_CACHE_DIR=/tmp/dg_jit_cache HOME=${HOME:-/root}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} TORCH_CUDA_ARCH_LIST=9.0
 echo "HOME=$HOME CUDA_HOME=$CUDA_HOME nvcc=$(command -v nvcc) libdw: $(ls /usr/lib/x86_64-linux-gnu/libdw.so.1 2>&1)"
-cd .carry/anchors && timeout 300 python3 -c "
+cd .carry/dg && timeout 300 python3 -c "
 import anchor_deepgemm as a
 a.build_deepgemm()
 print('built; get_tc_util =', a.dg.get_tc_util())

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 22: builds DeepGEMM (PyPI deepinfer-gemm 2.8.2) on the GPU machine so that its JIT runtime
 # works, then runs ../shared/anchors/anchor_deepgemm.py (ANCHOR_ONLY / ANCHOR_BUDGET_S pass through).
-# From the repository root, with .carry/anchors holding deepgemm.txz (the sdist, xz-packed) and
+# From the repository root, with .carry/dg holding deepgemm.txz (the sdist, xz-packed) and
 # anchor_deepgemm.py:   ANCHOR_ONLY='contig|mqa' bash bench/anchors/deepgemm_run.sh
 #
 # Why the link flag: the first JIT call segfaulted inside std::regex compilation (std::__detail::
@@ -14,7 +14,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp}
 exec > >(tee "$OUT/deepgemm-run.log") 2>&1
-mkdir -p /tmp/dg && tar -xJf .carry/anchors/deepgemm.txz -C /tmp/dg
+mkdir -p /tmp/dg && tar -xJf .carry/dg/deepgemm.txz -C /tmp/dg
 SRC=$(dirname "$(ls /tmp/dg/*/setup.py | head -1)")
 export DG_SRC=$SRC DG_JIT_CACHE_DIR=/tmp/dg_jit_cache HOME=${HOME:-/root}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} TORCH_CUDA_ARCH_LIST=9.0
@@ -27,7 +27,7 @@ torch.cuda.init(); torch.zeros(1, device='cuda').sum().item()
 import deep_gemm
 print('get_num_sms', deep_gemm.get_num_sms(), flush=True)
 PY
-cd .carry/anchors
+cd .carry/dg
 timeout 240 python3 -c "import anchor_deepgemm as a; a.build_deepgemm()"
 echo "=== first JIT call"
 if ! timeout 120 python3 /tmp/dg_first_call.py; then
