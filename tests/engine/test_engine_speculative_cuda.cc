@@ -43,6 +43,7 @@
 #include "model/weight_source.h"
 #include "model/weights.h"
 #include "runtime/cuda_runner.h"
+#include "runtime/runner_factory.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -552,6 +553,30 @@ TEST(EngineSpeculativeCuda, DsparkDrafterGreedyEqualsPlainWithPreemptionAndAbort
   base.block_size = 8;
   base.state_budget_bytes = 3 << 19;  // 1.5 MiB (the engine's accounting): forces preemption
   expect_drafter_lossless(base, "dspark", 5, kDsparkGolden);
+}
+
+// The runner factory (make_model_runner, device cuda) builds V4-Flash-DSpark / 0731's drafter
+// on the device when asked for by name or by auto (the tiny golden's host fp32 weights fit),
+// none under "none", and refuses dspark with fp8 weights.
+TEST(EngineSpeculativeCuda, RunnerFactoryBuildsTheV4DsparkDrafterOnTheDevice) {
+  RunnerArgs a;
+  a.device = "cuda";
+  a.model_dir = kV4DsparkGolden;
+  a.max_sequences = 4;
+  a.max_context = 128;
+  a.max_batch_tokens = 64;
+  a.gpu_memory_utilization = 0.2;
+  for (const char* method : {"dspark", "auto", "none"}) {
+    SCOPED_TRACE(method);
+    a.speculative_method = method;
+    const std::unique_ptr<ModelRunner> r = make_model_runner(a);
+    const bool on = std::string(method) != "none";
+    EXPECT_EQ(r->drafter(), on ? "dspark" : "none");
+    EXPECT_EQ(r->draft_length(), on ? 5 : 0);
+  }
+  a.speculative_method = "dspark";
+  a.weight_format = "fp8";
+  EXPECT_THROW(make_model_runner(a), Error);
 }
 
 // V4-Flash-DSpark / 0731's drafter (the V4 golden, vocabulary 64, window-only layers: no
