@@ -57,6 +57,7 @@ void GpuModel::Impl::run_graph(GraphKey key) {
   auto it = graphs.find(key);
   const bool verify = key.length > 1;
   const GpuWork start = work;
+  GpuWork body;  // the work of a whole enqueue (a capture that fails part-way leaves the eager run's)
   cuda::Graph g;
   const std::string what =
       it != graphs.end() ? std::string()
@@ -66,6 +67,7 @@ void GpuModel::Impl::run_graph(GraphKey key) {
   const GraphRun run = replay_or_capture(it != graphs.end() ? &it->second : nullptr, &g, what, [&] {
     work = start;
     enqueue_forward();
+    body = work;
   });
   switch (run) {
     case GraphRun::kReplayed:
@@ -74,11 +76,13 @@ void GpuModel::Impl::run_graph(GraphKey key) {
       if (verify) ++graph_stats.verify_replays;
       return;
     case GraphRun::kCaptured:
-      graph_work[key] = work;
+      work = body;
+      graph_work[key] = body;
       if (verify) ++graph_stats.verify_captured;
       graphs.emplace(key, std::move(g));
       return;
     case GraphRun::kEager:
+      work = body;
       return;
   }
 }
