@@ -117,15 +117,6 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
       << "engine: --speculative-method dspark, but the config has no DSpark drafter (dspark_block_size)";
   CHECK_KIND(kUnsupported, spec != "dspark" || args.weight_format != "fp8")
       << "engine: the DSpark drafter runs on device cuda with --weight-format fp32 only";
-  // A V4-Flash-DSpark / 0731 checkpoint: its drafter needs the host fp32 weights (the streaming
-  // loader below uploads the backbone and MTP-1 only), so it loads through them when the drafter
-  // is asked for by name, or by auto when they fit the host's memory (fp32 weights).
-  const bool v4_dspark_host =
-      !v41 && !builtin(args) && !args.dummy_weights && family.dspark.block_size > 0 &&
-      (spec == "dspark" || (spec == "auto" && args.weight_format != "fp8" && [&] {
-         const double have = host_memory_available();
-         return have >= 0 && host_fp32_load_bytes(args.model_dir) <= have;
-       }()));
   auto use_mtp = [&](bool has_mtp) {
     if (!has_mtp || (spec != "mtp" && spec != "auto")) return;
     o.mtp = true;
@@ -158,21 +149,27 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     }
     LOG(INFO) << "engine: the config has hash-routed layers; dummy weights are made on the host";
   }
-  if (!builtin(args) && !args.dummy_weights && !v41 && !v4_dspark_host) {
+  if (!builtin(args) && !args.dummy_weights && !v41) {
     // A DeepSeek-V4 checkpoint goes to the device tensor by tensor (no host fp32 model; FP8
     // codes as stored, FP4 experts converted exactly; runtime/gpu_weight_stream.h).
     const GpuWeightStream stream(args.model_dir, family);
     o.max_context = context(family);
     o.expert_checkpoint = args.model_dir;
     use_mtp(stream.weights().has_mtp);
+    // V4-Flash-DSpark / 0731's drafter (streamed as the backbone) runs with fp32 weights only.
+    if (args.weight_format != "fp8") {
+      use_dspark(family, stream.weights().has_dspark);
+    } else if (spec == "auto" && stream.weights().has_dspark) {
+      LOG(INFO) << "engine: the checkpoint's DSpark drafter runs on device cuda with --weight-format fp32 "
+                   "only; speculative decoding is off";
+    }
     return std::make_unique<CudaRunner>(family, stream.weights(), o);
   }
-  if (!builtin(args) && !args.dummy_weights) {  // V4.1 / V4-DSpark: through host fp32 weights for now
+  if (!builtin(args) && !args.dummy_weights) {  // V4.1: through host fp32 weights for now
     const double need = host_fp32_load_bytes(args.model_dir), have = host_memory_available();
     CHECK_KIND(kResourceExhausted, have < 0 || need <= have)
-        << "engine: " << (v41 ? "DeepSeek-V4.1 checkpoints load" : "the DSpark drafter of a V4 checkpoint loads")
-        << " on device cuda through host fp32 weights for now (the streaming loader takes DeepSeek-V4's "
-           "backbone and MTP-1 only): " << args.model_dir << " needs about "
+        << "engine: DeepSeek-V4.1 checkpoints load on device cuda through host fp32 weights for now "
+           "(the streaming loader takes DeepSeek-V4 only): " << args.model_dir << " needs about "
         << need / 1e9 << " GB of host memory, " << have / 1e9 << " GB are available";
   }
   Source s = open_source(args);

@@ -31,9 +31,9 @@ struct RunnerArgs {
   // "mtp" or "auto" with a checkpoint that has mtp.0 builds the MTP-1 drafter on the device
   // (rollback depth: max(model_options.max_rollback, num_speculative_tokens or 1)); "dspark"
   // or "auto" with a checkpoint that has DSpark (V4.1, V4-Flash-DSpark / 0731) builds the DSpark
-  // drafter on the device (fp32 weights only; rollback depth: num_speculative_tokens or the
-  // block size; a V4 checkpoint then loads through host fp32 weights, under auto only when they
-  // fit the host's memory). The CPU runner keeps the checkpoint's drafter whatever these say.
+  // drafter on the device (fp32 weights only: auto with fp8 keeps none; rollback depth:
+  // num_speculative_tokens or the block size). The CPU runner keeps the checkpoint's drafter
+  // whatever these say.
   std::string speculative_method = "none";
   int64_t num_speculative_tokens = 0;
   // CPU: CpuRunnerOptions::step_driver (serve's context-parallel prefill); refused on cuda.

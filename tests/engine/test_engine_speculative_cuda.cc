@@ -555,9 +555,9 @@ TEST(EngineSpeculativeCuda, DsparkDrafterGreedyEqualsPlainWithPreemptionAndAbort
   expect_drafter_lossless(base, "dspark", 5, kDsparkGolden);
 }
 
-// The runner factory (make_model_runner, device cuda) builds V4-Flash-DSpark / 0731's drafter
-// on the device when asked for by name or by auto (the tiny golden's host fp32 weights fit),
-// none under "none", and refuses dspark with fp8 weights.
+// The runner factory (make_model_runner, device cuda; the checkpoint streamed to the device)
+// builds V4-Flash-DSpark / 0731's drafter on the device when asked for by name or by auto, none
+// under "none", and refuses dspark with fp8 weights.
 TEST(EngineSpeculativeCuda, RunnerFactoryBuildsTheV4DsparkDrafterOnTheDevice) {
   RunnerArgs a;
   a.device = "cuda";
