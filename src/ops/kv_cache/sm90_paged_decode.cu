@@ -116,17 +116,6 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Two e4m3 codes (low byte first, in the low 16 bits) -> two bf16 (low half first) of value
-// code * 2^-112, exactly: every e4m3 value is an f16 normal or zero whose low 7 mantissa bits
-// are 0, so moving the f16 exponent and mantissa down 3 bits gives a bf16 with the same
-// biased exponent field (bias 127 instead of 15: the 2^-112) and the same 3 mantissa bits.
-__device__ __forceinline__ uint32_t e4m3x2_bf16_scaled(uint32_t two_codes) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xffffu), __NV_E4M3);
-  const uint32_t u = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  return (u & 0x80008000u) | ((u >> 3) & 0x0fff0fffu);
-}
-
 // Keys per chunk of a row with n_keys keys cut into (at most) n_splits chunks: whole tiles.
 __host__ __device__ __forceinline__ int64_t decode_chunk_keys(int64_t n_keys, int64_t n_splits) {
   int64_t c = (n_keys + n_splits - 1) / n_splits;
@@ -159,24 +148,17 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
   }
   const int n_tiles = static_cast<int>((j_end - j_begin + kKeys - 1) / kKeys);
 
-  // The slot of this thread's key (tid / 4) in tile `tile`; -1 for a hole or past the chunk.
-  // Loaded a tile ahead of its gather, so the gather never waits on the index load.
-  auto slot_of = [&](int tile) -> int32_t {
-    const int64_t j = j_begin + static_cast<int64_t>(tile) * kKeys + (tid >> 2);
-    if (tile >= n_tiles || j >= j_end) return -1;
-    const KeySource& s = j < n0 ? a.src[0] : a.src[1];
-    return s.indices[row * s.max_indices + (j < n0 ? j : j - n0)];
-  };
   // Gather tile `tile` into buffer `buf`: thread (key tid / 4, part tid % 4) copies every 4th
   // 16-byte piece of its key (and part 0 the scale group), zero-filling missing keys.
-  auto issue = [&](int tile, int buf, int32_t slot) {
+  auto issue = [&](int tile, int buf) {
     const int key = tid >> 2, part = tid & 3;
     const int64_t j = j_begin + static_cast<int64_t>(tile) * kKeys + key;
     const uint8_t* data = a.any_cache;
     const uint8_t* scales = a.any_cache;
     bool valid = false;
-    {
+    if (j < j_end) {
       const KeySource& s = j < n0 ? a.src[0] : a.src[1];
+      const int64_t slot = s.indices[row * s.max_indices + (j < n0 ? j : j - n0)];
       if (slot >= 0) {
         valid = true;
         data = s.cache + kv_device::data_offset(s.g, slot);
@@ -201,37 +183,18 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
     }
   };
 
-  if (n_tiles > 0) issue(0, 0, slot_of(0));
+  if (n_tiles > 0) issue(0, 0);
   cp_async_commit();
-  int32_t slot_next = slot_of(1);
 
-  // Q rows h0 .. h0 + 63 as bf16 (heads past n_heads: zeros), while tile 0 is in flight, 4
-  // loads in flight per thread. fp8: dims 64 b + 16 t + 4 i + (0, 1, 2, 3) are stored at
-  // columns 64 b + 16 i + 2 t + (0, 1, 8, 9), so that the A fragment of k-step i of block b
-  // pairs with the 4 consecutive codes thread t of a quad reads for it (see the fp8 QK), and
-  // the NoPE dims are scaled by 2^64 (exact) against the keys' 2^-112.
-#pragma unroll 1
-  for (int i0 = tid; i0 < kHeads * kDim / 4; i0 += 4 * kThreads) {
-    float4 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kThreads, r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
-      v[u] = h0 + r < a.n_heads ? *reinterpret_cast<const float4*>(a.q + ((row * a.n_heads + h0 + r) * kDim + c))
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  // Q rows h0 .. h0 + 63 as bf16 (heads past n_heads: zeros), while tile 0 is in flight.
+  for (int i = tid; i < kHeads * kDim / 4; i += kThreads) {
+    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (h0 + r < a.n_heads) {
+      v = *reinterpret_cast<const float4*>(a.q + ((row * a.n_heads + h0 + r) * kDim + c));
     }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kThreads, r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
-      if constexpr (kFp8) {
-        const float f = c < kNope ? 0x1p64f : 1.0f;
-        __nv_bfloat16* qr = sQ + r * kLd + (c & ~63) + 16 * ((c >> 2) & 3) + 2 * ((c >> 4) & 3);
-        *reinterpret_cast<uint32_t*>(qr) = mma_bf16::pack(v[u].x * f, v[u].y * f);
-        *reinterpret_cast<uint32_t*>(qr + 8) = mma_bf16::pack(v[u].z * f, v[u].w * f);
-      } else {
-        *reinterpret_cast<uint2*>(sQ + r * kLd + c) =
-            make_uint2(mma_bf16::pack(v[u].x, v[u].y), mma_bf16::pack(v[u].z, v[u].w));
-      }
-    }
+    *reinterpret_cast<uint2*>(sQ + r * kLd + c) =
+        make_uint2(mma_bf16::pack(v.x, v.y), mma_bf16::pack(v.z, v.w));
   }
 
   // QK roles: heads hq0 .. +32 (2 m-tiles), keys kq0 .. +16 of the tile (2 n-tiles).
@@ -251,115 +214,43 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
     const int buf = tile & 1;
     cp_async_wait_all();
     __syncthreads();  // (S1) tile landed for all threads; the previous tile is consumed
-    if (tile + 1 < n_tiles) issue(tile + 1, buf ^ 1, slot_next);
+    if (tile + 1 < n_tiles) issue(tile + 1, buf ^ 1);
     cp_async_commit();
-    slot_next = slot_of(tile + 2);
 
     const __nv_bfloat16* sK =
         reinterpret_cast<const __nv_bfloat16*>(region + (kFp8 ? 0 : buf * kTileBytes));
-    float s[2][2][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < 2; ++ni) s[mi][ni][0] = s[mi][ni][1] = s[mi][ni][2] = s[mi][ni][3] = 0.0f;
-    const __nv_bfloat16* qa = sQ + (hq0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
-    if constexpr (kFp8) {
+    if (kFp8) {
+      // Dequantise: 64 units of 8 dims per key (56 NoPE units of 8 codes, 8 RoPE units of 8
+      // bf16), 16 units per thread; consecutive threads take consecutive units of a key.
       const uint8_t* raw = region + kTileBytes + buf * kRawBytes;
-      const uint8_t* rsc = raw + kKeys * kData;
-      // This warp's V slice, dims 64 w .. +64 of the 64 keys, as bf16 (exact: e4m3 code x
-      // power-of-two scale; warp 7 copies the bf16 RoPE dims). Only this warp's PV reads it, so
-      // no block barrier: the dequantisation overlaps other warps' QK.
-      __nv_bfloat16* vt = reinterpret_cast<__nv_bfloat16*>(region);
-      __syncwarp();
-#pragma unroll 4
-      for (int k = 0; k < kKeys * 8 / 32; ++k) {
-        const int u = lane + 32 * k, key = u >> 3, c8 = u & 7;
+      __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(region);
+#pragma unroll 2
+      for (int u = tid; u < kKeys * (kDim / 8); u += kThreads) {
+        const int key = u / (kDim / 8), c8 = u % (kDim / 8);
         uint4 v;
-        if (warp < kNope / 64) {
-          const uint2 codes = *reinterpret_cast<const uint2*>(raw + key * kData + 64 * warp + 8 * c8);
-          const float sc = kv_device::e8m0_value(rsc[key * 8 + warp]);
+        if (c8 < kNope / 8) {
+          const uint2 codes = *reinterpret_cast<const uint2*>(raw + key * kData + c8 * 8);
+          const float sc = kv_device::e8m0_value(raw[kKeys * kData + key * 8 + c8 / 8]);
           const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
           const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
           v = make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
                          mma_bf16::pack(v2.x * sc, v2.y * sc), mma_bf16::pack(v3.x * sc, v3.y * sc));
         } else {
-          v = *reinterpret_cast<const uint4*>(raw + key * kData + kNope + 16 * c8);
+          v = *reinterpret_cast<const uint4*>(raw + key * kData + kNope + (c8 - kNope / 8) * 16);
         }
-        *reinterpret_cast<uint4*>(vt + key * kLd + 64 * warp + 8 * c8) = v;
+        *reinterpret_cast<uint4*>(dst + key * kLd + c8 * 8) = v;
       }
-      __syncwarp();
-      // S = Q K^T straight from the raw tile. k-step i of 64-dim block b gives thread t of a
-      // quad dims 64 b + 16 t + 4 i + (0..3) of its key (one 16-byte load per block covers
-      // the 4 k-steps; Q's columns are permuted to match). RoPE block (bf16, unscaled) first,
-      // into s; each NoPE block's codes enter as code x 2^-112 (bf16, exact) against Q x 2^64,
-      // and its partial is folded in as s += (partial x 2^48) x scale (all exact powers of 2).
-      {
-        uint4 r[2][2];
+      __syncthreads();  // (S2)
+    }
+
+    // S = Q K^T for heads hq0 .. +32 x keys kq0 .. +16.
+    float s[2][2][4];
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-          const uint8_t* kr = raw + (kq0 + 8 * ni + g) * kData + kNope + 32 * t;
-          r[ni][0] = *reinterpret_cast<const uint4*>(kr);
-          r[ni][1] = *reinterpret_cast<const uint4*>(kr + 16);
-        }
+    for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t a0[4], a1[4];
-          ldmatrix_x4(a0, qa + kNope + 16 * i);
-          ldmatrix_x4(a1, qa + 16 * kLd + kNope + 16 * i);
-#pragma unroll
-          for (int ni = 0; ni < 2; ++ni) {
-            const uint4& h = r[ni][i >> 1];
-            const uint32_t b0 = (i & 1) ? h.z : h.x, b1 = (i & 1) ? h.w : h.y;
-            mma_bf16::mma(s[0][ni], a0, b0, b1);
-            mma_bf16::mma(s[1][ni], a1, b0, b1);
-          }
-        }
-      }
-      uint2 scw[2][2];  // scale groups of this thread's C keys kq0 + 8 ni + 2 t + e
-#pragma unroll
-      for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) scw[ni][e] = *reinterpret_cast<const uint2*>(rsc + (kq0 + 8 * ni + 2 * t + e) * 8);
-#pragma unroll
-      for (int blk = 0; blk < kNope / 64; ++blk) {
-        uint4 kc[2];
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-          kc[ni] = *reinterpret_cast<const uint4*>(raw + (kq0 + 8 * ni + g) * kData + 64 * blk + 16 * t);
-        }
-        float sb[2][2][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < 2; ++ni) sb[mi][ni][0] = sb[mi][ni][1] = sb[mi][ni][2] = sb[mi][ni][3] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t a0[4], a1[4];
-          ldmatrix_x4(a0, qa + 64 * blk + 16 * i);
-          ldmatrix_x4(a1, qa + 16 * kLd + 64 * blk + 16 * i);
-#pragma unroll
-          for (int ni = 0; ni < 2; ++ni) {
-            const uint32_t w = i == 0 ? kc[ni].x : i == 1 ? kc[ni].y : i == 2 ? kc[ni].z : kc[ni].w;
-            const uint32_t b0 = e4m3x2_bf16_scaled(w), b1 = e4m3x2_bf16_scaled(w >> 16);
-            mma_bf16::mma(sb[0][ni], a0, b0, b1);
-            mma_bf16::mma(sb[1][ni], a1, b0, b1);
-          }
-        }
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const uint32_t word = blk < 4 ? scw[ni][e].x : scw[ni][e].y;
-            const float sc = kv_device::e8m0_value((word >> (8 * (blk & 3))) & 0xffu);
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-              s[mi][ni][e] = fmaf(sb[mi][ni][e] * 0x1p48f, sc, s[mi][ni][e]);
-              s[mi][ni][e + 2] = fmaf(sb[mi][ni][e + 2] * 0x1p48f, sc, s[mi][ni][e + 2]);
-            }
-          }
-      }
-    } else {
-      // S = Q K^T for heads hq0 .. +32 x keys kq0 .. +16.
+      for (int ni = 0; ni < 2; ++ni) s[mi][ni][0] = s[mi][ni][1] = s[mi][ni][2] = s[mi][ni][3] = 0.0f;
+    {
+      const __nv_bfloat16* qa = sQ + (hq0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
       const __nv_bfloat16* kb = sK + (kq0 + (lane & 7) + (lane >> 4) * 8) * kLd + ((lane >> 3) & 1) * 8;
 #pragma unroll 2
       for (int k0 = 0; k0 < kDim; k0 += 16) {
