@@ -22,7 +22,7 @@
 //    against the float64 reference (tools/dspark_v4_reference.py) and the CPU, and a draft of
 //    the whole block against the CPU's; at the golden's three decode positions (p < W, p = W,
 //    p >> W, next = its anchor) also the float64 draft ids, logits, hidden states and
-//    confidences. Bound 1e-4 (see the test).
+//    confidences. Bound 1e-4 (see the test). Dummy weights of its config have its three stages.
 //  * the tests below run on both goldens (V4.1 and V4-0731):
 //  * rollback (golden, official, paged, batch-invariant): a loop that drafts, verifies
 //    [y, drafts], keeps a random prefix and truncates leaves every key of the window and the
@@ -439,6 +439,22 @@ TEST(GpuDsparkV4, EveryPositionMatchesTheCpuAndTheFloat64Reference) {
   std::printf("  vs float64: backbone %.3g, context keys %.3g (CPU %.3g), draft logits %.3g, hidden %.3g "
               "(worst max|diff| / max|ref| per row)\n",
               worst_backbone, worst_key_ref, worst_key_cpu, worst_logits, worst_hidden);
+}
+
+// Dummy weights (generated on the device) of the V4-DSpark config: its three stages
+// (DsparkConfig::n_stages, although num_nextn_predict_layers is 1), drafts of the whole block.
+TEST(GpuDsparkV4, DummyWeightsHaveTheConfigsStages) {
+  const ModelConfig cfg = load_model_config(std::string(kGoldenV4) + "/config.json");
+  ASSERT_EQ(cfg.num_nextn_predict_layers, 1);
+  ASSERT_EQ(cfg.dspark.n_stages, 3);
+  GpuModel g(cfg, 7, ds_options(Numerics::kReference, /*paged=*/false, 0));
+  const int64_t s = g.new_sequence();
+  gpu_run(g, s, random_tokens(12, cfg.vocab_size, 4));
+  const DraftBlock b = gpu_draft(g, s, 3, g.dspark_block_size());
+  EXPECT_EQ(int64_t(b.tokens.size()), 5);
+  EXPECT_TRUE(std::all_of(b.logits.begin(), b.logits.end(), [](float v) { return std::isfinite(v); }));
+  EXPECT_EQ(g.dspark_key(s, 2, 11).size(), size_t(cfg.head_dim));
+  EXPECT_THROW(g.dspark_key(s, 3, 11), Error);
 }
 
 // --- rollback, prefix states ------------------------------------------------------------------
