@@ -249,7 +249,10 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
   // e_0 (pre_mix); V4: each site with its own.
   const bool single_pass = tr.single_pass_mhc;
   embedding_cuda(stream, embed, section(kQIds), n, D, hc, g.Z);
-  CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_e0, n * hc * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  if (single_pass) {
+    CUDA_CHECK(cudaMemcpyAsync(pre_mix, pre_e0, n * hc * sizeof(float), cudaMemcpyDeviceToDevice,
+                               stream));
+  }
   for (size_t k = 0; k < g.stages.size(); ++k) {
     const GpuLayerW& w = g.stages[k];
     float* ring = g.rings + k * g.ring_stride;
@@ -299,8 +302,11 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
     hc_expand_cuda(stream, g.Z, y, post, comb, n, hc, D, g.Z2);
     std::swap(g.Z, g.Z2);
     // FFN site: the stage's own experts, score-routed with the (text) bias.
-    hc_mix_cuda(ctx, g.Z, n, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, hp, mix_scratch, pre_ffn, post, comb);
-    hc_collapse_cuda(stream, g.Z, single_pass ? pre : pre_ffn, n, hc, D, u);
+    // V4.1: this site's pre goes to pre_ffn (the next site's collapse) and the collapse takes
+    // the attention site's; V4: the site's own pre (pre_ffn exists only with single-pass mHC).
+    hc_mix_cuda(ctx, g.Z, n, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, hp, mix_scratch,
+                single_pass ? pre_ffn : pre, post, comb);
+    hc_collapse_cuda(stream, g.Z, pre, n, hc, D, u);
     rms_norm_cuda(stream, u, w.ffn_norm, n, D, D, eps, x);
     lin(w.gate, x, n, g.router, g.a);
     route_cuda(stream, g.router, n, w.bias, nullptr, section(kQIds), rp, g.route_ids, g.route_w);

@@ -125,6 +125,8 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
     CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } else {
     wkv32_ = upload(w.wkv.f32(), DType::F32, {n_kv, k});
+  }
+  if (!options_.fp8_wkv) {
     wkv_.w32 = wkv32_.data<float>();
     device_bytes_ += static_cast<int64_t>(wkv32_.nbytes());
   }
