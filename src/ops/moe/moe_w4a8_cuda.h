@@ -60,6 +60,17 @@ struct MoeW4a8Workspace {
 MoeW4a8Workspace moe_experts_w4a8_workspace(const MoeExpertsShape& s, int64_t act_block,
                                             void* workspace);
 
+// Which kernels run (both compute the same recipe; see sm90_moe_w4a8_decode.cu):
+//   kPlain: one CTA per (tile, 128 rows), the whole K in one chain (the reference path);
+//   kFast:  the weights staged through shared memory with cp.async (6 stages, no registers
+//           held by loads in flight), the per-32 partials of a 128-wide activation block
+//           summed before the activation scale, and optionally K split over a thread-block
+//           cluster (moe_w4a8_set_fast_split; partial sums added in fixed cluster-rank order).
+//           The same products in another fp32 order than kPlain (a few ulp, an h code may flip
+//           at an e4m3 rounding boundary); still a function of the token alone (batch
+//           invariant: no split or order depends on T).
+enum class MoeW4a8Kernel { kPlain, kFast };
+
 // out [T, D] = the routed experts (+ y_shared [T, D], may be null) as moe_experts_fp8_cuda,
 // with W4A8 weights: x fp32 [T, D], ids int32 [T, k] (ids outside [0, E) get no row),
 // weights fp32 [T, k]. Every element of out is written. workspace: 256-byte aligned,
@@ -67,11 +78,15 @@ MoeW4a8Workspace moe_experts_w4a8_workspace(const MoeExpertsShape& s, int64_t ac
 void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_t act_block,
                            const float* x, const int32_t* ids, const float* weights,
                            const MoeW4a8Weights& w, const float* y_shared, void* workspace,
-                           float* out);
+                           float* out, MoeW4a8Kernel kernel = MoeW4a8Kernel::kFast);
 
 }  // namespace deepinfer
 
 namespace deepinfer {
+
+// Benchmarks only: the kFast K splits (cluster sizes 1..8) of the up and the down projection
+// (default 2, 2). Set once before any call: a token's bits depend on the split.
+void moe_w4a8_set_fast_split(int up, int down);
 
 // The read-bandwidth ceiling the W4A8 benchmark reports beside the copy bandwidth: every
 // 16-byte word of [p, p + bytes) read once with the kernel's own ld.global.nc.L1::no_allocate

@@ -26,6 +26,7 @@
 // per 1 x act_block block of h (128: the CTA's whole 128 columns; 32: two warps) the act_quant
 // rule (amax >= 1e-4, s = 2^ceil(log2(amax / 448)) from the fp32 bits, RNE, satfinite) into hq
 // (by slot, in step 2's byte order, so the down kernel copies it as is) and sh.
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -71,6 +72,11 @@ struct GemmParams {
   // kMats == 1 epilogue
   float* y = nullptr;
   int64_t y_ld = 0;
+  // Split K (kFast): the CTAs of one cluster (its size `split`, along z) take consecutive
+  // ranges of K chunks by cluster rank; red_off: byte offset of the reduction buffer in smem.
+  int32_t split = 1;
+  int64_t red_off = 0;
+  int64_t stage_off = 0;  // kFast: byte offset of the weight stages in smem
 };
 
 __device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
@@ -79,6 +85,21 @@ __device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+// cp.async of 16 (L2 only) / 4 bytes into shared memory; pred false: zeros.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(pred ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void mma_e4m3(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
@@ -125,8 +146,18 @@ struct Frag {
   uint32_t s[kMats][2];  // their 4 scale bytes
 };
 
-template <int kMats, int kActBlock, int kDepth>
-__global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel(GemmParams p) {
+// kFast: the weights go global -> shared memory with cp.async (kDepth stages per thread, each
+// thread reading back only what it copied: no CTA barrier), so no registers hold loads in
+// flight; for act_block 128 the four per-32 partial products of a chunk are first summed with
+// their weight scales and then multiplied once by the activation scale (same products,
+// another fp32 rounding order than kPlain; a UE8M0 byte 0 counts as 0, not 2^-127). Also
+// kFast: split K over the cluster (p.split CTAs along z, one range of chunks per cluster
+// rank); after the K loop ranks 1.. put their accumulators in shared memory and rank 0 adds
+// them to its own in rank order (one fixed order, independent of timing), then alone runs the
+// epilogue.
+template <int kMats, int kActBlock, int kDepth, bool kFast>
+__global__ void __launch_bounds__(kThreads, (kMats == 1 || kFast) ? 2 : 1)
+    w4a8_gemm_kernel(GemmParams p) {
   const int e = p.tile_expert[blockIdx.x];
   if (e < 0) return;
   const int r0 = p.tile_row0[blockIdx.x];
@@ -136,7 +167,12 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel
   const int64_t row_a = cta_n0 + 16 * warp + g, row_b = row_a + 8;
   const bool ok[2] = {row_a < p.n, row_b < p.n};
   const int64_t code_ld = p.kp / 2, scale_ld = p.kp / 32;
-  const int n_chunks = static_cast<int>(p.kp / kW4a8Group);
+  const int n_chunks_all = static_cast<int>(p.kp / kW4a8Group);
+  int rank = 0;
+  if constexpr (kFast) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  const int per_rank = (n_chunks_all + p.split - 1) / p.split;
+  const int cb = min(n_chunks_all, rank * per_rank);           // first chunk of this CTA
+  const int n_chunks = min(n_chunks_all, cb + per_rank);       // one past its last chunk
   const uint8_t* cw[kMats][2];
   const uint32_t* sw[kMats][2];
 #pragma unroll
@@ -179,20 +215,43 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel
   for (int pb = 0; pb < n_rows; pb += P) {
     const int np = min(P, n_rows - pb);
     const int nt_live = (np + 7) / 8;
-    Frag<kMats> buf[kDepth];
+    constexpr int kQ = 2 * kMats;  // 16-byte code words (and scale words) per thread per chunk
+    uint4* st_c = reinterpret_cast<uint4*>(smem + p.stage_off);             // [kDepth][kQ][threads]
+    uint32_t* st_s = reinterpret_cast<uint32_t*>(st_c + kDepth * kQ * kThreads);  // same, u32
+    auto issue = [&](int chunk, int slot) {
 #pragma unroll
-    for (int s = 0; s < kDepth; ++s) {
-      if (s < n_chunks) load(buf[s], s);
+      for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int q = (slot * kQ + 2 * m + h) * kThreads + tid;
+          cp_async16(st_c + q, cw[m][h] + static_cast<int64_t>(chunk) * 64, ok[h]);
+          cp_async4(st_s + q, sw[m][h] + chunk, ok[h]);
+        }
+      }
+    };
+    Frag<kMats> buf[kFast ? 1 : kDepth];
+    if constexpr (kFast) {
+#pragma unroll
+      for (int s = 0; s < kDepth - 1; ++s) {
+        if (cb + s < n_chunks) issue(cb + s, s);
+        cp_async_commit();
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kDepth; ++s) {
+        if (cb + s < n_chunks) load(buf[s], cb + s);
+      }
     }
     __syncthreads();  // the previous pass is done with shared memory
     if (tid < P) slot_s[tid] = tid < np ? p.row_slot[r0 + pb + tid] : -1;
     __syncthreads();
-    const int64_t units = p.kp / 16;
+    // This CTA's chunks only (16-byte units [8 cb, 8 n_chunks) of each row).
+    const int64_t units = 8 * static_cast<int64_t>(max(0, n_chunks - cb));
     // Every one of the P rows is written (rows np..P-1 as zeros): the n8 tiles read whole
     // groups of 8 pass tokens.
     for (int64_t i = tid; i < P * units; i += kThreads) {
       const int pp = static_cast<int>(i / units);
-      const int64_t k = (i % units) * 16;
+      const int64_t k = (8 * static_cast<int64_t>(cb) + i % units) * 16;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (pp < np && k < p.a_k) {
         const int64_t arow = slot_s[pp] / p.a_div;
@@ -220,7 +279,91 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
 
-    for (int c0 = 0; c0 < n_chunks; c0 += kDepth) {
+    if constexpr (kFast) {
+      int slot = 0;  // stage of chunk c
+      for (int c = cb; c < n_chunks; ++c) {
+        const int next = slot == 0 ? kDepth - 1 : slot - 1;  // the stage read last iteration
+        if (c + kDepth - 1 < n_chunks) issue(c + kDepth - 1, next);
+        cp_async_commit();
+        cp_async_wait<kDepth - 1>();  // chunk c's copies (this thread's own) have landed
+        Frag<kMats> f;
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int q = (slot * kQ + 2 * m + h) * kThreads + tid;
+            f.c[m][h] = st_c[q];
+            f.s[m][h] = st_s[q];
+          }
+        }
+        slot = slot + 1 == kDepth ? 0 : slot + 1;
+        float part[kMats][kNt][4];  // act_block 128: sum over j of d_j * weight scale
+#pragma unroll
+        for (int m = 0; m < kMats; ++m)
+#pragma unroll
+          for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[m][nt][i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[kMats][4];
+          float sg[kMats][2];
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) {
+            const uint32_t wa = reinterpret_cast<const uint32_t*>(&f.c[m][0])[j];
+            const uint32_t wb = reinterpret_cast<const uint32_t*>(&f.c[m][1])[j];
+            a[m][0] = fp4_even(wa);
+            a[m][1] = fp4_even(wb);
+            a[m][2] = fp4_odd(wa);
+            a[m][3] = fp4_odd(wb);
+            // 2^(b - 127) from byte j of the scale word (b = 0: 0).
+            sg[m][0] = __uint_as_float(j < 3 ? (f.s[m][0] << (23 - 8 * j)) & 0x7f800000u
+                                             : (f.s[m][0] >> 1) & 0x7f800000u);
+            sg[m][1] = __uint_as_float(j < 3 ? (f.s[m][1] << (23 - 8 * j)) & 0x7f800000u
+                                             : (f.s[m][1] >> 1) & 0x7f800000u);
+          }
+#pragma unroll
+          for (int nt = 0; nt < kNt; ++nt) {
+            if (nt >= nt_live) break;
+            const uint2 bv = *reinterpret_cast<const uint2*>(
+                x_s + (8 * nt + g) * stride + static_cast<int64_t>(c) * kW4a8Group + 32 * j + 8 * t4);
+#pragma unroll
+            for (int m = 0; m < kMats; ++m) {
+              float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_e4m3(d, a[m], bv.x, bv.y);
+              if constexpr (kActBlock == 128) {
+                part[m][nt][0] = fmaf(d[0], sg[m][0], part[m][nt][0]);
+                part[m][nt][1] = fmaf(d[1], sg[m][0], part[m][nt][1]);
+                part[m][nt][2] = fmaf(d[2], sg[m][1], part[m][nt][2]);
+                part[m][nt][3] = fmaf(d[3], sg[m][1], part[m][nt][3]);
+              } else {
+                const float2 sa =
+                    *reinterpret_cast<const float2*>(sa_s + (4 * c + j) * P + 8 * nt + 2 * t4);
+                acc[m][nt][0] = fmaf(d[0], sg[m][0] * sa.x, acc[m][nt][0]);
+                acc[m][nt][1] = fmaf(d[1], sg[m][0] * sa.y, acc[m][nt][1]);
+                acc[m][nt][2] = fmaf(d[2], sg[m][1] * sa.x, acc[m][nt][2]);
+                acc[m][nt][3] = fmaf(d[3], sg[m][1] * sa.y, acc[m][nt][3]);
+              }
+            }
+          }
+        }
+        if constexpr (kActBlock == 128) {
+#pragma unroll
+          for (int nt = 0; nt < kNt; ++nt) {
+            if (nt >= nt_live) break;
+            const float2 sa = *reinterpret_cast<const float2*>(sa_s + c * P + 8 * nt + 2 * t4);
+#pragma unroll
+            for (int m = 0; m < kMats; ++m) {
+              acc[m][nt][0] = fmaf(part[m][nt][0], sa.x, acc[m][nt][0]);
+              acc[m][nt][1] = fmaf(part[m][nt][1], sa.y, acc[m][nt][1]);
+              acc[m][nt][2] = fmaf(part[m][nt][2], sa.x, acc[m][nt][2]);
+              acc[m][nt][3] = fmaf(part[m][nt][3], sa.y, acc[m][nt][3]);
+            }
+          }
+        }
+      }
+    }
+    for (int c0 = cb; !kFast && c0 < n_chunks; c0 += kDepth) {
 #pragma unroll
       for (int s = 0; s < kDepth; ++s) {
         const int c = c0 + s;
@@ -260,6 +403,35 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1) w4a8_gemm_kernel
             }
           }
         }
+      }
+    }
+
+    if constexpr (kFast) {
+      if (p.split > 1) {
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        float* red = reinterpret_cast<float*>(smem + p.red_off);
+        if (rank != 0) {
+#pragma unroll
+          for (int m = 0; m < kMats; ++m)
+#pragma unroll
+            for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) red[((m * kNt + nt) * 4 + i) * kThreads + tid] = acc[m][nt][i];
+        }
+        cluster.sync();  // the partial sums of ranks 1.. are in their shared memory
+        if (rank == 0) {
+          for (int r = 1; r < p.split; ++r) {
+            const float* rr = cluster.map_shared_rank(red, r);
+#pragma unroll
+            for (int m = 0; m < kMats; ++m)
+#pragma unroll
+              for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[m][nt][i] += rr[((m * kNt + nt) * 4 + i) * kThreads + tid];
+          }
+        }
+        cluster.sync();  // rank 0 has read them: the others may reuse or release their smem
+        if (rank != 0) continue;
       }
     }
 
@@ -399,24 +571,60 @@ int64_t smem_bytes(int64_t pass, int64_t kp, int64_t ab) {
   return pass * (kp + kSmemPad) + 4 * (kp / ab) * pass + 4 * pass + 4 * kWarps * pass;
 }
 
-template <int kMats, int kActBlock, int kDepth>
-void launch_gemm(cudaStream_t stream, const GemmParams& p, int64_t tiles, int64_t n_tiles) {
-  const int64_t smem = smem_bytes(p.pass, p.kp, kActBlock);
+// The kFast reduction buffer: kMats x kNt x 4 floats per thread, after smem_bytes (16-aligned).
+int64_t red_bytes(int mats) { return int64_t{4} * mats * kNt * 4 * kThreads; }
+
+template <int kMats, int kActBlock, int kDepth, bool kFast>
+void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_tiles) {
+  if (!kFast) p.split = 1;
+  int64_t smem = smem_bytes(p.pass, p.kp, kActBlock);
+  if (kFast) {
+    p.stage_off = round_up(smem, 16);
+    smem = p.stage_off + int64_t{kDepth} * 2 * kMats * kThreads * (16 + 4);
+  }
+  if (kFast && p.split > 1) {
+    p.red_off = round_up(smem, 16);
+    smem = p.red_off + red_bytes(kMats);
+  }
   CHECK_KIND(kUnsupported, smem <= kSmemLimit)
       << "moe experts w4a8: K=" << p.kp << " needs " << smem << " bytes of shared memory";
   CHECK_KIND(kUnsupported, tiles < (int64_t{1} << 31) && n_tiles <= 65535)
       << "moe experts w4a8: " << tiles << " tiles x " << n_tiles << " column blocks";
   static std::once_flag once;  // opt in to more than 48 KB of dynamic shared memory
   std::call_once(once, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(w4a8_gemm_kernel<kMats, kActBlock, kDepth>,
+    CUDA_CHECK(cudaFuncSetAttribute(w4a8_gemm_kernel<kMats, kActBlock, kDepth, kFast>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
   });
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles));
-  w4a8_gemm_kernel<kMats, kActBlock, kDepth><<<grid, kThreads, smem, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  if constexpr (!kFast) {
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles));
+    w4a8_gemm_kernel<kMats, kActBlock, kDepth, false><<<grid, kThreads, smem, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+  } else {
+  CHECK_KIND(kUnsupported, p.split >= 1 && p.split <= 8)
+      << "moe experts w4a8: split " << p.split << " (1..8, a portable cluster)";
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles),
+                     static_cast<unsigned>(p.split));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = static_cast<unsigned>(p.split);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, w4a8_gemm_kernel<kMats, kActBlock, kDepth, true>, p));
+  }
 }
 
 constexpr int kUpDepth = 3, kDownDepth = 4;
+constexpr int kFastUpStages = 6, kFastDownStages = 6;  // kFast: cp.async stages
+
+// kFast K splits (cluster sizes). Fixed per process, never a function of T: a token's sums
+// must not depend on the batch (batch invariance).
+int g_split_up = 1, g_split_down = 1;
 
 }  // namespace
 
@@ -458,7 +666,7 @@ MoeW4a8Workspace moe_experts_w4a8_workspace(const MoeExpertsShape& s, int64_t ac
 void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_t act_block,
                            const float* x, const int32_t* ids, const float* weights,
                            const MoeW4a8Weights& w, const float* y_shared, void* workspace,
-                           float* out) {
+                           float* out, MoeW4a8Kernel kernel) {
   const MoeW4a8Workspace ws = moe_experts_w4a8_workspace(s, act_block, workspace);
   if (s.n_tokens == 0) return;
   for (const uint8_t* ptr : {w.w1, w.s1, w.w3, w.s3, w.w2, w.s2}) {
@@ -518,17 +726,35 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   down.y = ws.y;
   down.y_ld = D;
 
-  if (act_block == 128) {
-    launch_gemm<2, 128, kUpDepth>(stream, up, tiles, ip / kCtaRows);
-    launch_gemm<1, 128, kDownDepth>(stream, down, tiles, ceil_div(D, kCtaRows));
+  up.split = g_split_up;
+  down.split = g_split_down;
+  const int64_t up_cols = ip / kCtaRows, down_cols = ceil_div(D, kCtaRows);
+  if (kernel == MoeW4a8Kernel::kPlain) {
+    if (act_block == 128) {
+      launch_gemm<2, 128, kUpDepth, false>(stream, up, tiles, up_cols);
+      launch_gemm<1, 128, kDownDepth, false>(stream, down, tiles, down_cols);
+    } else {
+      launch_gemm<2, 32, kUpDepth, false>(stream, up, tiles, up_cols);
+      launch_gemm<1, 32, kDownDepth, false>(stream, down, tiles, down_cols);
+    }
+  } else if (act_block == 128) {
+    launch_gemm<2, 128, kFastUpStages, true>(stream, up, tiles, up_cols);
+    launch_gemm<1, 128, kFastDownStages, true>(stream, down, tiles, down_cols);
   } else {
-    launch_gemm<2, 32, kUpDepth>(stream, up, tiles, ip / kCtaRows);
-    launch_gemm<1, 32, kDownDepth>(stream, down, tiles, ceil_div(D, kCtaRows));
+    launch_gemm<2, 32, kFastUpStages, true>(stream, up, tiles, up_cols);
+    launch_gemm<1, 32, kFastDownStages, true>(stream, down, tiles, down_cols);
   }
   constexpr int kBlock = 256;
   w4a8_combine_kernel<<<static_cast<unsigned>(ceil_div(T * D, kBlock)), kBlock, 0, stream>>>(
       ws.y, ws.align.slot_row, y_shared, T, k, D, out);
   CUDA_CHECK_LAUNCH();
+}
+
+void moe_w4a8_set_fast_split(int up, int down) {
+  CHECK_KIND(kUnsupported, up >= 1 && up <= 8 && down >= 1 && down <= 8)
+      << "moe experts w4a8: K splits " << up << ", " << down << " (1..8)";
+  g_split_up = up;
+  g_split_down = down;
 }
 
 void w4a8_read_probe_cuda(cudaStream_t stream, const void* p, int64_t bytes, uint32_t* sink) {
