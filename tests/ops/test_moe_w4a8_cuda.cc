@@ -11,8 +11,9 @@
 //    weights whose scales are constant per 128 x 128 block (so the FP8 conversion is exact);
 //  * outputs poisoned with NaN first; a token's output bitwise the same alone and in a batch;
 //    the layer replayed from a CUDA graph with new routing gives the direct run's bits;
+//  * FastMatchesPlain: the kFast kernels against the kPlain ones (NMSE 1e-6) at every K split;
 //  * ReportDecodeBandwidth: report only (never asserted): µs, expert bytes touched and GB/s of
-//    the W4A8 and the FP8 path at V4-Flash and V4.1-Flash shapes for T = 1, 4, 16, 64, 256,
+//    the W4A8 fast path (plain path's µs in the last column) and the FP8 path at V4-Flash and V4.1-Flash shapes for T = 1, 4, 16, 64, 256,
 //    next to the copy (cudaMemcpy D2D, 1 GiB) and read (w4a8_read_probe_cuda) bandwidth
 //    measured in the same run.
 // Failures name the first unwritten / NaN element or the worst (token, column).
@@ -158,7 +159,7 @@ struct Layer {
   }
   std::vector<float> run_cuda(const std::vector<float>& x, const std::vector<int32_t>& ids,
                               const std::vector<float>& rw, int64_t T, bool with_shared = true,
-                              MoeW4a8Kernel kernel = MoeW4a8Kernel::kFast) const {
+                              MoeW4a8Kernel kernel = MoeW4a8Kernel::kPlain) const {
     const MoeExpertsShape s = shape(T);
     Tensor ws = cuda::device_filled(DType::U8, {static_cast<int64_t>(moe_experts_w4a8_workspace_bytes(s, ab))}, 0xff);
     Tensor x_d = upload_f32(x), ids_d = upload_i32(ids), rw_d = upload_f32(rw);
@@ -325,7 +326,8 @@ TEST(MoeW4a8Cuda, LayerV41FlashShapes) {
 // The fast kernels (cp.async stages, K split over a cluster) against the plain ones: the same
 // products in another fp32 order, so a few ulp apart, except where an h value sits on an e4m3
 // rounding boundary and flips by one code (rare): NMSE < 1e-6 (seen on the H200: <= 3e-10).
-// Every split 1..3 of the up and the down projection, awkward shapes and both act blocks.
+// Every split 1..3 of the up and the down projection, awkward shapes and both act blocks;
+// the fast path's last token alone bitwise as in its batch.
 TEST(MoeW4a8Cuda, FastMatchesPlain) {
   auto rng = test::fresh_rng();
   for (const int64_t ab : {128, 32}) {
@@ -340,6 +342,13 @@ TEST(MoeW4a8Cuda, FastMatchesPlain) {
         expect_close(fast, plain, L.D, 1e-6,
                      "T " + std::to_string(T) + " act block " + std::to_string(ab) + " split " +
                          std::to_string(split) + " fast vs plain");
+        // Batch invariance of the fast path: the last token alone gives its bits in the batch.
+        const std::vector<float> x1(x.end() - L.D, x.end());
+        const std::vector<int32_t> ids1(r.ids.end() - L.k, r.ids.end());
+        const std::vector<float> rw1(r.weights.end() - L.k, r.weights.end());
+        const auto one = L.run_cuda(x1, ids1, rw1, 1, true, MoeW4a8Kernel::kFast);
+        EXPECT_EQ(0, std::memcmp(one.data(), fast.data() + (T - 1) * L.D, L.D * sizeof(float)))
+            << "T " << T << " act block " << ab << " split " << split << ": the last token alone";
       }
     }
   }
@@ -506,7 +515,8 @@ TEST(MoeW4a8Cuda, ReportDecodeBandwidth) {
       const MoeW4a8Weights w4 = L.weights();
       const double ms4 = graph_ms(stream, 10, [&] {
         moe_experts_w4a8_cuda(stream, s, sh.ab, x_d.data<float>(), ids_d.data<int32_t>(),
-                              rw_d.data<float>(), w4, nullptr, ws4.raw(), out.data<float>());
+                              rw_d.data<float>(), w4, nullptr, ws4.raw(), out.data<float>(),
+                              MoeW4a8Kernel::kFast);
       });
       const double ms_plain = graph_ms(stream, 10, [&] {
         moe_experts_w4a8_cuda(stream, s, sh.ab, x_d.data<float>(), ids_d.data<int32_t>(),

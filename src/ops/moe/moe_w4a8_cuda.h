@@ -78,7 +78,7 @@ enum class MoeW4a8Kernel { kPlain, kFast };
 void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_t act_block,
                            const float* x, const int32_t* ids, const float* weights,
                            const MoeW4a8Weights& w, const float* y_shared, void* workspace,
-                           float* out, MoeW4a8Kernel kernel = MoeW4a8Kernel::kFast);
+                           float* out, MoeW4a8Kernel kernel = MoeW4a8Kernel::kPlain);
 
 }  // namespace deepinfer
 

@@ -146,9 +146,9 @@ struct Frag {
   uint32_t s[kMats][2];  // their 4 scale bytes
 };
 
-// kFast: the weights go global -> shared memory with cp.async (kDepth stages per thread, each
-// thread reading back only what it copied: no CTA barrier), so no registers hold loads in
-// flight; for act_block 128 the four per-32 partial products of a chunk are first summed with
+// kFast: the weights go global -> shared memory with cp.async (kDepth stages of 2 chunks per
+// warp, each warp staging its own rows as whole 128-byte lines: no CTA barrier), so no
+// registers hold loads in flight and DRAM sees 128 contiguous bytes per row and request; for act_block 128 the four per-32 partial products of a chunk are first summed with
 // their weight scales and then multiplied once by the activation scale (same products,
 // another fp32 rounding order than kPlain; a UE8M0 byte 0 counts as 0, not 2^-127). Also
 // kFast: split K over the cluster (p.split CTAs along z, one range of chunks per cluster
@@ -156,7 +156,7 @@ struct Frag {
 // them to its own in rank order (one fixed order, independent of timing), then alone runs the
 // epilogue.
 template <int kMats, int kActBlock, int kDepth, bool kFast>
-__global__ void __launch_bounds__(kThreads, (kMats == 1 || kFast) ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
     w4a8_gemm_kernel(GemmParams p) {
   const int e = p.tile_expert[blockIdx.x];
   if (e < 0) return;
@@ -215,25 +215,43 @@ __global__ void __launch_bounds__(kThreads, (kMats == 1 || kFast) ? 2 : 1)
   for (int pb = 0; pb < n_rows; pb += P) {
     const int np = min(P, n_rows - pb);
     const int nt_live = (np + 7) / 8;
-    constexpr int kQ = 2 * kMats;  // 16-byte code words (and scale words) per thread per chunk
-    uint4* st_c = reinterpret_cast<uint4*>(smem + p.stage_off);             // [kDepth][kQ][threads]
-    uint32_t* st_s = reinterpret_cast<uint32_t*>(st_c + kDepth * kQ * kThreads);  // same, u32
-    auto issue = [&](int chunk, int slot) {
+    // kFast stages: per warp and matrix, its 16 rows x 2 chunks (128 contiguous code bytes
+    // of a row, 8 lanes per row: whole 128-byte lines) and their 8 scale bytes. 16-byte unit
+    // u of row r sits at unit u ^ 4 (r & 1): the fragment reads (rows g, g + 1 per 8 lanes)
+    // hit 32 distinct banks.
+    uint8_t* st_c = smem + p.stage_off;  // [kDepth][kWarps][kMats][16][128]
+    uint8_t* st_s = st_c + kDepth * kWarps * kMats * 2048;  // [kDepth][kWarps][kMats][16][8]
+    auto issue = [&](int chunk, int slot) {  // chunks chunk, chunk + 1 into stage slot
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
+        const uint8_t* codes = p.w[m] + static_cast<int64_t>(e) * p.n * code_ld;
+        const uint8_t* scales = p.ws[m] + static_cast<int64_t>(e) * p.n * scale_ld;
+        uint8_t* dc = st_c + ((slot * kWarps + warp) * kMats + m) * 2048;
+        uint8_t* ds = st_s + ((slot * kWarps + warp) * kMats + m) * 128;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int q = (slot * kQ + 2 * m + h) * kThreads + tid;
-          cp_async16(st_c + q, cw[m][h] + static_cast<int64_t>(chunk) * 64, ok[h]);
-          cp_async4(st_s + q, sw[m][h] + chunk, ok[h]);
+        for (int i = 0; i < 4; ++i) {
+          const int idx = 32 * i + lane, r = idx / 8, u = idx % 8;
+          const int64_t row = cta_n0 + 16 * warp + r;
+          const int cc = chunk + u / 4;
+          const bool v = row < p.n && cc < n_chunks;
+          cp_async16(dc + r * 128 + ((u ^ (4 * (r & 1))) * 16),
+                     codes + (v ? row : 0) * code_ld + static_cast<int64_t>(v ? chunk : 0) * 64 + u * 16, v);
+        }
+        {
+          const int r = lane / 2, which = lane % 2;
+          const int64_t row = cta_n0 + 16 * warp + r;
+          const bool v = row < p.n && chunk + which < n_chunks;
+          cp_async4(ds + r * 8 + which * 4,
+                    scales + (v ? row * scale_ld + 4 * static_cast<int64_t>(chunk + which) : 0), v);
         }
       }
     };
     Frag<kMats> buf[kFast ? 1 : kDepth];
     if constexpr (kFast) {
+      __syncwarp();  // the warp is done with its stages from the previous pass
 #pragma unroll
       for (int s = 0; s < kDepth - 1; ++s) {
-        if (cb + s < n_chunks) issue(cb + s, s);
+        if (cb + 2 * s < n_chunks) issue(cb + 2 * s, s);
         cp_async_commit();
       }
     } else {
@@ -282,21 +300,29 @@ __global__ void __launch_bounds__(kThreads, (kMats == 1 || kFast) ? 2 : 1)
     if constexpr (kFast) {
       int slot = 0;  // stage of chunk c
       for (int c = cb; c < n_chunks; ++c) {
-        const int next = slot == 0 ? kDepth - 1 : slot - 1;  // the stage read last iteration
-        if (c + kDepth - 1 < n_chunks) issue(c + kDepth - 1, next);
-        cp_async_commit();
-        cp_async_wait<kDepth - 1>();  // chunk c's copies (this thread's own) have landed
+        const int sub = (c - cb) & 1;
+        if (sub == 0) {
+          __syncwarp();  // every lane is done with the stage read last (refilled now)
+          const int next = slot == 0 ? kDepth - 1 : slot - 1;
+          const int c_next = c + 2 * (kDepth - 1);
+          if (c_next < n_chunks) issue(c_next, next);
+          cp_async_commit();
+          cp_async_wait<kDepth - 1>();  // this thread's copies of chunks c, c + 1 landed
+          __syncwarp();                 // and the other lanes' too
+        }
         Frag<kMats> f;
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
+          const uint8_t* dc = st_c + ((slot * kWarps + warp) * kMats + m) * 2048;
+          const uint8_t* ds = st_s + ((slot * kWarps + warp) * kMats + m) * 128;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int q = (slot * kQ + 2 * m + h) * kThreads + tid;
-            f.c[m][h] = st_c[q];
-            f.s[m][h] = st_s[q];
+            const int r = g + 8 * h;
+            f.c[m][h] = *reinterpret_cast<const uint4*>(dc + r * 128 + (((4 * sub + t4) ^ (4 * (r & 1))) * 16));
+            f.s[m][h] = *reinterpret_cast<const uint32_t*>(ds + r * 8 + 4 * sub);
           }
         }
-        slot = slot + 1 == kDepth ? 0 : slot + 1;
+        if (sub == 1) slot = slot + 1 == kDepth ? 0 : slot + 1;
         float part[kMats][kNt][4];  // act_block 128: sum over j of d_j * weight scale
 #pragma unroll
         for (int m = 0; m < kMats; ++m)
@@ -580,7 +606,7 @@ void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_til
   int64_t smem = smem_bytes(p.pass, p.kp, kActBlock);
   if (kFast) {
     p.stage_off = round_up(smem, 16);
-    smem = p.stage_off + int64_t{kDepth} * 2 * kMats * kThreads * (16 + 4);
+    smem = p.stage_off + int64_t{kDepth} * kWarps * kMats * (2048 + 128);
   }
   if (kFast && p.split > 1) {
     p.red_off = round_up(smem, 16);
@@ -620,7 +646,7 @@ void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_til
 }
 
 constexpr int kUpDepth = 3, kDownDepth = 4;
-constexpr int kFastUpStages = 6, kFastDownStages = 6;  // kFast: cp.async stages
+constexpr int kFastUpStages = 3, kFastDownStages = 3;  // kFast: cp.async stages of 2 chunks
 
 // kFast K splits (cluster sizes). Fixed per process, never a function of T: a token's sums
 // must not depend on the batch (batch invariance).
