@@ -93,8 +93,15 @@ std::string resolve_device(const DeviceRequest& request, int n_gpus, EngineArgs&
     why = "auto: " + std::to_string(n_gpus) + " CUDA device" + (n_gpus == 1 ? "" : "s") + " found, using cuda:0";
   }
   const bool cuda = engine_args.device == "cuda";
-  // DeepSeek-V4.1 on cuda: fp32 weights only for now (issue 14 phase 1).
-  const bool fp8_auto = cuda && !model_config_of(engine_args).is_v41();
+  // DeepSeek-V4.1 on cuda: FP8 (32x32 blocks, routed experts W4A8) for a checkpoint that stores
+  // block-FP8 weights and FP4 experts, as the released one does; fp32 otherwise (its routed
+  // experts would be FP8, which V4.1 on cuda does not run; dummy weights have no FP4 codes).
+  auto fp8_default = [&] {
+    const ModelConfig family = model_config_of(engine_args);
+    return !family.is_v41() || (!engine_args.dummy_weights && family.quant.method == "fp8" &&
+                                family.quant.expert_dtype == "fp4");
+  };
+  const bool fp8_auto = cuda && fp8_default();
   engine_args.weight_format = request.weight_format != "auto" ? request.weight_format : fp8_auto ? "fp8" : "fp32";
   engine_args.kv_cache_dtype = request.kv_cache_dtype;
   CHECK(request.expert_format == "auto" || request.expert_format == "fp8" || request.expert_format == "w4a8")

@@ -4,15 +4,16 @@
 // device-generated ones. What each layer owns and reads is its LayerPlan (io/layer_plan.h),
 // what differs per family the config's traits, as on the CPU.
 //
-// DeepSeek-V4.1 (issue 14 phase 1): single-pass mHC, KV / index sources with reuse and
-// reindex layers reading the source's compressed entries and index keys in place, ratio-2 /
-// ratio-1 compressors, index keys from the pre-RoPE latents, candidate blocks, Engram
-// (runtime/gpu_engram.h, before the plan's engram layers), routing with gate_temp; kF32
-// weights only, reference and official numerics, paged_kv = false or kv_cache_dtype kBf16
-// (the FP8 window and FP4 x e4m3 compressed values of official numerics are exact in bf16;
-// index keys stay fp32). kFp8 weights, kv_cache_dtype kFp8 (the 528 / 288 / 68-byte V4.1
-// cache formats) and Engram with dummy weights are refused at construction (kUnsupported,
-// naming the option). force_decisions replays V4's routing weights only (no gate_temp / eps).
+// DeepSeek-V4.1: single-pass mHC, KV / index sources with reuse and reindex layers reading the
+// source's compressed entries and index keys in place, ratio-2 / ratio-1 compressors, index keys
+// from the pre-RoPE latents, candidate blocks, Engram (runtime/gpu_engram.h, before the plan's
+// engram layers), routing with gate_temp; kF32 or kFp8 weights (32x32 blocks, 1x32 activation
+// blocks: fp8_weight_block; routed experts in expert_format w4a8, FP4 as stored), reference and
+// official numerics, paged_kv = false or kv_cache_dtype kBf16 / kFp8 (the 528-B window,
+// 288-B compressed and 68-B index-key formats, gpu_state_plan.h choose_cache_formats). FP8
+// routed experts, DSpark with kFp8 weights and Engram with dummy weights are refused at
+// construction (kUnsupported, naming the option). force_decisions replays V4's routing
+// weights only (no gate_temp / eps).
 //
 // Weight formats (GpuModelOptions::weight_format):
 //  * kF32: every tensor fp32; fp32 GEMMs through cuBLASLt with CUBLAS_COMPUTE_32F (never

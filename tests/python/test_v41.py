@@ -71,13 +71,15 @@ def test_missing_v41_tensor_is_named(tmp_path):
     assert r.returncode == 1 and "layers.2.attn.indexer.wq_b.weight" in r.stderr, r.stderr
 
 
-def test_v41_on_cuda_refuses_phase_2_formats_clearly():
-    # V4.1 runs on cuda with fp32 weights (issue 14 phase 1); fp8 weights are refused by name
-    # before anything loads, on every build.
+def test_v41_fp8_on_cuda_is_not_refused_as_a_v41_limit():
+    # V4.1 runs on cuda with FP8 weights and the fp8 KV cache too (issue 14; the GPU goldens
+    # test them); what stops this call in a build without CUDA is the missing backend, named.
     r = run("generate", "--model", "tiny-v4.1", "--device", "cuda", "--weight-format", "fp8",
-            "--prompt-ids", "3")
+            "--kv-cache-dtype", "fp8", "--prompt-ids", "3")
+    if "needs a build with the CUDA backend" not in r.stderr:
+        pytest.skip("a CUDA build: scripts/gpu-check runs V4.1 on the device")
     assert r.returncode == 1, r.stderr
-    assert "--weight-format fp32 only" in r.stderr, r.stderr
+    assert "fp32 only" not in r.stderr and "not supported yet" not in r.stderr, r.stderr
 
 
 # The built-in V4.1 model's tokenizer: V4's with the V4.1 spellings of two added tokens
