@@ -104,7 +104,16 @@ GpuModelOptions size_model(const ModelConfig& config, const CudaRunnerOptions& o
   g.dspark = o.dspark;
   if (o.kv_cache_dtype != "auto") g.kv_cache_dtype = kv_cache_dtype_from_string(o.kv_cache_dtype);
   // Weights and activations estimated; the state pools exactly as GpuModel plans them.
-  GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights);
+  // The routed experts' format as GpuModel will resolve it (resolve_expert_format): w4a8 when
+  // asked for, or by auto for FP8 weights over a checkpoint's FP4 experts on sm_90.
+  int dev = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const bool w4a8 = g.expert_format == ExpertFormat::kW4a8 ||
+                    (g.expert_format == ExpertFormat::kAuto && o.fp8_weights && major == 9 &&
+                     !o.expert_checkpoint.empty() && config.quant.expert_dtype == "fp4" &&
+                     config.hidden_size % 32 == 0 && config.moe_intermediate_size % 32 == 0);
+  GpuSizing sizing = estimate_gpu_sizing(config, o.max_context, o.max_batch_tokens, o.fp8_weights, w4a8);
   const GpuStatePlan plan = plan_gpu_state(config, g);
   sizing.state_bytes_per_sequence = plan.state_bytes_per_sequence();
   if (o.mtp) {  // the MTP-1 window ring and kept streams (gpu_model_impl.h GpuMtp), fp32

@@ -5,6 +5,8 @@
 
 #include "base/error.h"
 #include "io/config_parser.h"
+#include "ops/moe/moe_w4a8.h"
+#include "runtime/fp8_weight_quant.h"
 
 namespace deepinfer {
 namespace {
@@ -13,16 +15,24 @@ constexpr int64_t kF32 = 4;
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // DeviceContext's cuBLASLt workspace
 constexpr int64_t kExpertRowAlign = 64;                 // gpu_model.cc pads each expert's rows
 
-// Bytes of one [rows, cols] projection: fp32, or FP8 codes + one fp32 scale per 128x128 block.
-int64_t matrix_bytes(int64_t rows, int64_t cols, bool fp8) {
+// Bytes of one [rows, cols] projection: fp32, or FP8 codes + one fp32 scale per block x block
+// (GpuModel's scale grid pads each row of blocks to a multiple of 4: fp8_weight_scale_ld).
+int64_t matrix_bytes(int64_t rows, int64_t cols, bool fp8, int64_t block) {
   if (!fp8) return rows * cols * kF32;
-  return rows * cols + ((rows + 127) / 128) * ((cols + 127) / 128) * kF32;
+  const int64_t kb = (cols + block - 1) / block;
+  return rows * cols + ((rows + block - 1) / block) * ((kb + 3) / 4 * 4) * kF32;
+}
+
+// One routed expert matrix [rows, cols] in W4A8 (ops/moe/moe_w4a8.h): FP4 codes and one UE8M0
+// byte per 32 of K, K padded to the kernel's group.
+int64_t w4a8_matrix_bytes(int64_t rows, int64_t cols) {
+  return w4a8_code_bytes(rows, cols) + w4a8_scale_bytes(rows, cols);
 }
 
 }  // namespace
 
 GpuSizing estimate_gpu_sizing(const ModelConfig& config, int64_t max_context,
-                              int64_t max_batch_tokens, bool fp8) {
+                              int64_t max_batch_tokens, bool fp8, bool w4a8_experts) {
   // What each layer owns comes from its plan (io/layer_plan.h), as GpuModel allocates it.
   ModelConfig c = config;
   if (static_cast<int64_t>(c.plan.size()) != c.num_layers) complete_model_config(&c);
@@ -32,6 +42,8 @@ GpuSizing estimate_gpu_sizing(const ModelConfig& config, int64_t max_context,
   const int64_t HI = c.index_n_heads, dI = c.index_head_dim, E = c.n_routed_experts;
   const int64_t k = c.n_experts_per_tok, I = c.moe_intermediate_size, Is = I * c.n_shared_experts;
   const int64_t T = max_batch_tokens;
+  const int64_t b = fp8_weight_block(c);  // 128 V4, 32 V4.1
+  auto matrix_bytes = [b](int64_t rows, int64_t cols, bool f8) { return deepinfer::matrix_bytes(rows, cols, f8, b); };
   GpuSizing s;
 
   // Weights.
@@ -64,7 +76,8 @@ GpuSizing estimate_gpu_sizing(const ModelConfig& config, int64_t max_context,
     }
     w += (E * D + E) * kF32;  // router gate, bias
     if (!c.hash_layers.empty() && c.is_hash_layer(l)) w += V * k * 4;
-    w += E * (2 * matrix_bytes(I, D, fp8) + matrix_bytes(D, I, fp8));
+    w += E * (w4a8_experts ? 2 * w4a8_matrix_bytes(I, D) + w4a8_matrix_bytes(D, I)
+                           : 2 * matrix_bytes(I, D, fp8) + matrix_bytes(D, I, fp8));
     w += 2 * matrix_bytes(Is, D, fp8) + matrix_bytes(D, Is, fp8);
   }
   s.weight_bytes = w;

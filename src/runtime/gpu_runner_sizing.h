@@ -22,10 +22,12 @@ struct GpuSizing {
   int64_t state_bytes_per_sequence = 0;
 };
 
-// `fp8_weights`: projections, experts and the head stored as FP8 e4m3 with 128x128 fp32
-// block scales; everything else fp32.
+// `fp8_weights`: projections, experts and the head stored as FP8 e4m3 with fp32 block scales
+// (128x128, V4.1 32x32: fp8_weight_block); everything else fp32. `w4a8_experts`: the routed
+// experts kept FP4 with UE8M0 scales per 32 (GpuModel's expert_format w4a8), about half of
+// their FP8 bytes.
 GpuSizing estimate_gpu_sizing(const ModelConfig& config, int64_t max_context, int64_t max_batch_tokens,
-                              bool fp8_weights);
+                              bool fp8_weights, bool w4a8_experts = false);
 
 // Sequences that fit: the engine may use `utilization` of `total_bytes`, less what others
 // already use (total - free). Returns min(max_sequences, fit); 0 when not even one fits.

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "engine_test_util.h"
 #include "io/config_parser.h"
+#include "model/tiny_model.h"
 #include "runtime/gpu_runner_sizing.h"
 #include "runtime/runner_factory.h"
 
@@ -165,6 +166,26 @@ TEST(GpuSizing, BenchV4FlashConfig) {
   EXPECT_LT(double(s.weight_bytes), 1.2 * experts);
   const int64_t gib = int64_t(1) << 30;
   EXPECT_GE(gpu_sequences_that_fit(s, 139 * gib, 140 * gib, 0.9, 256), 64);
+  // W4A8 routed experts (FP4 codes + one UE8M0 byte per 32): 4 x 256 experts x 3 matrices of
+  // 4096 x 2048 at 0.5 + 1/32 bytes a weight; everything else as with FP8 experts.
+  const GpuSizing w = estimate_gpu_sizing(c, 4096, 2048, true, /*w4a8_experts=*/true);
+  const double saved = experts * (1.0 - (0.5 + 1.0 / 32));
+  const double fp8_expert_scales = 4.0 * 256 * 3 * (4096.0 / 128) * (2048.0 / 128) * 4;
+  EXPECT_NEAR(double(s.weight_bytes - w.weight_bytes), saved + fp8_expert_scales, 1.0);
+  EXPECT_EQ(w.state_bytes_per_sequence, s.state_bytes_per_sequence);
+}
+
+// V4.1's FP8 weights carry one fp32 scale per 32x32 block (16x V4's 128x128 count), rows of
+// blocks padded to a multiple of 4 as GpuModel's grid is.
+TEST(GpuSizing, V41BlockScales) {
+  ModelConfig c = builtin_model_config("tiny-v4.1");
+  const GpuSizing f32 = estimate_gpu_sizing(c, 256, 64, false);
+  const GpuSizing f8 = estimate_gpu_sizing(c, 256, 64, true);
+  ModelConfig v4 = c;
+  v4.model_type = "deepseek_v4";  // the same shapes on V4's 128 grid
+  const GpuSizing f8_128 = estimate_gpu_sizing(v4, 256, 64, true);
+  EXPECT_LT(f8.weight_bytes, f32.weight_bytes);
+  EXPECT_GT(f8.weight_bytes, f8_128.weight_bytes);  // more scales on the 32 grid
 }
 
 }  // namespace
