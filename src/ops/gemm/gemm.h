@@ -71,13 +71,19 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 #ifdef DEEPINFER_CUDA
 
 // FP8 implementations. cuBLASLt 13.1 on sm_90 has no block-scaled algorithm when M is not a
-// multiple of 4 (seen on the H200: M = 1, 5 refused); our SIMT kernel (one warp per output
-// column, fp32 FMAs, weights read once per 8 rows) covers every M and is the fast one for
-// decode-sized M. kAuto: cuBLASLt where it has an algorithm and M > kFp8SimtMaxM, else SIMT.
-// The SIMT kernel needs 16-byte aligned xq, wq and K % 16 == 0 (as cuBLASLt does).
-// block 32 (V4.1) always runs the SIMT kernel (cuBLASLt's block-scaled modes are 128 only):
-// kCublasLt with block 32 is refused (kUnsupported).
-enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt };
+// multiple of 4 (seen on the H200: M = 1, 5 refused) and none for block 32. Our kernels
+// (ops/gemm/gemm_fp8_kernels.h) need 16-byte aligned xq, wq and K % 16 == 0 (as cuBLASLt does):
+//  * kSimt: one warp per output column, fp32 FMAs, weights read once per 8 rows; every M,
+//    the fast one for decode-sized M; a row's arithmetic never depends on M (batch-invariant
+//    mode uses it for every M: runtime/device_linear.cc).
+//  * kMma: tensor cores (mma.sync m16n8k32 e4m3), per-K-block promotion in fp32 (the
+//    reference's per-block sums up to summation order); every M, for prefill-sized M.
+//  * kCublasLt: block 128 only (block 32 is refused: kUnsupported).
+// kAuto: block 32 -> kMma when M >= kFp8MmaMinM, else kSimt; block 128 -> cuBLASLt where it
+// has an algorithm and M > kFp8SimtMaxM, else kSimt (kMma for block 128 only when asked for,
+// until it is measured against cuBLASLt).
+enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma };
+constexpr int64_t kFp8MmaMinM = 16;
 constexpr int64_t kFp8SimtMaxM = 0;
 
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.

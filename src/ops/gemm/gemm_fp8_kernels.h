@@ -1,0 +1,28 @@
+// Internal to ops/gemm: the block-scaled FP8 kernels' launchers on raw device pointers, shared
+// by gemm.cu (dispatch) and bench/gemm_fp8 (standalone check + timing). The contract is
+// gemm.h's gemm_fp8_block_cuda (xq [M, K] e4m3, sx [n_kb, M], wq [N, K] e4m3, sw [n_nb, ld],
+// ld = fp8_weight_scale_ld(K, block), K % 16 == 0, block 128 or 32); the caller validated it.
+// They run on `stream`, never allocate or synchronise (graph capturable).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer::gemm_detail {
+
+// SIMT kernel (gemm_fp8_simt.cu): one warp per output column, any M; a row's arithmetic is
+// independent of M (batch invariant).
+void fp8_block_simt(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
+                    const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16,
+                    int64_t block);
+
+// Tensor-core kernel (gemm_fp8_mma.cu): mma.sync m16n8k32 e4m3 (sm_89+), CTA tiles of
+// 128 x 128 (or 64 x 256 for M <= 64), per-K-block promotion into fp32 accumulators (exactly the
+// reference's per-block sums up to fp32 order inside a block). Any M, N; for prefill-sized M.
+// Needs 16-byte aligned xq, wq.
+void fp8_block_mma(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
+                   const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16,
+                   int64_t block);
+
+}  // namespace deepinfer::gemm_detail
