@@ -271,7 +271,7 @@ WeightStore WeightStore::build(const std::map<std::string, Tensor>& tensors,
       st->shape = {job.weight.size(0), 2 * job.weight.size(1)};
     }
     auto [it, inserted] = store.entries_.emplace(
-        job.native, Entry{Tensor(), job.origin == job.native ? "" : job.origin, false, st});
+        job.native, Entry{Tensor(), job.origin == job.native ? "" : job.origin, false, false, st});
     CHECK(inserted) << "checkpoint '" << source << "': tensors '"
                     << (it->second.origin.empty() ? job.native : it->second.origin) << "' and '"
                     << job.origin << "' both map to '" << job.native << "'";
@@ -289,6 +289,7 @@ WeightStore WeightStore::build(const std::map<std::string, Tensor>& tensors,
         break;
       case JobKind::kRaw:
         put(job.native, job.weight, job.origin);
+        store.entries_.at(job.native).mapped_view = mapped;
         break;
       case JobKind::kFp8:
         put(job.native,
@@ -350,6 +351,7 @@ StoredTensor WeightStore::take_stored(const std::string& name, const Shape& expe
   st.weight = e.tensor;
   st.shape = e.tensor.shape();
   st.dtype = e.tensor.dtype();
+  st.mapped = e.mapped_view;
   return st;
 }
 

@@ -102,7 +102,8 @@ class WeightStore {
   const Tensor& peek(const std::string& name) const;
   // take() for any store, deferred or not: the same checks (against the converted shape and
   // dtype), marks the tensor taken and returns how it is stored (a tensor the store holds
-  // converted is a kPlain StoredTensor of itself, mapped = false).
+  // converted is a kPlain StoredTensor of itself: mapped = false, or true for a raw tensor
+  // kept as a view of the mapped checkpoint, e.g. an Engram table).
   StoredTensor take_stored(const std::string& name, const Shape& expected,
                            std::optional<DType> dtype = std::nullopt);
   // The StoredTensor of a deferred entry (kept as stored, not converted); null otherwise.
@@ -128,6 +129,7 @@ class WeightStore {
     Tensor tensor;
     std::string origin;  // checkpoint name, if different from the native name
     bool taken = false;
+    bool mapped_view = false;  // tensor is a view of the mapped checkpoint (raw tensors)
     std::shared_ptr<const StoredTensor> stored;  // deferred entries (tensor undefined)
   };
   static WeightStore build(const std::map<std::string, Tensor>& tensors, const ModelConfig& config,

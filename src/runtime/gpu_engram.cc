@@ -19,6 +19,19 @@
 namespace deepinfer {
 namespace {
 
+// From a streamed checkpoint the table is a view of the mapped file: its rows' pages are
+// dropped once packed (StreamedWeights::release_view_bytes checks that the range is such a
+// view and does nothing otherwise), so the resident set does not keep the stored table on top
+// of its packed copy; a later read faults them back in from the file.
+void release_table_rows(const GpuWeightStream* ws, const EngramWeights& w, int64_t r0, int64_t r1) {
+  if (ws == nullptr || r1 <= r0) return;
+  const int64_t hd = w.table.size(1), n_sc = w.table_scale.size(1);
+  const auto* codes = static_cast<const uint8_t*>(w.table.raw());
+  const auto* scales = static_cast<const uint8_t*>(w.table_scale.raw());
+  ws->streamed().release_view_bytes(codes + r0 * hd, static_cast<size_t>((r1 - r0) * hd));
+  ws->streamed().release_view_bytes(scales + r0 * n_sc, static_cast<size_t>((r1 - r0) * n_sc));
+}
+
 void check_shape(const Tensor& t, const Shape& shape, DType dtype, const std::string& what) {
   CHECK(t.defined() && t.shape() == shape && t.dtype() == dtype)
       << "GpuEngram: " << what << " is " << (t.defined() ? t.str() : std::string("undefined"))
@@ -149,12 +162,14 @@ GpuEngram::GpuEngram(const ModelConfig& cfg, int64_t layer, const EngramWeights&
       pack_table(w, packed.data(), r0, r1);
       cuda::copy_h2d(table_device_.data<uint8_t>() + r0 * row_bytes, packed.data(),
                      (r1 - r0) * row_bytes);
+      release_table_rows(ws, w, r0, r1);
     }
     base = table_device_.data<uint8_t>();
     device_bytes_ += table_bytes_;
   } else {
     pinned_ = pinned_mapped(table_bytes_);
     pack_table(w, pinned_.data<uint8_t>(), 0, n_table_rows);
+    release_table_rows(ws, w, 0, n_table_rows);
     void* dev = nullptr;
     CUDA_CHECK(cudaHostGetDevicePointer(&dev, pinned_.raw(), 0));
     base = static_cast<const uint8_t*>(dev);

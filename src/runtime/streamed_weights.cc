@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "io/checkpoint.h"
+#include "io/weight_stream.h"
 
 namespace deepinfer {
 namespace {
@@ -43,7 +44,10 @@ class StreamedWeights::Source : public WeightSource {
   Tensor take(const std::string& name, const Shape& shape) override {
     const bool is_table = name.size() >= 7 && name.compare(name.size() - 7, 7, "tid2eid") == 0;
     StoredTensor st = owner_->store_.take_stored(name, shape, is_table ? DType::I32 : DType::F32);
-    if (owner_->store_.deferred(name) == nullptr) return st.weight;
+    if (owner_->store_.deferred(name) == nullptr) {
+      owner_->note_view(st);
+      return st.weight;
+    }
     return owner_->placeholder(std::move(st));
   }
   Tensor take_raw(const std::string& name, const Shape& shape, DType dtype) override {
@@ -51,6 +55,7 @@ class StreamedWeights::Source : public WeightSource {
     CHECK_KIND(kUnsupported, owner_->store_.deferred(name) == nullptr)
         << "tensor '" << name << "' of checkpoint '" << owner_->path_
         << "' is needed in its stored form, which the streaming loader does not hand out";
+    owner_->note_view(st);
     return st.weight;
   }
   bool has(const std::string& name) const override { return owner_->store_.has(name); }
@@ -164,6 +169,24 @@ StreamedWeights* StreamedWeights::owner_of(const void* p) {
     if (w->contains(p)) return w;
   }
   return nullptr;
+}
+
+void StreamedWeights::note_view(const StoredTensor& st) {
+  if (!st.mapped || !st.weight.defined() || st.weight.nbytes() == 0) return;
+  const auto b = reinterpret_cast<uintptr_t>(st.weight.raw());
+  mapped_views_[b] = b + st.weight.nbytes();
+}
+
+bool StreamedWeights::in_mapped_view(const void* p, size_t n) const {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  auto it = mapped_views_.upper_bound(b);
+  if (p == nullptr || it == mapped_views_.begin()) return false;
+  --it;
+  return b >= it->first && b + n <= it->second;
+}
+
+void StreamedWeights::release_view_bytes(const void* p, size_t n) const {
+  if (n > 0 && in_mapped_view(p, n)) release_mapped_bytes(p, n);
 }
 
 }  // namespace deepinfer

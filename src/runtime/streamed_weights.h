@@ -59,6 +59,14 @@ class StreamedWeights {
   bool contains(const void* p) const;
   static StreamedWeights* owner_of(const void* p);
 
+  // Tensors handed out as they are stored (Engram tables) that are views of the mapped
+  // checkpoint: whether [p, p + n) lies inside one, and release_view_bytes, which drops the
+  // process's pages of that range (io/weight_stream.h release_mapped_bytes; a later read faults
+  // them back in from the file) when it does and does nothing otherwise (never on memory
+  // that is not a file mapping, where dropping pages would zero it).
+  bool in_mapped_view(const void* p, size_t n) const;
+  void release_view_bytes(const void* p, size_t n) const;
+
   // Stored bytes (weight + scale) of all placeholder tensors, and the largest one.
   size_t stored_bytes() const { return stored_bytes_; }
   size_t largest_stored_bytes() const { return largest_stored_bytes_; }
@@ -67,12 +75,14 @@ class StreamedWeights {
  private:
   class Source;
   Tensor placeholder(StoredTensor st);
+  void note_view(const StoredTensor& st);  // records a handed-out view of the mapping
 
   std::string path_;
   WeightStore store_;
   uint8_t* base_ = nullptr;
   size_t reserved_ = 0, used_ = 0;
   std::map<uintptr_t, std::unique_ptr<StoredTensor>> spans_;  // span start -> tensor
+  std::map<uintptr_t, uintptr_t> mapped_views_;                // view start -> end (take_raw)
   size_t stored_bytes_ = 0, largest_stored_bytes_ = 0;
   ModelWeights weights_;
 };

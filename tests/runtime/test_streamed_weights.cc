@@ -220,6 +220,42 @@ TEST(StreamedWeights, OffGridRangesAreRefusedAndReleaseKeepsValues) {
   EXPECT_EQ(store.take_stored(fp8->native, fp8->shape).origin, fp8->origin);
 }
 
+// Engram tables are handed out as views of the mapped checkpoint; release_view_bytes drops
+// their pages only inside such a view (values read back unchanged from the file) and leaves
+// any other memory alone (on anonymous memory dropping pages would zero it).
+TEST(StreamedWeights, EngramTablesAreMappedViewsWhosePagesCanBeDropped) {
+  for (const char* q : {"bf16", "fp8"}) {
+    const std::string dir = std::string("tests/data/golden_v41/engram/") + q;
+    const ModelConfig cfg = load_model_config(dir);
+    const StreamedWeights streamed(dir, cfg);
+    int64_t tables = 0;
+    for (const LayerWeights& l : streamed.weights().layers) {
+      for (const Tensor* t : {&l.engram.table, &l.engram.table_scale}) {
+        if (!t->defined()) continue;
+        ++tables;
+        const auto* p = static_cast<const uint8_t*>(t->raw());
+        const size_t n = t->nbytes();
+        ASSERT_GT(n, 2u);
+        EXPECT_TRUE(streamed.in_mapped_view(p, n)) << dir;
+        EXPECT_TRUE(streamed.in_mapped_view(p + 1, n - 2)) << dir;
+        EXPECT_FALSE(streamed.in_mapped_view(p, n + 1)) << dir;       // one byte past its end
+        EXPECT_FALSE(streamed.in_mapped_view(p - 1, 2)) << dir;       // one byte before it
+        const std::vector<uint8_t> before(p, p + n);
+        streamed.release_view_bytes(p, n);
+        EXPECT_EQ(std::memcmp(before.data(), p, n), 0) << dir << ": values changed after the release";
+      }
+    }
+    EXPECT_EQ(tables, 2 * static_cast<int64_t>(cfg.engram.layer_ids.size()))
+        << dir << ": each engram layer's table and scales";
+    // Memory that is not a view of the checkpoint: not released, not changed.
+    std::vector<uint8_t> heap(1 << 16, 0x5a);
+    EXPECT_FALSE(streamed.in_mapped_view(heap.data(), heap.size()));
+    streamed.release_view_bytes(heap.data(), heap.size());
+    EXPECT_EQ(heap[0], 0x5a);
+    EXPECT_EQ(heap[heap.size() - 1], 0x5a);
+  }
+}
+
 TEST(StreamedWeights, HostFp32EstimateIsWhatTheEagerStoreHolds) {
   for (const char* sub : {"mixed_quant/native", "mixed_quant/hf", "csa/hf"}) {
     const std::string dir = (kGolden / sub).string();
