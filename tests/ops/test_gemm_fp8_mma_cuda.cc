@@ -1,0 +1,165 @@
+// The tensor-core block-scaled FP8 GEMM (Fp8GemmImpl::kMma, ops/gemm/gemm_fp8_mma.cu) vs
+// gemm_fp8_block_ref and vs the SIMT kernel, block 32 and 128. What it proves:
+//  * Values at awkward sizes: M 16, 17, 100, 300 (and 1024 at the largest K), N 8, 100, 1280
+//    (plus 77 / 333: not a multiple of the 8-column mma tile nor of a weight block), K 32, 48
+//    (a partial last block for both block sizes), 1280, 5120, 8192, 1040 / 2064 (partial last
+//    block). Activations: random e4m3 codes (no NaN) with a random power-of-two scale per 1 x b
+//    block over 2^-10..2^-2, weights with one per b x b block over 2^-12..2^-4: a kernel that
+//    reads the scale of another block, or a fragment element of another row / column / K, is
+//    off by O(1) relative and fails at once.
+//    Bound: e4m3 products are exact in fp32, so an F32 output differs from the reference only by
+//    fp32 summation order (inside a block, and the block promotions' rounding): per output the
+//    relative error is ~ sqrt(K) * 2^-24 for random signs, NMSE ~1e-13; we assert NMSE < 1e-9
+//    against the reference and against kSimt. BF16 output: round-to-nearest adds 2^-9
+//    relative, NMSE ~1e-6; asserted < 1e-5 against the bf16-rounded reference.
+//  * V4.1-Flash shapes at M = 4096 (wq_a, wq_b, wkv, wo_a group, wo_b, shared expert w1 / w2):
+//    kMma vs kSimt (the CPU reference is too slow at these sizes; kSimt is checked against it
+//    by test_gemm_fp8_b32_cuda), plus one against the reference at M = 64.
+//  * Dispatch: kAuto with block 32 at M >= kFp8MmaMinM gives kMma's bits, below it kSimt's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "cuda/device_context.h"
+#include "cuda/device_tensor.h"
+#include "op_test_util.h"
+#include "ops/gemm/gemm.h"
+
+namespace deepinfer {
+namespace {
+
+cuda::DeviceContext& ctx() {
+  static cuda::DeviceContext context;
+  return context;
+}
+
+Tensor upload(const void* data, DType dtype, Shape shape) {
+  Tensor t = cuda::device_empty(dtype, shape);
+  cuda::copy_h2d(t.raw(), data, t.nbytes(), ctx().stream());
+  return t;
+}
+
+struct Problem {
+  int64_t m, n, k, b;
+  std::vector<uint8_t> xq, wq;
+  std::vector<float> sx_row, sx_blk, sw_grid, sw_pad;
+};
+
+void random_codes(std::mt19937_64& rng, std::vector<uint8_t>& v, int64_t count) {
+  std::uniform_int_distribution<int> code(0, 255);
+  v.resize(count);
+  for (auto& c : v) {
+    int x = code(rng);
+    while ((x & 0x7f) == 0x7f) x = code(rng);  // e4m3's NaN codes
+    c = static_cast<uint8_t>(x);
+  }
+}
+
+Problem make(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b) {
+  Problem p{m, n, k, b, {}, {}, {}, {}, {}, {}};
+  random_codes(rng, p.xq, m * k);
+  random_codes(rng, p.wq, n * k);
+  const int64_t n_kb = ceil_div64(k, b), n_nb = ceil_div64(n, b);
+  std::uniform_int_distribution<int> ex(-10, -2), ew(-12, -4);
+  p.sx_row.resize(m * n_kb);
+  p.sx_blk.resize(m * n_kb);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t kb = 0; kb < n_kb; ++kb)
+      p.sx_row[r * n_kb + kb] = p.sx_blk[kb * m + r] = std::ldexp(1.0f, ex(rng));
+  p.sw_grid.resize(n_nb * n_kb);
+  for (auto& s : p.sw_grid) s = std::ldexp(1.0f, ew(rng));
+  p.sw_pad = expand_weight_scales_f32(p.sw_grid.data(), n, k, b);
+  return p;
+}
+
+struct DeviceProblem {
+  Tensor xq, wq, sx, sw;
+  explicit DeviceProblem(const Problem& p)
+      : xq(upload(p.xq.data(), DType::F8_E4M3, {p.m, p.k})),
+        wq(upload(p.wq.data(), DType::F8_E4M3, {p.n, p.k})),
+        sx(upload(p.sx_blk.data(), DType::F32, {ceil_div64(p.k, p.b), p.m})),
+        sw(upload(p.sw_pad.data(), DType::F32,
+                  {ceil_div64(p.n, p.b), fp8_weight_scale_ld(p.k, p.b)})) {}
+};
+
+std::vector<float> run(const Problem& p, const DeviceProblem& d, DType y_dtype,
+                       Fp8GemmImpl impl) {
+  Tensor y = cuda::device_filled(y_dtype, {p.m, p.n}, 0xff, ctx().stream());  // NaN poison
+  gemm_fp8_block_cuda(ctx(), d.xq.raw(), d.sx.data<float>(), d.wq.raw(), d.sw.data<float>(), p.m,
+                      p.n, p.k, y.raw(), y_dtype, impl, p.b);
+  const Tensor h = cuda::to_host(y, ctx().stream());
+  std::vector<float> out(h.numel());
+  for (int64_t i = 0; i < h.numel(); ++i)
+    out[i] = y_dtype == DType::BF16 ? bf16_to_f32(h.data<uint16_t>()[i]) : h.data<float>()[i];
+  return out;
+}
+
+void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b) {
+  SCOPED_TRACE(testing::Message() << "block " << b << " M=" << m << " N=" << n << " K=" << k);
+  const Problem p = make(rng, m, n, k, b);
+  const DeviceProblem d(p);
+  std::vector<float> ref(m * n);
+  gemm_fp8_block_ref(p.xq.data(), p.sx_row.data(), p.wq.data(), p.sw_grid.data(), m, n, k,
+                     ref.data(), b);
+  const auto y = run(p, d, DType::F32, Fp8GemmImpl::kMma);
+  const double e = test::nmse(y.data(), ref.data(), m * n);
+  EXPECT_LT(e, 1e-9) << "F32 nmse vs ref " << e;
+  const auto ys = run(p, d, DType::F32, Fp8GemmImpl::kSimt);
+  const double es = test::nmse(y.data(), ys.data(), m * n);
+  EXPECT_LT(es, 1e-9) << "F32 nmse vs simt " << es;
+  for (auto& v : ref) v = round_bf16(v);
+  const auto yb = run(p, d, DType::BF16, Fp8GemmImpl::kMma);
+  const double eb = test::nmse(yb.data(), ref.data(), m * n);
+  EXPECT_LT(eb, 1e-5) << "BF16 nmse " << eb;
+}
+
+void check_simt(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b) {
+  SCOPED_TRACE(testing::Message() << "block " << b << " M=" << m << " N=" << n << " K=" << k);
+  const Problem p = make(rng, m, n, k, b);
+  const DeviceProblem d(p);
+  const auto y = run(p, d, DType::F32, Fp8GemmImpl::kMma);
+  const auto ys = run(p, d, DType::F32, Fp8GemmImpl::kSimt);
+  const double e = test::nmse(y.data(), ys.data(), m * n);
+  EXPECT_LT(e, 1e-9) << "F32 nmse vs simt " << e;
+}
+
+TEST(GemmFp8MmaCuda, AwkwardSizes) {
+  auto rng = test::fresh_rng();
+  for (int64_t b : {32, 128}) {
+    for (int64_t m : {16, 17, 100, 300}) {
+      check_ref(rng, m, 8, 32, b);
+      check_ref(rng, m, 100, 48, b);     // partial last K block
+      check_ref(rng, m, 77, 1040, b);    // partial last block (b 32: half; b 128: 1/8)
+      check_ref(rng, m, 1280, 1280, b);
+    }
+    check_ref(rng, 100, 333, 5120, b);
+    check_ref(rng, 1024, 100, 8192, b);
+    check_ref(rng, 65, 1000, 2064, b);   // just past the 64-row tile
+  }
+}
+
+TEST(GemmFp8MmaCuda, V41FlashShapesMatchSimt) {
+  auto rng = test::fresh_rng();
+  const int64_t shapes[][2] = {{1280, 5120}, {32768, 1280}, {512, 5120}, {1024, 4096},
+                               {5120, 8192}, {2304, 5120},  {5120, 2304}};
+  for (const auto& s : shapes) check_simt(rng, 4096, s[0], s[1], kFp8GemmBlockV41);
+  check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41);  // wo_b at M = 64 vs the reference
+}
+
+TEST(GemmFp8MmaCuda, AutoPicksMmaForBlock32PrefillOnly) {
+  auto rng = test::fresh_rng();
+  for (int64_t m : {kFp8MmaMinM - 1, kFp8MmaMinM, int64_t{200}}) {
+    const Problem p = make(rng, m, 96, 1040, kFp8GemmBlockV41);
+    const DeviceProblem d(p);
+    const auto y_auto = run(p, d, DType::F32, Fp8GemmImpl::kAuto);
+    const auto y_want = run(p, d, DType::F32,
+                            m >= kFp8MmaMinM ? Fp8GemmImpl::kMma : Fp8GemmImpl::kSimt);
+    EXPECT_EQ(0, std::memcmp(y_auto.data(), y_want.data(), y_auto.size() * sizeof(float)))
+        << "M=" << m;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
