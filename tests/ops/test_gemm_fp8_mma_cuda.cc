@@ -15,7 +15,8 @@
 //  * V4.1-Flash shapes at M = 4096 (wq_a, wq_b, wkv, wo_a group, wo_b, shared expert w1 / w2):
 //    kMma vs kSimt (the CPU reference is too slow at these sizes; kSimt is checked against it
 //    by test_gemm_fp8_b32_cuda), plus one against the reference at M = 64.
-//  * Dispatch: kAuto with block 32 at M >= kFp8MmaMinM gives kMma's bits, below it kSimt's.
+//  * Dispatch: with kFp8MmaAuto, kAuto with block 32 at M >= kFp8MmaMinM gives kMma's bits,
+//    below it (and while kFp8MmaAuto is off) kSimt's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -148,14 +149,15 @@ TEST(GemmFp8MmaCuda, V41FlashShapesMatchSimt) {
   check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41);  // wo_b at M = 64 vs the reference
 }
 
-TEST(GemmFp8MmaCuda, AutoPicksMmaForBlock32PrefillOnly) {
+// kAuto takes kMma for block 32 at M >= kFp8MmaMinM only once kFp8MmaAuto is on (gemm.h).
+TEST(GemmFp8MmaCuda, AutoPicksMmaForBlock32PrefillOnlyWhenEnabled) {
   auto rng = test::fresh_rng();
   for (int64_t m : {kFp8MmaMinM - 1, kFp8MmaMinM, int64_t{200}}) {
     const Problem p = make(rng, m, 96, 1040, kFp8GemmBlockV41);
     const DeviceProblem d(p);
     const auto y_auto = run(p, d, DType::F32, Fp8GemmImpl::kAuto);
     const auto y_want = run(p, d, DType::F32,
-                            m >= kFp8MmaMinM ? Fp8GemmImpl::kMma : Fp8GemmImpl::kSimt);
+                            kFp8MmaAuto && m >= kFp8MmaMinM ? Fp8GemmImpl::kMma : Fp8GemmImpl::kSimt);
     EXPECT_EQ(0, std::memcmp(y_auto.data(), y_want.data(), y_auto.size() * sizeof(float)))
         << "M=" << m;
   }

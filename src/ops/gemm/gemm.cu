@@ -175,7 +175,8 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   CHECK_KIND(kUnsupported, k % 16 == 0) << "fp8 gemm: K=" << k << " is not a multiple of 16";
   const bool y_bf16 = y_dtype == DType::BF16;
   const bool use_mma = impl == Fp8GemmImpl::kMma ||
-                       (impl == Fp8GemmImpl::kAuto && block != kFp8GemmBlock && m >= kFp8MmaMinM);
+                       (kFp8MmaAuto && impl == Fp8GemmImpl::kAuto && block != kFp8GemmBlock &&
+                        m >= kFp8MmaMinM);
   if (use_mma) {
     gemm_detail::fp8_block_mma(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
                                y_bf16, block);

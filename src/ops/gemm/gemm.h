@@ -79,10 +79,13 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //  * kMma: tensor cores (mma.sync m16n8k32 e4m3), per-K-block promotion in fp32 (the
 //    reference's per-block sums up to summation order); every M, for prefill-sized M.
 //  * kCublasLt: block 128 only (block 32 is refused: kUnsupported).
-// kAuto: block 32 -> kMma when M >= kFp8MmaMinM, else kSimt; block 128 -> cuBLASLt where it
-// has an algorithm and M > kFp8SimtMaxM, else kSimt (kMma for block 128 only when asked for,
-// until it is measured against cuBLASLt).
+// kAuto: block 128 -> cuBLASLt where it has an algorithm and M > kFp8SimtMaxM, else kSimt;
+// block 32 -> kSimt. kMma is taken only when asked for: it has not run on a GPU yet (written
+// 2026-12-02 without device time; test_gemm_fp8_mma_cuda and bench/gemm_fp8/run_h200.sh check
+// and time it). Once they pass, kFp8MmaAuto = true makes kAuto pick it for block 32 at
+// M >= kFp8MmaMinM.
 enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma };
+constexpr bool kFp8MmaAuto = false;
 constexpr int64_t kFp8MmaMinM = 16;
 constexpr int64_t kFp8SimtMaxM = 0;
 
