@@ -103,15 +103,16 @@ __global__ void fill_index_cache_kernel(uint8_t* cache, size_t n_blocks, int blo
     }
   }
 }
+// Generators run on the legacy stream and synchronise: the ops run on ctx's non-blocking stream.
 void grid_fill(size_t n, int* blocks) { *blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 132 * 16)); }
 void fill_e4m3(uint8_t* p, size_t n, uint64_t seed) {
-  int b; grid_fill(n, &b); fill_e4m3_kernel<<<b, 256>>>(p, n, seed); CK(cudaGetLastError());
+  int b; grid_fill(n, &b); fill_e4m3_kernel<<<b, 256>>>(p, n, seed); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
 }
 void fill_scale(float* p, size_t n, uint64_t seed, float lo, int pow2) {
-  int b; grid_fill(n, &b); fill_scale_kernel<<<b, 256>>>(p, n, seed, lo, pow2); CK(cudaGetLastError());
+  int b; grid_fill(n, &b); fill_scale_kernel<<<b, 256>>>(p, n, seed, lo, pow2); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
 }
 void fill_f32(float* p, size_t n, uint64_t seed, float amp, int e4m3) {
-  int b; grid_fill(n, &b); fill_f32_kernel<<<b, 256>>>(p, n, seed, amp, e4m3); CK(cudaGetLastError());
+  int b; grid_fill(n, &b); fill_f32_kernel<<<b, 256>>>(p, n, seed, amp, e4m3); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
 }
 
 // ------------------------------------------------------------------------------ host helpers
@@ -540,7 +541,7 @@ void indexer_case(const std::string& name, const std::string& shape, int64_t row
     lay.head_dim = kHd, lay.block_size = kBlk, lay.format = IndexKeyFormat::kE4m3Fp32Scale;
     const int64_t mb = keys_per_seq / kBlk, nb = n_seqs * mb, bb = lay.block_bytes();
     uint8_t* cache = dalloc<uint8_t>(nb * bb);
-    { int b; grid_fill(nb * bb, &b); fill_index_cache_kernel<<<b, 256>>>(cache, nb, kBlk, kHd, 41 + rows); CK(cudaGetLastError()); }
+    { int b; grid_fill(nb * bb, &b); fill_index_cache_kernel<<<b, 256>>>(cache, nb, kBlk, kHd, 41 + rows); CK(cudaGetLastError()); CK(cudaDeviceSynchronize()); }
     float* q = dalloc<float>(rows * kH * kHd);
     float* g = dalloc<float>(rows * kH);
     fill_f32(q, rows * kH * kHd, 42 + rows, 448.0f, 1);

@@ -54,7 +54,7 @@ export ANCHOR_JIT_WORKERS=${ANCHOR_JIT_WORKERS:-12} ANCHOR_ONLY="$ONLY"
 echo "ANCHOR_BUDGET_S=$ANCHOR_BUDGET_S"
 OUT=$OUT timeout $(( LEFT > 120 ? LEFT - 20 : 100 )) bash bench/anchors/deepgemm_run.sh > /dev/null 2>&1
 echo "deepgemm_run rc=$? [t=$(el)s]"
-tail -5 "$OUT/deepgemm-run.log" 2>/dev/null
+tail -15 "$OUT/deepgemm-run.log" 2>/dev/null
 
 if [ "${SBS_FLASHMLA:-0}" = 1 ] && [ -d .carry/snap/src ] && [ -d .carry/anchors ]; then
   echo "=== (c) FlashMLA sparse decode vs ours  [t=$(el)s]"
