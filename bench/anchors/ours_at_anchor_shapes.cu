@@ -241,6 +241,7 @@ void guarded(const std::string& name, const std::function<void()>& body) {
     r.impl = "-";
     r.note = std::string("ERROR ") + e.what();
     std::printf("| %s | - | | | | | | %s |\n", name.c_str(), r.note.c_str());
+    if (g_out) std::fprintf(g_out, "| %s | - | | | | | | %s |\n", name.c_str(), r.note.c_str()), std::fflush(g_out);
   }
   const cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {

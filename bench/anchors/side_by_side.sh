@@ -103,7 +103,9 @@ txt = '\n'.join(['# Ours vs DeepGEMM at identical problems (one device call)', '
                  f'ours: {hdr}', '', 'DeepGEMM: ' + ', '.join(f'{k}={v}' for k, v in info.items()), '',
                  'ours/DeepGEMM (speed) = DeepGEMM us / ours us (> 1: ours faster). FoM = the anchor\'s figure of merit '
                  '(dense M <= 256, masked, mqa decode: GB/s; else TFLOP/s over real rows). MoE: same top-6/256 routing '
-                 'when ours.md notes "anchor routing"; our w13 is W1|W3 (N = 2048 each) in one launch, fp32 out.', ''] + rows
+                 'when ours.md notes "anchor routing"; our w13 is W1+W3 (N = 2048 each) in one launch, fp32 out. '
+                 'Timers: ours = CUDA events around one call (launch latency included, a few us: it weighs on the '
+                 'smallest cases); DeepGEMM = kineto kernel time (events where its note says so).', ''] + rows
                 + ([''] + [f'anchor-only case: {c}' for c in missing] if missing else []))
 open(f'{out}/side-by-side.md', 'w').write(txt + '\n')
 print(txt)
