@@ -27,55 +27,14 @@
 #include "cuda/device_context.h"
 #include "cuda/device_tensor.h"
 #include "op_test_util.h"
+#include "gemm_fp8_test_util.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_fp8_gemv_cuda.h"
 
 namespace deepinfer {
 namespace {
 
-cuda::DeviceContext& ctx() {
-  static cuda::DeviceContext context;
-  return context;
-}
-
-Tensor upload(const void* data, DType dtype, Shape shape) {
-  Tensor t = cuda::device_empty(dtype, shape);
-  cuda::copy_h2d(t.raw(), data, t.nbytes(), ctx().stream());
-  return t;
-}
-
-struct Problem {
-  int64_t m, n, k, b;
-  std::vector<uint8_t> xq, wq;
-  std::vector<float> sx_row, sx_blk, sw_grid, sw_pad;
-};
-
-void random_codes(std::mt19937_64& rng, std::vector<uint8_t>& v, int64_t count) {
-  std::uniform_int_distribution<int> code(0, 255);
-  v.resize(count);
-  for (auto& c : v) {
-    int x = code(rng);
-    while ((x & 0x7f) == 0x7f) x = code(rng);  // e4m3's NaN codes
-    c = static_cast<uint8_t>(x);
-  }
-}
-
-Problem make(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b) {
-  Problem p{m, n, k, b, {}, {}, {}, {}, {}, {}};
-  random_codes(rng, p.xq, m * k);
-  random_codes(rng, p.wq, n * k);
-  const int64_t n_kb = ceil_div64(k, b), n_nb = ceil_div64(n, b);
-  std::uniform_int_distribution<int> ex(-10, -2), ew(-12, -4);
-  p.sx_row.resize(m * n_kb);
-  p.sx_blk.resize(m * n_kb);
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t kb = 0; kb < n_kb; ++kb)
-      p.sx_row[r * n_kb + kb] = p.sx_blk[kb * m + r] = std::ldexp(1.0f, ex(rng));
-  p.sw_grid.resize(n_nb * n_kb);
-  for (auto& s : p.sw_grid) s = std::ldexp(1.0f, ew(rng));
-  p.sw_pad = expand_weight_scales_f32(p.sw_grid.data(), n, k, b);
-  return p;
-}
+using namespace gemm_fp8_test;
 
 // Rows [r0, r0 + count) of p as a problem of their own (same weight).
 Problem rows_of(const Problem& p, int64_t r0, int64_t count) {
@@ -88,24 +47,6 @@ Problem rows_of(const Problem& p, int64_t r0, int64_t count) {
   for (int64_t r = 0; r < count; ++r)
     for (int64_t kb = 0; kb < n_kb; ++kb) q.sx_blk[kb * count + r] = p.sx_row[(r0 + r) * n_kb + kb];
   return q;
-}
-
-struct DeviceProblem {
-  Tensor xq, wq, sx, sw;
-  explicit DeviceProblem(const Problem& p)
-      : xq(upload(p.xq.data(), DType::F8_E4M3, {p.m, p.k})),
-        wq(upload(p.wq.data(), DType::F8_E4M3, {p.n, p.k})),
-        sx(upload(p.sx_blk.data(), DType::F32, {ceil_div64(p.k, p.b), p.m})),
-        sw(upload(p.sw_pad.data(), DType::F32,
-                  {ceil_div64(p.n, p.b), fp8_weight_scale_ld(p.k, p.b)})) {}
-};
-
-std::vector<float> download(const Tensor& y, DType y_dtype) {
-  const Tensor h = cuda::to_host(y, ctx().stream());
-  std::vector<float> out(h.numel());
-  for (int64_t i = 0; i < h.numel(); ++i)
-    out[i] = y_dtype == DType::BF16 ? bf16_to_f32(h.data<uint16_t>()[i]) : h.data<float>()[i];
-  return out;
 }
 
 std::vector<float> run_gemv(const Problem& p, const DeviceProblem& d, DType y_dtype) {
