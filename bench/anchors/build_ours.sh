@@ -6,7 +6,7 @@ out=$1
 jobs=${2:-8}
 flags="-std=c++20 -O3 -arch=sm_90a -DDEEPINFER_CUDA -Isrc"
 cus="bench/anchors/ours_at_anchor_shapes.cu src/ops/gemm/gemm.cu src/ops/gemm/gemm_fp8_mma.cu
-     src/ops/gemm/gemm_fp8_simt.cu src/ops/moe/grouped_gemm_fp8.cu src/ops/moe/moe_align.cu
+     src/ops/gemm/gemm_fp8_simt.cu src/ops/gemm/gemm_fp8_gemv.cu src/ops/moe/grouped_gemm_fp8.cu src/ops/moe/moe_align.cu
      src/ops/moe/moe_experts_fp8.cu src/ops/quant/act_quant.cu src/ops/kv_cache/index_cache.cu
      src/ops/kv_cache/index_cache_mma.cu"
 ccs="src/ops/kv_cache/index_cache_ref.cc src/ops/quant/qat_ref.cc src/base/dtype.cc src/base/error.cc

@@ -1,7 +1,7 @@
 // The block-32 FP8 GEMM (DeepSeek-V4.1: 32x32 weight blocks, 1x32 activation blocks, MODEL_SPEC
 // §B.4 b = b_a = 32) on the device vs gemm_fp8_block_ref(..., block 32). What it proves:
-//  * Values: the SIMT kernel (kSimt, and kAuto while gemm.h's kFp8MmaAuto is off; the
-//    tensor-core kMma has its own test, test_gemm_fp8_mma_cuda) against the CPU
+//  * Values: the SIMT kernel (kSimt) and kAuto (whichever kernel gemm.h's policy picks: kSimt,
+//    kGemv or kMma; kMma and kGemv also have their own tests) against the CPU
 //    reference at awkward sizes (M 1, 3, 17, 64, 300; N not a multiple of 32; K a multiple of
 //    16 but not of 32, so the last K block is half) and at V4.1-Flash shapes (wq_b, wo_b, wkv,
 //    wq_a). Weights: random e4m3 codes (no NaN code) with a random power-of-two scale per

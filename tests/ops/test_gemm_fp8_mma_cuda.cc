@@ -15,8 +15,9 @@
 //  * V4.1-Flash shapes at M = 4096 (wq_a, wq_b, wkv, wo_a group, wo_b, shared expert w1 / w2):
 //    kMma vs kSimt (the CPU reference is too slow at these sizes; kSimt is checked against it
 //    by test_gemm_fp8_b32_cuda), plus one against the reference at M = 64.
-//  * Dispatch: with kFp8MmaAuto, kAuto with block 32 at M >= kFp8MmaMinM gives kMma's bits,
-//    below it (and while kFp8MmaAuto is off) kSimt's.
+//  * Dispatch: kAuto gives the bits of the kernel fp8_auto_impl names (gemm.h), and
+//    fp8_auto_impl follows the measured policy: block 32 M 1 -> kSimt, 2..64 -> kGemv (kMma for
+//    N >= kFp8MmaWideN past M 16), beyond -> kMma; block 128 -> kCublasLt when it has one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,17 +95,32 @@ TEST(GemmFp8MmaCuda, V41FlashShapesMatchSimt) {
   check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41);  // wo_b at M = 64 vs the reference
 }
 
-// kAuto takes kMma for block 32 at M >= kFp8MmaMinM only once kFp8MmaAuto is on (gemm.h).
-TEST(GemmFp8MmaCuda, AutoPicksMmaForBlock32PrefillOnlyWhenEnabled) {
+// kAuto runs exactly the kernel fp8_auto_impl names, and that follows gemm.h's policy.
+TEST(GemmFp8MmaCuda, AutoRunsTheKernelThePolicyNames) {
+  using I = Fp8GemmImpl;
+  EXPECT_EQ(fp8_auto_impl(1, 1280, kFp8GemmBlockV41, false), I::kSimt);
+  EXPECT_EQ(fp8_auto_impl(2, 1280, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(16, 32768, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(17, 32768, kFp8GemmBlockV41, false), I::kMma);
+  EXPECT_EQ(fp8_auto_impl(65, 1280, kFp8GemmBlockV41, false), I::kMma);
+  EXPECT_EQ(fp8_auto_impl(64, 1280, kFp8GemmBlockV41, true), I::kGemv);  // no cuBLASLt at 32
+  EXPECT_EQ(fp8_auto_impl(64, 1280, kFp8GemmBlock, true), I::kCublasLt);
+  EXPECT_EQ(fp8_auto_impl(5, 1280, kFp8GemmBlock, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(4097, 1280, kFp8GemmBlock, false), I::kMma);
   auto rng = test::fresh_rng();
-  for (int64_t m : {kFp8MmaMinM - 1, kFp8MmaMinM, int64_t{200}}) {
-    const Problem p = make(rng, m, 96, 1040, kFp8GemmBlockV41);
-    const DeviceProblem d(p);
-    const auto y_auto = run(p, d, DType::F32, Fp8GemmImpl::kAuto);
-    const auto y_want = run(p, d, DType::F32,
-                            kFp8MmaAuto && m >= kFp8MmaMinM ? Fp8GemmImpl::kMma : Fp8GemmImpl::kSimt);
-    EXPECT_EQ(0, std::memcmp(y_auto.data(), y_want.data(), y_auto.size() * sizeof(float)))
-        << "M=" << m;
+  for (int64_t block : {kFp8GemmBlockV41, kFp8GemmBlock}) {
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}, int64_t{65}, int64_t{200}}) {
+      for (int64_t n : {int64_t{96}, kFp8MmaWideN}) {
+        const Problem p = make(rng, m, n, 1040, block);
+        const DeviceProblem d(p);
+        const bool lt = fp8_block_cublaslt_supported(ctx(), m, n, 1040, DType::F32);
+        const auto y_auto = run(p, d, DType::F32, I::kAuto);
+        const auto y_want = run(p, d, DType::F32, fp8_auto_impl(m, n, block, lt));
+        EXPECT_EQ(0, std::memcmp(y_auto.data(), y_want.data(), y_auto.size() * sizeof(float)))
+            << "block " << block << " M=" << m << " N=" << n;
+      }
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_tensor.h"
 #include "ops/gemm/gemm.h"
+#include "ops/gemm/gemm_fp8_gemv_cuda.h"
 #include "ops/gemm/gemm_fp8_kernels.h"
 
 namespace deepinfer {
@@ -174,21 +175,29 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   if (trivial(ctx, m, n, k, y, y_dtype)) return;
   CHECK_KIND(kUnsupported, k % 16 == 0) << "fp8 gemm: K=" << k << " is not a multiple of 16";
   const bool y_bf16 = y_dtype == DType::BF16;
-  const bool use_mma = impl == Fp8GemmImpl::kMma ||
-                       (kFp8MmaAuto && impl == Fp8GemmImpl::kAuto && block != kFp8GemmBlock &&
-                        m >= kFp8MmaMinM);
-  if (use_mma) {
-    gemm_detail::fp8_block_mma(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
-                               y_bf16, block);
-    return;
-  }
   const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kFp8Block, m, n, k, y_dtype};
-  if (impl == Fp8GemmImpl::kSimt || block != kFp8GemmBlock ||
-      (impl == Fp8GemmImpl::kAuto &&
-       (m <= kFp8SimtMaxM || find_plan(key, sw_padded, sx_block_major) == nullptr))) {
-    gemm_detail::fp8_block_simt(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
-                                y_bf16, block);
-    return;
+  if (impl == Fp8GemmImpl::kAuto) {
+    const bool lt = block == kFp8GemmBlock && find_plan(key, sw_padded, sx_block_major) != nullptr;
+    impl = fp8_auto_impl(m, n, block, lt);
+  }
+  switch (impl) {
+    case Fp8GemmImpl::kSimt:
+      gemm_detail::fp8_block_simt(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
+                                  y_bf16, block);
+      return;
+    case Fp8GemmImpl::kMma:
+      gemm_detail::fp8_block_mma(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
+                                 y_bf16, block);
+      return;
+    case Fp8GemmImpl::kGemv:
+      CHECK_KIND(kUnsupported, m <= kFp8GemvMaxM)
+          << "fp8 gemm: kGemv serves M <= " << kFp8GemvMaxM << " (M=" << m << ")";
+      gemm_fp8_gemv_cuda(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y, y_dtype,
+                         block);
+      return;
+    case Fp8GemmImpl::kCublasLt:
+    case Fp8GemmImpl::kAuto:
+      break;
   }
   Plan& plan = get_plan(key, sw_padded, sx_block_major);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
@@ -196,6 +205,25 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                               &sx_block_major, sizeof(sx_block_major)));
   run_plan(ctx, plan, wq, xq, y);
+}
+
+Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t block, bool cublaslt_ok) {
+  if (block == kFp8GemmBlock && cublaslt_ok) return Fp8GemmImpl::kCublasLt;
+  if (m <= 1) return Fp8GemmImpl::kSimt;
+  if (m <= kFp8GemvMaxM && !(block != kFp8GemmBlock && n >= kFp8MmaWideN && m > 16))
+    return Fp8GemmImpl::kGemv;
+  return Fp8GemmImpl::kMma;
+}
+
+const char* fp8_impl_name(Fp8GemmImpl impl) {
+  switch (impl) {
+    case Fp8GemmImpl::kAuto: return "auto";
+    case Fp8GemmImpl::kCublasLt: return "cublaslt";
+    case Fp8GemmImpl::kSimt: return "simt";
+    case Fp8GemmImpl::kMma: return "mma";
+    case Fp8GemmImpl::kGemv: return "gemv";
+  }
+  return "?";
 }
 
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,

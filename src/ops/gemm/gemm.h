@@ -78,16 +78,18 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    mode uses it for every M: runtime/device_linear.cc).
 //  * kMma: tensor cores (mma.sync m16n8k32 e4m3), per-K-block promotion in fp32 (the
 //    reference's per-block sums up to summation order); every M, for prefill-sized M.
+//  * kGemv: decode-sized M (1..kFp8GemvMaxM), every weight byte read once per call
+//    (ops/gemm/gemm_fp8_gemv_cuda.h); a row's result does not depend on M either.
 //  * kCublasLt: block 128 only (block 32 is refused: kUnsupported).
-// kAuto: block 128 -> cuBLASLt where it has an algorithm and M > kFp8SimtMaxM, else kSimt;
-// block 32 -> kSimt. kMma is taken only when asked for: it has not run on a GPU yet (written
-// 2026-12-02 without device time; test_gemm_fp8_mma_cuda and bench/gemm_fp8/run_h200.sh check
-// and time it). Once they pass, kFp8MmaAuto = true makes kAuto pick it for block 32 at
-// M >= kFp8MmaMinM.
-enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma };
-constexpr bool kFp8MmaAuto = false;
-constexpr int64_t kFp8MmaMinM = 16;
-constexpr int64_t kFp8SimtMaxM = 0;
+// kAuto (fp8_auto_impl; measured on the H200 2026-12-03, bench/results/gemm-fp8-h200-2026-12-03-*):
+//  * block 128: cuBLASLt where it has an algorithm (M a multiple of 4); else kGemv for
+//    2 <= M <= 64, kSimt for M = 1 (SIMT is 1.1-1.4x faster there) and beyond 64.
+//  * block 32: kSimt at M = 1; kGemv up to M = 64 (1.3-5.6x SIMT), except N >= kFp8MmaWideN
+//    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64); kMma past 64
+//    (20-23x SIMT at M = 4096, 150-190 TFLOP/s).
+// The batch-invariant forward asks for kSimt explicitly (runtime/device_linear.cc).
+enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv };
+constexpr int64_t kFp8MmaWideN = 16384;
 
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
 void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
@@ -100,6 +102,10 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
                          const void* wq, const float* sw_padded, int64_t m, int64_t n, int64_t k,
                          void* y, DType y_dtype, Fp8GemmImpl impl = Fp8GemmImpl::kAuto,
                          int64_t block = kFp8GemmBlock);
+// The kernel kAuto runs for this problem (never kAuto); cublaslt_ok: whether cuBLASLt has an
+// algorithm (fp8_block_cublaslt_supported), consulted for block 128 only.
+Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t block, bool cublaslt_ok);
+const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv"
 // Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
                                   DType y_dtype);
