@@ -127,7 +127,8 @@ TEST(MoeGroupedCuda, AlignMatchesReference) {
   auto rng = test::fresh_rng();
   struct Case { int64_t T, k, E; };
   for (const Case c : {Case{1, 6, 256}, Case{7, 2, 8}, Case{300, 6, 256}, Case{2000, 6, 384},
-                       Case{100, 1, 5}, Case{5000, 8, 64}}) {
+                       Case{100, 1, 5}, Case{5000, 8, 64}, Case{64, 6, 1025},
+                       Case{50, 3, kMoeAlignMaxExperts}}) {
     // distinct experts per token, as routing gives
     std::vector<int32_t> ids(c.T * c.k), perm(c.E);
     std::iota(perm.begin(), perm.end(), 0);
