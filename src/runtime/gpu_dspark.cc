@@ -8,8 +8,15 @@
 // bf16 rope dims), the routing (router_params) and DsparkConfig's experts.
 //  * weights: main_proj, main_norm, the stages (ratio-0 blocks with their own MoE of
 //    dspark_n_routed_experts, top dspark_num_experts_per_tok, else the backbone's), the last
-//    stage's norm (and V4's hc_head), the Markov tables and the confidence projection (all
-//    fp32: the drafter runs with kF32 weights). Embedding and head are the backbone's.
+//    stage's norm (and V4's hc_head), the Markov tables and the confidence projection.
+//    Embedding and head are the backbone's. Formats as the MTP-1 drafter's (gpu_mtp.cc):
+//    main_proj and the stages' projections (wq_a, wq_b, wkv, wo_a groups, wo_b, shared
+//    experts) DeviceLinear in the model's format, the routed experts stacked in it
+//    (expert_stack: kFp8 128x128-block FP8 through moe_experts_fp8_cuda, kF32 fp32 through
+//    moe_experts_f32_cuda), the router gate, norms, mHC, sinks, Markov tables and confidence
+//    fp32. With weight_format kFp8 the projections' inputs are quantised per 1 x 128 into the
+//    drafter's own ActScratch (GpuDspark::a). The drafter's routed experts are FP8 also when
+//    the backbone's are W4A8 (expert_format kW4a8): see init_dspark.
 //  * context, inside every forward (graph-safe: launches sized by the forward's rows, per-row
 //    values from the row metadata on the device): dspark_tap writes each target layer's
 //    streams' mean (entering the layer, V4.1; after its block, V4) into the rows' taps; after
@@ -106,7 +113,10 @@ GpuLayerW GpuModel::Impl::drafter_block(const DsparkStageWeights* b, int64_t E) 
     h3.push_back(&mo->experts[e].w3);
     h2.push_back(&mo->experts[e].w2);
   }
-  MoeStack s1, s3, s2;  // re-quantised from the host values (fp8_round_trip does the same)
+  // In the model's format (kFp8: 128x128-block FP8, init_dspark refuses other grids):
+  // re-quantised from the host values as fp8_round_trip rounds them, or, for a streamed
+  // checkpoint, converted by the stream (FP4 exactly, FP8 as stored).
+  MoeStack s1, s3, s2;
   w.w1 = expert_stack(h1, E, I, D, proj_std(D), &s1);
   w.w3 = expert_stack(h3, E, I, D, proj_std(D), &s3);
   w.w2 = expert_stack(h2, E, D, I, proj_std(I), &s2);
@@ -122,7 +132,22 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   CHECK_KIND(kUnsupported, !opt.mtp) << "GpuModel: mtp and dspark are two drafters; a model has one";
   CHECK_KIND(kUnsupported, cfg.dspark.block_size > 0)
       << "GpuModel: dspark needs a config with DSpark keys (dspark_block_size, ...); this one has none";
-  CHECK_KIND(kUnsupported, !fp8()) << "GpuModel: dspark runs with fp32 weights only (--weight-format f32)";
+  // weight_format kFp8: V4's 128x128 blocks only. V4.1's FP8 projections are 32x32 blocks
+  // with 1 x 32 activations, and the backbone runs V4.1's routed experts only as W4A8 (FP4 as
+  // stored; FP8 experts off the 128 grid are refused, gpu_model.cc): the drafter would need
+  // W4A8 experts too, which drafter_block does not build (expert_stack_w4a8 reads FP4 codes
+  // from a streamed placeholder or from CheckpointExperts, which names backbone experts only),
+  // so V4.1 is refused here by name (the constructor refuses it before, too).
+  CHECK_KIND(kUnsupported, !fp8() || fp8_weight_block(cfg) == kFp8GemmBlock)
+      << "GpuModel: DSpark with weight_format fp8 needs 128x128-block FP8 (V4); this config's FP8 blocks are "
+      << fp8_weight_block(cfg) << "x" << fp8_weight_block(cfg)
+      << " (DeepSeek-V4.1: its routed experts run W4A8 only, not built for the drafter); use weight_format fp32";
+  // Backbone experts W4A8 (expert_format kW4a8): the drafter's stay 128x128-block FP8
+  // (expert_stack; a streamed FP4 checkpoint converts exactly), about twice W4A8's bytes (for
+  // V4-Flash-0731's 3 stages x 256 experts ~19 GB instead of ~10 GB, fp32 ~77 GB). W4A8
+  // drafter experts (expert_stack_w4a8 + moe_experts_w4a8_cuda in pieces) would need FP4
+  // codes the host-weights path cannot reach (CheckpointExperts names backbone experts), and
+  // no golden has W4A8-able shapes (moe_intermediate_size 16) to test them against.
   CHECK_KIND(kUnsupported, hw == nullptr || hw->has_dspark)
       << "GpuModel: dspark needs the checkpoint's DSpark tensors; this one has none";
   const DsparkWeights* w = hw != nullptr ? &hw->dspark : nullptr;
@@ -184,10 +209,23 @@ void GpuModel::Impl::init_dspark(const ModelWeights* hw) {
   g->meta = reinterpret_cast<int32_t*>(alloc(g->meta_ints));
   CUDA_CHECK(cudaMallocHost(&g->meta_host, g->meta_ints * sizeof(int32_t)));
   CUDA_CHECK(cudaMallocHost(&g->out_host, 3 * rows * sizeof(float)));
+  if (fp8()) {
+    // FP8 activation scratch (lin / linear_run quantise into it, per 1 x fp8_weight_block):
+    // the context write's rows (max_batch_tokens: main_proj over the taps, K = n_taps * D;
+    // the stages' wkv, K = D) and the draft's (rows = max_sequences * block: wq_a, wkv, the
+    // shared experts, the head, K = D; wq_b K = q_lora_rank; each wo_a group K = H * d / G;
+    // wo_b K = G * o_lora_rank; the shared w2 K = I * n_shared_experts).
+    const int64_t H = cfg.num_heads, G = cfg.o_groups, gw = H * d / G;
+    const int64_t Is = cfg.moe_intermediate_size * cfg.n_shared_experts;
+    const int64_t kmax = std::max({n_taps * D, D, cfg.q_lora_rank, gw, G * cfg.o_lora_rank, Is});
+    const int64_t a_rows = std::max(T, rows), b = fp8_weight_block(cfg);
+    g->a = ActScratch{static_cast<uint8_t*>(raw_alloc(a_rows * kmax)), alloc(a_rows * ceil_div64(kmax, b)), b};
+  }
   MoeExpertsShape ms = moe_shape(rows);
   ms.n_experts = g->n_experts;
   ms.top_k = g->top_k;
-  g->moe_ws = raw_alloc(static_cast<int64_t>(moe_experts_f32_workspace_bytes(ms)));
+  g->moe_ws = raw_alloc(static_cast<int64_t>(fp8() ? moe_experts_fp8_workspace_bytes(ms)
+                                                   : moe_experts_f32_workspace_bytes(ms)));
   dspark = std::move(g);
 }
 
@@ -205,6 +243,8 @@ void GpuModel::Impl::dspark_write_context() {
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const bool official = opt.numerics == Numerics::kOfficial;
   const ModelTraits& tr = cfg.traits;
+  // kFp8: main_proj and each stage's wkv quantise their input into g.a (sized in init_dspark
+  // for max_batch_tokens rows of K = n_taps * D), so the whole write stays graph-safe.
   lin(g.main_proj, g.taps, N, g.m, g.a);
   rms_norm_cuda(stream, g.m, g.main_norm, N, D, D, eps, g.m);
   for (size_t k = 0; k < g.stages.size(); ++k) {
@@ -314,7 +354,11 @@ void GpuModel::Impl::dspark_draft_enqueue(int64_t B, bool prob) {
     lin(w.sw3, x, n, sv, g.a);
     swiglu_cuda(stream, sg, sv, nullptr, n, Is, static_cast<float>(cfg.swiglu_limit));
     lin(w.sw2, sg, n, ysh, g.a);
-    moe_experts_f32_cuda(stream, shape, x, g.route_ids, g.route_w, w.experts_f32, ysh, g.moe_ws, y);
+    if (fp8()) {  // the stage's experts in the model's format (drafter_block)
+      moe_experts_fp8_cuda(stream, shape, x, g.route_ids, g.route_w, w.experts, ysh, g.moe_ws, y);
+    } else {
+      moe_experts_f32_cuda(stream, shape, x, g.route_ids, g.route_w, w.experts_f32, ysh, g.moe_ws, y);
+    }
     hc_expand_cuda(stream, g.Z, y, post, comb, n, hc, D, g.Z2);
     std::swap(g.Z, g.Z2);
     if (single_pass) {

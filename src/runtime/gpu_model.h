@@ -11,7 +11,7 @@
 // blocks: fp8_weight_block; routed experts in expert_format w4a8, FP4 as stored), reference and
 // official numerics, paged_kv = false or kv_cache_dtype kBf16 / kFp8 (the 528-B window,
 // 288-B compressed and 68-B index-key formats, gpu_state_plan.h choose_cache_formats). FP8
-// routed experts, DSpark with kFp8 weights and Engram with dummy weights are refused at
+// routed experts, V4.1's DSpark with kFp8 weights and Engram with dummy weights are refused at
 // construction (kUnsupported, naming the option). force_decisions replays V4's routing
 // weights only (no gate_temp / eps).
 //
@@ -238,7 +238,8 @@ struct GpuModelOptions {
   // projections and the block's K=V projection over its rows.
   bool mtp = false;
   // The DSpark drafter of a V4.1 or V4-Flash-DSpark / 0731 checkpoint (MODEL_SPEC §D;
-  // gpu_dspark.cc; kF32 weights only): main_proj / main_norm, the three stages, Markov and
+  // gpu_dspark.cc; kF32 weights, or kFp8 for V4's 128x128 grid: FP8 projections and FP8
+  // routed experts, also beside a W4A8 backbone): main_proj / main_norm, the three stages, Markov and
   // confidence heads (V4: and the last stage's hc_head) uploaded (host weights must have them,
   // ModelWeights::has_dspark; dummy weights: random); each stage's context K=V kept per
   // sequence in W + max_rollback + 1 fp32 slots by position and written for every row inside

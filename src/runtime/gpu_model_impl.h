@@ -161,9 +161,11 @@ struct GpuMtp {
 // the block keys of the current draft (row i * B + b: block position i of the call's b-th
 // sequence). `taps` [T, n_taps * D]: the forward's target features (dspark_tap).
 struct GpuDspark {
-  DeviceLinear main_proj;  // [D, n_taps * D]
+  DeviceLinear main_proj;  // [D, n_taps * D], the model's format (as the stages' projections)
   const float *main_norm = nullptr, *norm = nullptr;
-  std::vector<GpuLayerW> stages;  // ratio 0, score-routed MoE of n_experts experts
+  // ratio 0, score-routed MoE of n_experts experts (routed experts FP8 under kFp8, also when
+  // the backbone's are W4A8; gpu_dspark.cc init_dspark)
+  std::vector<GpuLayerW> stages;
   const float *markov_embed = nullptr, *markov_head = nullptr;  // [V, R] fp32
   const float* confidence = nullptr;                            // [D + R] fp32
   int64_t block = 0, rank = 0, noise = 0, n_taps = 0, n_experts = 0, top_k = 0;
@@ -190,8 +192,10 @@ struct GpuDspark {
   int32_t* meta_host = nullptr;                 // pinned
   int64_t meta_ints = 0;
   float* out_host = nullptr;                    // pinned: tokens, confidences, probabilities [3 * rows]
-  ActScratch a;                                 // kFp8 activation scratch (unused: the drafter runs kF32)
-  void* moe_ws = nullptr;                       // grouped MoE workspace for `rows` rows
+  // kFp8: activation scratch for max(max_batch_tokens, rows) rows of the widest projection
+  // input (main_proj's n_taps * D and the stages'), per 1 x fp8_weight_block.
+  ActScratch a;
+  void* moe_ws = nullptr;                       // grouped MoE workspace (fp8 or f32) for `rows` rows
   // CUDA graphs of a draft's device work (cuda_graphs): key (bucket of sequences, with the
   // device probabilities), captured on first use (gpu_dspark.cc).
   std::map<std::pair<int64_t, bool>, cuda::Graph> graphs;

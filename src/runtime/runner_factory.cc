@@ -112,15 +112,19 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
   const std::string& spec = args.speculative_method;
   CHECK_KIND(kUnsupported, spec != "dspark" || family.dspark.block_size > 0)
       << "engine: --speculative-method dspark, but the config has no DSpark drafter (dspark_block_size)";
-  CHECK_KIND(kUnsupported, spec != "dspark" || args.weight_format != "fp8")
-      << "engine: the DSpark drafter runs on device cuda with --weight-format fp32 only";
+  // DSpark with FP8 weights: V4-Flash-DSpark / 0731 (128x128 blocks; its routed experts FP8,
+  // also when the backbone's are W4A8); V4.1's (32x32 blocks) GpuModel refuses, so it is
+  // refused here by name when asked for and off under auto.
+  const bool dspark_weights_ok = args.weight_format != "fp8" || !v41;
+  CHECK_KIND(kUnsupported, spec != "dspark" || dspark_weights_ok)
+      << "engine: the DeepSeek-V4.1 DSpark drafter runs on device cuda with --weight-format fp32 only";
   auto use_mtp = [&](bool has_mtp) {
     if (!has_mtp || (spec != "mtp" && spec != "auto")) return;
     o.mtp = true;
     o.max_rollback = std::max(o.max_rollback, std::max<int64_t>(args.num_speculative_tokens, 1));
   };
   auto use_dspark = [&](const ModelConfig& c, bool has_dspark) {
-    if (!has_dspark || (spec != "dspark" && spec != "auto")) return;
+    if (!has_dspark || (spec != "dspark" && spec != "auto") || !dspark_weights_ok) return;
     o.dspark = true;
     const int64_t k = args.num_speculative_tokens > 0 ? args.num_speculative_tokens : c.dspark.block_size;
     o.max_rollback = std::max(o.max_rollback, k);
@@ -154,12 +158,13 @@ std::unique_ptr<ModelRunner> make_model_runner(const RunnerArgs& args) {
     o.max_context = context(family);
     o.expert_checkpoint = args.model_dir;
     use_mtp(stream.weights().has_mtp);
-    // The DSpark drafters (streamed as the backbone) run with fp32 weights only.
-    if (args.weight_format != "fp8") {
+    // The DSpark drafters (streamed as the backbone) in the backbone's weight format; V4.1's
+    // with fp32 weights only.
+    if (dspark_weights_ok) {
       use_dspark(family, stream.weights().has_dspark);
     } else if (spec == "auto" && stream.weights().has_dspark) {
-      LOG(INFO) << "engine: the checkpoint's DSpark drafter runs on device cuda with --weight-format fp32 "
-                   "only; speculative decoding is off";
+      LOG(INFO) << "engine: the checkpoint's DeepSeek-V4.1 DSpark drafter runs on device cuda with "
+                   "--weight-format fp32 only; speculative decoding is off";
     }
     return std::make_unique<CudaRunner>(family, stream.weights(), o);
   }

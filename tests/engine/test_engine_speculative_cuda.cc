@@ -27,7 +27,9 @@
 //    graphs. The same with V4-Flash-DSpark / 0731's drafter (the V4 golden
 //    tests/data/golden_v4_dspark/model: taps after the blocks, V4 stages, hc_head); its layers
 //    are window-only, so a state stops growing at the window and no budget forces preemption
-//    (as in the CPU test V4DsparkGreedyEqualsPlainWithAborts): admission is bounded instead.
+//    (as in the CPU test V4DsparkGreedyEqualsPlainWithAborts): admission is bounded instead;
+//    and again with FP8 weights (fp8_weights: the backbone and the drafter in 128x128-block FP8,
+//    plain greedy on an FP8 runner without the drafter the oracle).
 // Label cuda: needs a GPU. On a failure each test prints the first differing row and its max
 // |difference|.
 #include <gtest/gtest.h>
@@ -381,8 +383,8 @@ const HostCheckpoint& host_checkpoint(const std::string& dir) {
 }
 
 // A DSpark golden checkpoint on the device, official numerics, batch-invariant, rollback of a
-// whole block; with or without its drafter.
-std::unique_ptr<CudaRunner> dspark_runner(const std::string& dir, bool dspark, bool cuda_graphs) {
+// whole block; with or without its drafter; fp32 or (fp8) FP8 weights.
+std::unique_ptr<CudaRunner> dspark_runner(const std::string& dir, bool dspark, bool cuda_graphs, bool fp8 = false) {
   const HostCheckpoint& h = host_checkpoint(dir);
   const ModelConfig& config = h.config;
   const ModelWeights& weights = h.weights;
@@ -396,6 +398,7 @@ std::unique_ptr<CudaRunner> dspark_runner(const std::string& dir, bool dspark, b
   o.max_rollback = 5;
   o.cuda_graphs = cuda_graphs;
   o.dspark = dspark;
+  o.fp8_weights = fp8;
   return std::make_unique<CudaRunner>(config, weights, o);
 }
 
@@ -405,9 +408,10 @@ struct DrafterRun {
   EngineStats stats;
 };
 
-// dspark_dir: a DSpark golden checkpoint's runner (empty: the MTP runner).
+// dspark_dir: a DSpark golden checkpoint's runner (empty: the MTP runner); fp8: its FP8-weights form.
 DrafterRun run_drafter_engine(EngineArgs args, const std::vector<EngineRequest>& jobs, bool mtp, bool cuda_graphs,
-                      const std::vector<std::string>& aborts, int abort_step, const std::string& dspark_dir = "") {
+                      const std::vector<std::string>& aborts, int abort_step, const std::string& dspark_dir = "",
+                      bool fp8 = false) {
   const bool dspark = !dspark_dir.empty();
   DrafterRun run;
   args.on_logits = [&run](const std::string& id, int64_t index, std::span<const float> row) {
@@ -416,7 +420,8 @@ DrafterRun run_drafter_engine(EngineArgs args, const std::vector<EngineRequest>&
       ASSERT_TRUE(std::equal(row.begin(), row.end(), it->second.begin())) << id << " output " << index;
     }
   };
-  std::unique_ptr<CudaRunner> r = dspark ? dspark_runner(dspark_dir, mtp, cuda_graphs) : mtp_runner(mtp, cuda_graphs);
+  std::unique_ptr<CudaRunner> r =
+      dspark ? dspark_runner(dspark_dir, mtp, cuda_graphs, fp8) : mtp_runner(mtp, cuda_graphs);
   if (mtp) {
     EXPECT_EQ(r->drafter(), dspark ? "dspark" : "mtp");
     EXPECT_EQ(r->draft_length(), dspark ? 5 : 1);
@@ -459,15 +464,15 @@ std::vector<EngineRequest> drafter_jobs(int64_t V) {
 // A device drafter's speculative greedy runs (fixed overlap on / off, confidence, CUDA graphs)
 // against plain greedy on a runner without it: token for token, logprobs and every committed
 // token's logits row bitwise; preemption forced (when `preempts`), four requests aborted.
-// dspark_dir: the DSpark golden checkpoint (empty: the MTP runner).
+// dspark_dir: the DSpark golden checkpoint (empty: the MTP runner); fp8: both runners with FP8 weights.
 void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t k, const std::string& dspark_dir,
-                             bool preempts = true) {
+                             bool preempts = true, bool fp8 = false) {
   const bool dspark = !dspark_dir.empty();
   // The DSpark golden checkpoints have their own vocabulary (64); the MTP runner uses the small config's.
   const int64_t V = dspark ? host_checkpoint(dspark_dir).config.vocab_size : small_config().vocab_size;
   const std::vector<EngineRequest> jobs = drafter_jobs(V);
   const std::vector<std::string> aborted = {"m3", "m20", "m41", "m62"};
-  const DrafterRun plain = run_drafter_engine(base, jobs, false, false, aborted, 6, dspark_dir);
+  const DrafterRun plain = run_drafter_engine(base, jobs, false, false, aborted, 6, dspark_dir, fp8);
   struct Setting {
     const char* name;
     bool overlap, graphs;
@@ -484,11 +489,11 @@ void expect_drafter_lossless(const EngineArgs& base, const char* method, int64_t
     a.speculative_method = method;
     a.num_speculative_tokens = k;
     a.spec_scheduling = st.scheduling;
-    const DrafterRun spec = run_drafter_engine(a, jobs, true, st.graphs, aborted, 6, dspark_dir);
+    const DrafterRun spec = run_drafter_engine(a, jobs, true, st.graphs, aborted, 6, dspark_dir, fp8);
     const EngineStats& s = spec.stats;
-    std::printf("%s drafter, %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted, "
+    std::printf("%s drafter%s, %s: %lld steps (plain %lld), %lld verifications, %lld/%lld drafts accepted, "
                 "%lld preemptions (plain %lld)\n",
-                method, st.name, (long long)s.n_steps, (long long)plain.stats.n_steps, (long long)s.n_verifications,
+                method, fp8 ? " (fp8 weights)" : "", st.name, (long long)s.n_steps, (long long)plain.stats.n_steps, (long long)s.n_verifications,
                 (long long)s.n_drafts_accepted, (long long)s.n_drafts_verified, (long long)s.n_preemptions,
                 (long long)plain.stats.n_preemptions);
     if (std::string(st.scheduling) == "fixed") {
@@ -557,7 +562,8 @@ TEST(EngineSpeculativeCuda, DsparkDrafterGreedyEqualsPlainWithPreemptionAndAbort
 
 // The runner factory (make_model_runner, device cuda; the checkpoint streamed to the device)
 // builds V4-Flash-DSpark / 0731's drafter on the device when asked for by name or by auto, none
-// under "none", and refuses dspark with fp8 weights.
+// under "none", with fp32 and with fp8 weights; V4.1's DSpark with fp8 weights is refused by
+// name (dspark; under auto it is off).
 TEST(EngineSpeculativeCuda, RunnerFactoryBuildsTheV4DsparkDrafterOnTheDevice) {
   RunnerArgs a;
   a.device = "cuda";
@@ -566,29 +572,46 @@ TEST(EngineSpeculativeCuda, RunnerFactoryBuildsTheV4DsparkDrafterOnTheDevice) {
   a.max_context = 128;
   a.max_batch_tokens = 64;
   a.gpu_memory_utilization = 0.2;
-  for (const char* method : {"dspark", "auto", "none"}) {
-    SCOPED_TRACE(method);
-    a.speculative_method = method;
-    const std::unique_ptr<ModelRunner> r = make_model_runner(a);
-    const bool on = std::string(method) != "none";
-    EXPECT_EQ(r->drafter(), on ? "dspark" : "none");
-    EXPECT_EQ(r->draft_length(), on ? 5 : 0);
+  for (const char* format : {"fp32", "fp8"}) {
+    a.weight_format = format;
+    for (const char* method : {"dspark", "auto", "none"}) {
+      SCOPED_TRACE(std::string(method) + ", " + format);
+      a.speculative_method = method;
+      const std::unique_ptr<ModelRunner> r = make_model_runner(a);
+      const bool on = std::string(method) != "none";
+      EXPECT_EQ(r->drafter(), on ? "dspark" : "none");
+      EXPECT_EQ(r->draft_length(), on ? 5 : 0);
+    }
   }
-  a.speculative_method = "dspark";
-  a.weight_format = "fp8";
-  EXPECT_THROW(make_model_runner(a), Error);
+  RunnerArgs v41 = a;
+  v41.model_dir = kDsparkGolden;
+  v41.weight_format = "fp8";
+  v41.speculative_method = "dspark";
+  EXPECT_THROW(make_model_runner(v41), Error);  // before anything is loaded
 }
 
 // V4-Flash-DSpark / 0731's drafter (the V4 golden, vocabulary 64, window-only layers: no
 // preemption, a state budget that bounds admission as the CPU test's 512 KiB does).
-TEST(EngineSpeculativeCuda, V4DsparkDrafterGreedyEqualsPlainWithAborts) {
+EngineArgs v4_dspark_engine_args() {
   EngineArgs base;
   base.max_num_seqs = 64;
   base.max_num_batched_tokens = 96;
   base.max_model_len = 96;
   base.block_size = 8;
   base.state_budget_bytes = 1 << 19;
-  expect_drafter_lossless(base, "dspark", 5, kV4DsparkGolden, /*preempts=*/false);
+  return base;
+}
+
+TEST(EngineSpeculativeCuda, V4DsparkDrafterGreedyEqualsPlainWithAborts) {
+  expect_drafter_lossless(v4_dspark_engine_args(), "dspark", 5, kV4DsparkGolden, /*preempts=*/false);
+}
+
+// The same with FP8 weights (GpuModelOptions::weight_format kFp8: the backbone's and the
+// drafter's projections and routed experts in 128x128-block FP8, batch-invariant SIMT GEMMs):
+// speculative greedy against plain greedy on an FP8 runner without the drafter.
+TEST(EngineSpeculativeCuda, V4DsparkDrafterFp8GreedyEqualsPlainWithAborts) {
+  expect_drafter_lossless(v4_dspark_engine_args(), "dspark", 5, kV4DsparkGolden, /*preempts=*/false,
+                          /*fp8=*/true);
 }
 
 }  // namespace
