@@ -24,4 +24,9 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, in
   }
 }
 
+bool release_idle_threads() {
+  if (omp_in_parallel()) return false;
+  return omp_pause_resource_all(omp_pause_soft) == 0;
+}
+
 }  // namespace deepinfer

@@ -189,6 +189,14 @@ void Engine::Impl::init() {
   if (args.overlap && !args.collective_steps) worker = std::make_unique<StepWorker>();
   if (auto* cpu = dynamic_cast<CpuRunner*>(runner.get())) {
     cpu->set_sampler(sample_row_request);
+    // The CPU forwards (OpenMP) now run on the worker: this thread's team from loading would
+    // slow every one of them (base/parallel.h). With sample()'s rows kept off OpenMP too, on 2
+    // cores (trained-v41, 32 requests, `deepinfer bench` overlap table, 2026-12-03): 52-58 ->
+    // 27 ms per decode step with overlap on (24 ms with it off).
+    if (worker != nullptr && !release_idle_threads()) {
+      LOG(WARNING) << "engine: could not release this thread's idle OpenMP threads; CPU forwards on the "
+                      "overlap worker may run slower";
+    }
   }
 }
 
@@ -511,7 +519,12 @@ Engine::Impl::Sampled Engine::Impl::sample(const InFlight& f) {
       }
     }
   };
-  if (args.on_logits) run_rows(0, int64_t(rows.size()));
+  // Rows the backend sampled only read their tokens: no OpenMP region for them (one started
+  // here every step would bring back this thread's team, which slows the CPU forwards that run
+  // on the overlap worker meanwhile: base/parallel.h release_idle_threads).
+  int64_t host_rows = 0;
+  for (const Row& w : rows) host_rows += f.rows[w.i].mode == RowMode::kHost ? 1 : 0;
+  if (args.on_logits || host_rows < 2) run_rows(0, int64_t(rows.size()));
   else parallel_for(int64_t(rows.size()), run_rows, 4);
   for (size_t k = 0; k < rows.size(); ++k) {
     if (failed[k]) {
