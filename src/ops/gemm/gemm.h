@@ -82,8 +82,9 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    (ops/gemm/gemm_fp8_gemv_cuda.h); a row's result does not depend on M either.
 //  * kCublasLt: block 128 only (block 32 is refused: kUnsupported).
 // kAuto (fp8_auto_impl; measured on the H200 2026-12-03, bench/results/gemm-fp8-h200-2026-12-03-*):
-//  * block 128: cuBLASLt where it has an algorithm (M a multiple of 4); else kGemv for
-//    2 <= M <= 64, kSimt for M = 1 (SIMT is 1.1-1.4x faster there) and beyond 64.
+//  * block 128: cuBLASLt where it has an algorithm (M a multiple of 4); else kSimt for M = 1
+//    (faster than kGemv on wo_b / wq_a, slower on wq_b), kGemv for 2 <= M <= 64, kMma beyond
+//    (178-222 TFLOP/s at M = 4096, where SIMT gives 7-9).
 //  * block 32: kSimt at M = 1; kGemv up to M = 64 (1.3-5.6x SIMT), except N >= kFp8MmaWideN
 //    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64); kMma past 64
 //    (20-23x SIMT at M = 4096, 150-190 TFLOP/s).
