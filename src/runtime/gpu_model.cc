@@ -324,6 +324,9 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (opt.max_out_rows == 0) opt.max_out_rows = opt.max_batch_tokens;
   CHECK(opt.kv_block_size > 0 && opt.kv_block_size % 8 == 0)
       << "GpuModel: kv_block_size " << opt.kv_block_size << " (a positive multiple of 8)";
+  CHECK(opt.kv_window_block_size >= 0 && opt.kv_window_block_size % 8 == 0)
+      << "GpuModel: kv_window_block_size " << opt.kv_window_block_size
+      << " (0 for kv_block_size, or a positive multiple of 8)";
   CHECK(opt.max_rollback >= 0) << "GpuModel: max_rollback " << opt.max_rollback << " (>= 0)";
   CHECK_KIND(kUnsupported, opt.max_rollback == 0 || opt.paged_kv)
       << "GpuModel: max_rollback needs paged_kv (the plain path's window ring holds exactly W positions)";
@@ -352,8 +355,8 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
               << (plan.idx_paged ? std::to_string(plan.idx.entry_bytes()) + " B paged" : std::string("fp32"))
               << "; " << paged_bytes_per_token(cfg, plan) << " B per context token, "
               << plan.state_bytes_per_sequence() << " B per sequence of " << opt.max_context
-              << " tokens (blocks of " << plan.block_size << ", " << plan.window.n_blocks
-              << " window blocks)";
+              << " tokens (blocks of " << plan.block_size << "; " << plan.window.n_blocks
+              << " window blocks of " << plan.window_block_size << ")";
   } else {
     opt.kv_cache_dtype.reset();
   }

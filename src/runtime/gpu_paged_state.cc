@@ -20,14 +20,14 @@ void GpuModel::Impl::alloc_paged_state() {
   // whose row is never given blocks: it stays 0, so a padding row (position 0, nothing
   // stored) reads slot 0 of block 0, a finite entry, and its output is ignored (F1).
   const int64_t S = opt.max_sequences + (opt.cuda_graphs ? 1 : 0);
-  const int64_t T = opt.max_batch_tokens, B = plan.block_size;
+  const int64_t T = opt.max_batch_tokens, B = plan.block_size, Bw = plan.window_block_size;
   const int64_t W = cfg.sliding_window, d = cfg.head_dim, dI = cfg.index_head_dim;
   int64_t n_ints = S * plan.window.max_blocks;
   for (const auto& [m, pp] : plan.compressed) n_ints += S * pp.max_blocks;
   // Host mirrors in the pools; uploads go through the forward's staging slot (gpu_forward.cc).
   auto* dev = static_cast<int32_t*>(raw_alloc(n_ints * sizeof(int32_t)));
   int64_t at = 0;
-  win_pool.init(S, plan.window.max_blocks, plan.window.n_blocks, B, dev + at);
+  win_pool.init(S, plan.window.max_blocks, plan.window.n_blocks, Bw, dev + at);
   at += S * plan.window.max_blocks;
   for (const auto& [m, pp] : plan.compressed) {
     cmp_pools[m].init(S, pp.max_blocks, pp.n_blocks, B, dev + at);
@@ -36,11 +36,12 @@ void GpuModel::Impl::alloc_paged_state() {
   // Caches start zeroed (every byte pattern 0 is the value 0 in both formats), so a stray
   // read of a block nobody wrote is finite.
   // block_bytes: the pool's layout (window plan.kv, compressed plan.cmp_kv, keys plan.idx).
-  auto cache = [&](int64_t n_blocks, bool index, int64_t block_bytes) {
+  // block_entries: the pool's entries per block (window Bw, the others B).
+  auto cache = [&](int64_t n_blocks, bool index, int64_t block_bytes, int64_t block_entries) {
     const int64_t bytes = n_blocks * block_bytes;
     auto* p = static_cast<uint8_t*>(raw_alloc(bytes));
     CUDA_CHECK(cudaMemset(p, 0, bytes));
-    cache_pools.push_back({p, bytes, n_blocks * B, index});
+    cache_pools.push_back({p, bytes, n_blocks * block_entries, index});
     return p;
   };
   bool any_indexer = false;
@@ -50,16 +51,16 @@ void GpuModel::Impl::alloc_paged_state() {
     GpuLayerState& st = states[l];
     const LayerPlan& lp = cfg.plan[l];
     const int64_t ratio = lp.ratio;
-    st.win_cache = cache(plan.window.n_blocks, false, plan.kv.block_bytes());
+    st.win_cache = cache(plan.window.n_blocks, false, plan.kv.block_bytes(), Bw);
     // Caches of the layers that write them (sources); readers use their source's.
     if (g.has_compressor) {
       ICHECK(plan.compressed.count(ratio)) << "GpuModel: no compressed pool of ratio " << ratio;
-      st.cmp_cache = cache(plan.compressed.at(ratio).n_blocks, false, plan.cmp_kv.block_bytes());
+      st.cmp_cache = cache(plan.compressed.at(ratio).n_blocks, false, plan.cmp_kv.block_bytes(), B);
     }
     if (lp.kv_from >= 0 && lp.topk_from < 0) all_entries[ratio] = true;
     if (g.has_indexer) any_indexer = true;
     if (lp.owns_index_keys && cfg.index_n_heads > 0 && plan.idx_paged) {
-      st.idx_cache = cache(plan.compressed.at(ratio).n_blocks, true, plan.idx.block_bytes());
+      st.idx_cache = cache(plan.compressed.at(ratio).n_blocks, true, plan.idx.block_bytes(), B);
     }
   }
   win_idx = reinterpret_cast<int32_t*>(alloc(T * std::max<int64_t>(W, 1)));
@@ -76,9 +77,9 @@ void GpuModel::Impl::alloc_paged_state() {
 }
 
 void GpuModel::Impl::reserve_blocks(int64_t seq, int64_t start, int64_t end) {
-  const int64_t B = plan.block_size, W = cfg.sliding_window;
+  const int64_t B = plan.block_size, Bw = plan.window_block_size, W = cfg.sliding_window;
   const int64_t first = std::max<int64_t>(0, start - W + 1);  // oldest position a row reads
-  if (end > first) win_pool.ensure(seq, first / B, (end + B - 1) / B);
+  if (end > first) win_pool.ensure(seq, first / Bw, (end + Bw - 1) / Bw);
   for (auto& [m, pool] : cmp_pools) pool.ensure(seq, 0, (end / m + B - 1) / B);
 }
 
@@ -88,11 +89,11 @@ void GpuModel::Impl::trim_blocks(int64_t seq, int64_t n_tokens) {
     for (auto& [m, pool] : cmp_pools) pool.release(seq);
     return;
   }
-  const int64_t B = plan.block_size, W = cfg.sliding_window;
+  const int64_t B = plan.block_size, Bw = plan.window_block_size, W = cfg.sliding_window;
   // The next query (position n_tokens) reads positions >= n_tokens - W + 1; a rollback of up
   // to max_rollback positions moves that query back as far.
   const int64_t first = std::max<int64_t>(0, n_tokens - W + 1 - opt.max_rollback);
-  win_pool.keep_only(seq, first / B, (n_tokens + B - 1) / B);
+  win_pool.keep_only(seq, first / Bw, (n_tokens + Bw - 1) / Bw);
   for (auto& [m, pool] : cmp_pools) pool.keep_only(seq, 0, (n_tokens / m + B - 1) / B);
 }
 
@@ -111,7 +112,7 @@ void GpuModel::Impl::build_paged_lists() {
   p.seq = sec(kSlot);
   p.window_table = win_pool.device_table();
   p.window_max_blocks = win_pool.max_blocks();
-  p.window_block_size = plan.block_size;
+  p.window_block_size = plan.window_block_size;
   p.window = cfg.sliding_window;
   p.window_indices = win_idx;
   paged_indices_cuda(stream, p);

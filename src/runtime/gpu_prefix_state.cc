@@ -53,7 +53,7 @@ struct StateLayoutKey {
   WeightFormat weights = WeightFormat::kF32;
   bool paged = false, batch_invariant = false, mtp = false, dspark = false;
   KvCacheDtype kv = KvCacheDtype::kBf16;
-  int64_t block_size = 0, max_rollback = 0, engram_ring_len = 0, max_context = 0;
+  int64_t block_size = 0, window_block_size = 0, max_rollback = 0, engram_ring_len = 0, max_context = 0;
 };
 
 StateLayoutKey layout_key(const ModelConfig& cfg, const GpuModelOptions& opt, const GpuStatePlan& plan,
@@ -71,6 +71,7 @@ StateLayoutKey layout_key(const ModelConfig& cfg, const GpuModelOptions& opt, co
   k.dspark = opt.dspark;
   k.kv = plan.dtype;
   k.block_size = plan.block_size;
+  k.window_block_size = plan.window_block_size;
   k.max_rollback = opt.max_rollback;
   k.engram_ring_len = engram_ring_len;
   k.max_context = opt.max_context;
@@ -91,11 +92,12 @@ void check_same_layout(const StateLayoutKey& piece, const StateLayoutKey& here) 
       << " (this model: " << numerics_name(here.numerics) << (here.batch_invariant ? " batch-invariant" : "") << ")";
   CHECK(piece.weights == here.weights) << what << weights_name(piece.weights) << " weights (this model: "
                                        << weights_name(here.weights) << ")";
-  CHECK(piece.paged == here.paged && piece.kv == here.kv && piece.block_size == here.block_size)
+  CHECK(piece.paged == here.paged && piece.kv == here.kv && piece.block_size == here.block_size &&
+        piece.window_block_size == here.window_block_size)
       << what << (piece.paged ? std::string("paged ") + kv_cache_dtype_name(piece.kv) : std::string("plain fp32"))
-      << " state in blocks of " << piece.block_size << " (this model: "
-      << (here.paged ? std::string("paged ") + kv_cache_dtype_name(here.kv) : std::string("plain fp32"))
-      << " in blocks of " << here.block_size << ")";
+      << " state in blocks of " << piece.block_size << ", window blocks of " << piece.window_block_size
+      << " (this model: " << (here.paged ? std::string("paged ") + kv_cache_dtype_name(here.kv) : std::string("plain fp32"))
+      << " in blocks of " << here.block_size << ", window blocks of " << here.window_block_size << ")";
   CHECK(piece.dspark == here.dspark) << what << "dspark " << piece.dspark << " (this model: " << here.dspark << ")";
   CHECK(piece.max_rollback == here.max_rollback && piece.mtp == here.mtp && piece.max_context == here.max_context)
       << what << "max_rollback " << piece.max_rollback << ", mtp " << piece.mtp << ", max_context "
@@ -186,14 +188,14 @@ std::vector<GpuStateRange> GpuModel::Impl::boundary_ranges(int64_t seq, int64_t 
   const Impl& m = *this;
   std::vector<Region> out;
   const int64_t d = m.cfg.head_dim, dI = m.cfg.index_head_dim, W = m.cfg.sliding_window, R = m.opt.max_rollback;
-  const int64_t B = m.plan.block_size;
+  const int64_t Bw = m.plan.window_block_size;
   for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
     const GpuLayerState& st = m.states[size_t(l)];
     const int64_t ratio = m.cfg.plan[size_t(l)].ratio;
     if (st.win_cache != nullptr) {  // whole page blocks of the window positions kept
       const int64_t block_bytes = m.plan.kv.block_bytes();
-      for (int64_t c = first_window_position(n, W, R) / B; c * B < n; ++c) {
-        add(out, st.win_cache + int64_t(m.win_pool.slot(seq, c * B) / B) * block_bytes, block_bytes);
+      for (int64_t c = first_window_position(n, W, R) / Bw; c * Bw < n; ++c) {
+        add(out, st.win_cache + int64_t(m.win_pool.slot(seq, c * Bw) / Bw) * block_bytes, block_bytes);
       }
     } else if (st.ring != nullptr) {
       add(out, st.ring + seq * W * d, W * d * 4);
@@ -301,8 +303,9 @@ int64_t GpuModel::import_prefix(std::span<const PrefixState* const> chain) {
   const int64_t seq = new_sequence();
   try {
     if (m.plan.paged) {  // the block columns the state at n holds (trim_blocks keeps these)
-      const int64_t B = m.plan.block_size;
-      m.win_pool.ensure(seq, first_window_position(n, m.cfg.sliding_window, m.opt.max_rollback) / B, (n + B - 1) / B);
+      const int64_t B = m.plan.block_size, Bw = m.plan.window_block_size;
+      m.win_pool.ensure(seq, first_window_position(n, m.cfg.sliding_window, m.opt.max_rollback) / Bw,
+                        (n + Bw - 1) / Bw);
       for (auto& [ratio, pool] : m.cmp_pools) pool.ensure(seq, 0, (n / ratio + B - 1) / B);
     }
     for (const GpuPrefixState* p : pieces) {

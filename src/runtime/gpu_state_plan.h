@@ -4,10 +4,11 @@
 // Paged (GpuModelOptions::paged_kv, the default), for each layer:
 //  * window pool: K=V entries in the kv_cache_dtype layout (ops/kv_cache/kv_cache.h: fp8 =
 //    MODEL1 584 B per entry at V4 shapes, V4.1's e4m3/32 528 B; bf16 = 2 * head_dim B), paged
-//    by position. A
-//    sequence keeps the blocks of its last window - 1 positions between forwards
-//    (window_blocks_per_sequence); a forward adds the blocks its chunk's positions touch, so the
-//    pool has n_seqs * window_blocks_per_sequence + ceil(max_batch_tokens / B) blocks.
+//    by position in blocks of window_block_size (GpuModelOptions::kv_window_block_size; the
+//    other pools' block_size by default). A sequence keeps the blocks of its last window - 1
+//    + max_rollback positions between forwards (window_blocks_per_sequence); a forward adds
+//    the blocks its chunk's positions touch, so the pool has
+//    n_seqs * (window_blocks_per_sequence + 1) + ceil(max_batch_tokens / Bw) blocks.
 //  * compressed pool per compress ratio m: entries [0, max_context / m) of every sequence
 //    (ceil(max_context / m / B) blocks each) in the compressed layout (`cmp_kv`: V4 as the
 //    window; V4.1 fp8: e2m1 + e4m3/16, 288 B), for each layer that owns a
@@ -47,7 +48,8 @@ struct GpuPoolPlan {
 struct GpuStatePlan {
   bool paged = true;
   KvCacheDtype dtype = KvCacheDtype::kFp8;
-  int64_t block_size = 64;
+  int64_t block_size = 64;         // entries per block: compressed entries, index keys
+  int64_t window_block_size = 64;  // entries per block of the window pool (kv.block_size)
   KvCacheLayout kv;          // window entries
   KvCacheLayout cmp_kv;      // compressed entries (V4: = kv)
   IndexCacheLayout idx;      // indexer keys (paged fp8 only)
@@ -129,21 +131,24 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& config, const GpuModelOpti
   p.paged = o.paged_kv;
   p.dtype = resolved_kv_cache_dtype(o);
   p.block_size = o.kv_block_size;
+  p.window_block_size = o.kv_window_block_size > 0 ? o.kv_window_block_size : o.kv_block_size;
   p.n_seqs = o.max_sequences + (o.cuda_graphs ? 1 : 0);  // + GpuModel's scratch slot
-  const int64_t B = p.block_size, d = c.head_dim, W = c.sliding_window, dI = c.index_head_dim;
+  const int64_t B = p.block_size, Bw = p.window_block_size;
+  const int64_t d = c.head_dim, W = c.sliding_window, dI = c.index_head_dim;
   const int64_t C = o.max_context, T = o.max_batch_tokens;
   p.kv.dtype = p.dtype;
   p.kv.head_dim = d;
   p.kv.rope_dim = c.rope_dim;
-  p.kv.block_size = B;
+  p.kv.block_size = Bw;
   p.idx.head_dim = dI;
   p.idx.block_size = B;
   p.idx_paged = p.paged && p.dtype == KvCacheDtype::kFp8;
   choose_cache_formats(c.traits, &p);
+  p.cmp_kv.block_size = B;  // choose_cache_formats starts it from the window layout
   const int64_t R = std::max<int64_t>(o.max_rollback, 0);
-  p.window_blocks_per_sequence = gpu_state_ceil_div(std::max<int64_t>(W - 1 + R, 0), B) + 1;
-  p.window.max_blocks = gpu_state_ceil_div(C, B);
-  p.window.n_blocks = p.n_seqs * (p.window_blocks_per_sequence + 1) + gpu_state_ceil_div(T, B);
+  p.window_blocks_per_sequence = gpu_state_ceil_div(std::max<int64_t>(W - 1 + R, 0), Bw) + 1;
+  p.window.max_blocks = gpu_state_ceil_div(C, Bw);
+  p.window.n_blocks = p.n_seqs * (p.window_blocks_per_sequence + 1) + gpu_state_ceil_div(T, Bw);
   int64_t per_seq = 0, fixed = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerPlan& lp = c.plan[l];
@@ -167,7 +172,7 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& config, const GpuModelOpti
     }
     if (p.paged) {
       per_seq += (p.window_blocks_per_sequence + 1) * p.kv.block_bytes();
-      fixed += gpu_state_ceil_div(T, B) * p.kv.block_bytes();
+      fixed += gpu_state_ceil_div(T, Bw) * p.kv.block_bytes();
     } else {
       per_seq += W * d * 4;
     }

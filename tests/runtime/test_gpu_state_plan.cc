@@ -175,6 +175,33 @@ TEST(GpuStatePlan, V41FlashFp8Formats) {
   EXPECT_EQ(v4.kv.format, KvEntryFormat::kModel1);
   EXPECT_EQ(v4.cmp_kv.entry_bytes(), 584);
   EXPECT_EQ(v4.idx.entry_bytes(), 132);
+
+  // kv_window_block_size 8: the window pool alone in blocks of 8. By hand: 133 positions
+  // straddle at most ceil(133 / 8) + 1 = 18 blocks, + 1 per sequence: 152 slots per layer
+  // (DeepInfer's rings: 134), 40 x 152 x 528 B = 3,210,240 B of windows instead of 6,758,400;
+  // the compressed entries, index keys and rings unchanged, still in blocks of 64.
+  GpuModelOptions ow = o;
+  ow.kv_window_block_size = 8;
+  const GpuStatePlan pw = plan_gpu_state(c, ow);
+  EXPECT_EQ(pw.window_block_size, 8);
+  EXPECT_EQ(pw.block_size, 64);
+  EXPECT_EQ(pw.kv.block_size, 8);
+  EXPECT_EQ(pw.cmp_kv.block_size, 64);
+  EXPECT_EQ(pw.idx.block_size, 64);
+  EXPECT_EQ(pw.window_blocks_per_sequence, 18);
+  EXPECT_EQ(pw.window.max_blocks, C / 8);
+  const int64_t windows8 = 40 * (18 + 1) * 8 * 528;
+  EXPECT_EQ(windows8, 3210240);
+  EXPECT_EQ(windows, 6758400);
+  EXPECT_EQ(pw.state_bytes_per_sequence(), windows8 + entries + rings);
+  EXPECT_DOUBLE_EQ(paged_bytes_per_token(c, pw), 890.0);
+  // The forward's transient window blocks: ceil(2048 / 8) per layer.
+  EXPECT_EQ(pw.fixed_state_bytes(), 40 * (2048 / 8) * 8 * 528);
+  // V4 (the compressed layout starts as a copy of the window's): the compressed pool keeps 64.
+  const GpuStatePlan v4w = plan_gpu_state(v4_flash(), ow);
+  EXPECT_EQ(v4w.kv.block_size, 8);
+  EXPECT_EQ(v4w.cmp_kv.block_size, 64);
+  EXPECT_EQ(v4w.cmp_kv.block_bytes(), v4.cmp_kv.block_bytes());
 }
 
 }  // namespace
