@@ -15,7 +15,10 @@
 // <= 2.2e-5, 11-13x inside the bounds.
 // Also: NaN-poisoned outputs (every element written), split-K (a workspace) against the
 // reference and deterministic, a row alone bitwise equal to the same row inside a batch of 64
-// (no workspace: never split), refusals of unsupported shapes.
+// (no workspace: never split), refusals of unsupported shapes. Every case runs on V4's MODEL1
+// fp8 entries, bf16, and V4.1's pair of formats (window e4m3 / 32, 528 B; compressed e2m1 +
+// e4m3 / 16, 288 B; both dequantise exactly to bf16, so the same bound holds), with a key
+// list that crosses from one V4.1 format to the other inside a 64-key tile.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,21 +87,25 @@ void check_bounds(const char* what, const std::vector<float>& out, const std::ve
 }
 
 struct DecodeCase {
-  KvCacheDtype dtype;
+  KvCacheDtype dtype;  // kFp8 with v41: V4.1's window / compressed formats
   int64_t n_heads;
   std::vector<int64_t> keys;  // total listed keys per row (window part first, up to 128)
   bool use_window = true, use_cmp = true;
   float sink_scale = 1.0f;  // sinks ~ N(0, sink_scale^2)
   int64_t block_size = 64;
+  bool v41 = false;
 };
 
 void run_decode_case(std::mt19937_64& rng, const DecodeCase& c) {
   const int64_t B = static_cast<int64_t>(c.keys.size()), H = c.n_heads, d = 512, W = 128;
-  SCOPED_TRACE(testing::Message() << kv_cache_dtype_name(c.dtype) << " H " << H << " B " << B << " window "
-                                  << c.use_window << " cmp " << c.use_cmp << " sinks x" << c.sink_scale);
-  const KvCacheLayout win_l{c.dtype, d, 64, c.block_size};
-  KvCacheLayout cmp_l = win_l;
-  cmp_l.block_size = c.block_size + 3;  // block sizes may differ between pools
+  SCOPED_TRACE(testing::Message() << kv_cache_dtype_name(c.dtype) << (c.v41 ? " V4.1 formats" : "") << " H " << H
+                                  << " B " << B << " window " << c.use_window << " cmp " << c.use_cmp << " sinks x"
+                                  << c.sink_scale);
+  const KvCacheLayout win_l = c.v41 ? KvCacheLayout::v41_window(c.dtype, c.block_size)
+                                    : KvCacheLayout{c.dtype, d, 64, c.block_size};
+  // Block sizes may differ between pools.
+  KvCacheLayout cmp_l = c.v41 ? KvCacheLayout::v41_compressed(c.dtype, c.block_size + 3) : win_l;
+  cmp_l.block_size = c.block_size + 3;
   int64_t most = 1;
   for (int64_t k : c.keys) most = std::max(most, k);
   const int64_t win_blocks = (2 * W + win_l.block_size - 1) / win_l.block_size + 1;
@@ -164,7 +171,8 @@ void run_decode_case(std::mt19937_64& rng, const DecodeCase& c) {
   ASSERT_TRUE(sm90_paged_decode_supported(pd));
   sm90_paged_decode_cuda(nullptr, pd);
   const auto out = test::download_f32(od);
-  std::printf("sm90 decode %s H %lld B %lld keys %lld..%lld sinks x%g:\n", kv_cache_dtype_name(c.dtype),
+  std::printf("sm90 decode %s%s H %lld B %lld keys %lld..%lld sinks x%g:\n", kv_cache_dtype_name(c.dtype),
+              c.v41 ? " (V4.1 formats)" : "",
               static_cast<long long>(H), static_cast<long long>(B),
               static_cast<long long>(*std::min_element(c.keys.begin(), c.keys.end())),
               static_cast<long long>(most), c.sink_scale);
@@ -238,6 +246,21 @@ TEST(PagedDecodeCuda, AwkwardSizesAgainstTheReference) {
   run_decode_case(rng, {KvCacheDtype::kFp8, 128, cycle_keys(2, {640, 2100})});
 }
 
+// V4.1's formats: the window's e4m3 / 32 entries and the compressed e2m1 + e4m3 / 16 entries
+// in one key list (rows of 100 or 130 keys cross from one format to the other inside a tile),
+// each source alone, sinks small and dominant, 64 heads and a partial second group.
+TEST(PagedDecodeCuda, V41FormatsAgainstTheReference) {
+  auto rng = test::fresh_rng();
+  const KvCacheDtype f8 = KvCacheDtype::kFp8;
+  for (int64_t k : {1, 7, 100, 130, 640}) run_decode_case(rng, {f8, 64, {k}, true, true, 1.0f, 64, true});
+  run_decode_case(rng, {f8, 64, cycle_keys(3, {2100, 7, 640}), true, true, 0.1f, 64, true});
+  run_decode_case(rng, {f8, 64, cycle_keys(3, {33, 1, 640}), true, true, 20.0f, 64, true});
+  run_decode_case(rng, {f8, 64, cycle_keys(3, {128, 5, 77}), true, false, 1.0f, 64, true});
+  run_decode_case(rng, {f8, 64, cycle_keys(3, {640, 9, 300}), false, true, 1.0f, 61, true});
+  run_decode_case(rng, {f8, 96, cycle_keys(3, {640, 33, 1}), true, true, 1.0f, 64, true});
+  run_decode_case(rng, {f8, 64, cycle_keys(64, {640, 1, 7, 33, 2100, 640, 640}), true, true, 1.0f, 64, true});
+}
+
 TEST(PagedDecodeCuda, BatchOf64) {
   auto rng = test::fresh_rng();
   for (KvCacheDtype dt : {KvCacheDtype::kFp8, KvCacheDtype::kBf16}) {
@@ -258,6 +281,17 @@ TEST(PagedDecodeCuda, RefusesUnsupportedShapes) {
   p.sources[0] = {cache.data(), KvCacheLayout{KvCacheDtype::kBf16, 256, 64, 16}, 4, idx.data(), nullptr, 4};
   EXPECT_FALSE(sm90_paged_decode_supported(p));
   EXPECT_THROW(sm90_paged_decode_cuda(nullptr, p), Error);
+  // Formats are V4's or V4.1's, never mixed; V4.1's carry no bf16 RoPE dims.
+  p.sources[0] = {cache.data(), KvCacheLayout::v4(KvCacheDtype::kFp8, 16), 4, idx.data(), nullptr, 4};
+  EXPECT_TRUE(sm90_paged_decode_supported(p));
+  p.sources[1] = {cache.data(), KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, 16), 4, idx.data(), nullptr, 4};
+  EXPECT_FALSE(sm90_paged_decode_supported(p));
+  p.sources[0] = {cache.data(), KvCacheLayout::v41_window(KvCacheDtype::kFp8, 16), 4, idx.data(), nullptr, 4};
+  EXPECT_TRUE(sm90_paged_decode_supported(p));
+  KvCacheLayout roped = KvCacheLayout::v41_window(KvCacheDtype::kFp8, 16);
+  roped.rope_dim = 64;
+  p.sources[0].layout = roped;
+  EXPECT_FALSE(sm90_paged_decode_supported(p));
 }
 
 // ------------------------------------------------------------------------------- benchmark
@@ -289,78 +323,92 @@ double median_us(const std::function<void()>& call, void* flush, size_t flush_by
 TEST(PagedDecodeCuda, AnchorBenchmark) {
   auto rng = test::fresh_rng();
   const int64_t H = 64, d = 512, W = 128, topk = 512, page = 64;
-  const KvCacheLayout layout = KvCacheLayout::v4(KvCacheDtype::kFp8, page);
-  const int64_t bb = layout.block_bytes();
-  const auto chunk = make_pool(rng, layout, 64);  // 64 random blocks, repeated over the pools
-  Tensor chunk_d = upload_bytes(chunk);
   const size_t flush_bytes = size_t{256} << 20;
   Tensor flush = cuda::device_empty(DType::U8, {static_cast<int64_t>(flush_bytes)});
   const auto sinks = test::randn(rng, H, 1.0f);
   Tensor sd = test::upload_f32(sinks);
-  std::printf("\n| ctx | B | k | sm90 us | sm90 TB/s KV | sm90 TFLOP/s | splits | simt us | mma us | "
-              "sm90 nmse vs simt |\n|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int64_t ctx : {4096, 32768}) {
-    for (int64_t B : {1, 16, 64, 256}) {
-      const int64_t n_c = ctx / 4, cpp = (n_c + page - 1) / page, wpp = (W + page - 1) / page;
-      const int64_t cblocks = B * cpp, wblocks = B * wpp;
-      Tensor cc = cuda::device_empty(DType::U8, {cblocks * bb}), wc = cuda::device_empty(DType::U8, {wblocks * bb});
-      for (int64_t b0 = 0; b0 < cblocks; b0 += 64) {
-        cuda::copy_d2d_async(cc.data<uint8_t>() + b0 * bb, chunk_d.raw(), std::min<int64_t>(64, cblocks - b0) * bb, nullptr);
-      }
-      for (int64_t b0 = 0; b0 < wblocks; b0 += 64) {
-        cuda::copy_d2d_async(wc.data<uint8_t>() + b0 * bb, chunk_d.raw(), std::min<int64_t>(64, wblocks - b0) * bb, nullptr);
-      }
-      std::vector<int32_t> wperm(wblocks), cperm(cblocks);
-      std::iota(wperm.begin(), wperm.end(), 0);
-      std::iota(cperm.begin(), cperm.end(), 0);
-      std::shuffle(wperm.begin(), wperm.end(), rng);
-      std::shuffle(cperm.begin(), cperm.end(), rng);
-      std::vector<int32_t> win(B * W), cmp(B * topk), ncmp(B, static_cast<int32_t>(topk));
-      std::vector<int64_t> ent(n_c);
-      for (int64_t r = 0; r < B; ++r) {
-        for (int64_t s = 0; s < W; ++s) win[r * W + s] = static_cast<int32_t>(wperm[r * wpp + s / page] * page + s % page);
-        std::iota(ent.begin(), ent.end(), 0);
-        for (int64_t j = 0; j < topk; ++j) {  // partial Fisher-Yates: topk distinct entries
-          std::uniform_int_distribution<int64_t> pick(j, n_c - 1);
-          std::swap(ent[j], ent[pick(rng)]);
-          cmp[r * topk + j] = static_cast<int32_t>(cperm[r * cpp + ent[j] / page] * page + ent[j] % page);
+  // V4-Flash: MODEL1 entries in both pools, compressed ctx / 4 (the anchor's problem); V4.1-Flash:
+  // e4m3 / 32 window entries, e2m1 + e4m3 / 16 compressed entries, ctx / 2 (its ratio-2 layers).
+  struct Shape {
+    const char* name;
+    KvCacheLayout win, cmp;
+    int64_t ratio;
+  };
+  for (const Shape& sh : {Shape{"V4 MODEL1", KvCacheLayout::v4(KvCacheDtype::kFp8, page),
+                                KvCacheLayout::v4(KvCacheDtype::kFp8, page), 4},
+                          Shape{"V4.1 e4m3/32 + e2m1/16", KvCacheLayout::v41_window(KvCacheDtype::kFp8, page),
+                                KvCacheLayout::v41_compressed(KvCacheDtype::kFp8, page), 2}}) {
+    const int64_t wbb = sh.win.block_bytes(), cbb = sh.cmp.block_bytes();
+    // 64 random blocks of each layout, repeated over the pools.
+    Tensor wchunk = upload_bytes(make_pool(rng, sh.win, 64)), cchunk = upload_bytes(make_pool(rng, sh.cmp, 64));
+    std::printf("\n%s\n| ctx | B | k | sm90 us | sm90 TB/s KV | sm90 TFLOP/s | splits | simt us | mma us | "
+                "sm90 nmse vs simt |\n|---|---|---|---|---|---|---|---|---|---|\n", sh.name);
+    for (int64_t ctx : {4096, 32768}) {
+      for (int64_t B : {1, 16, 64, 256}) {
+        const int64_t n_c = ctx / sh.ratio, cpp = (n_c + page - 1) / page, wpp = (W + page - 1) / page;
+        const int64_t cblocks = B * cpp, wblocks = B * wpp;
+        Tensor cc = cuda::device_empty(DType::U8, {cblocks * cbb}), wc = cuda::device_empty(DType::U8, {wblocks * wbb});
+        for (int64_t b0 = 0; b0 < cblocks; b0 += 64) {
+          cuda::copy_d2d_async(cc.data<uint8_t>() + b0 * cbb, cchunk.raw(), std::min<int64_t>(64, cblocks - b0) * cbb,
+                               nullptr);
         }
+        for (int64_t b0 = 0; b0 < wblocks; b0 += 64) {
+          cuda::copy_d2d_async(wc.data<uint8_t>() + b0 * wbb, wchunk.raw(), std::min<int64_t>(64, wblocks - b0) * wbb,
+                               nullptr);
+        }
+        std::vector<int32_t> wperm(wblocks), cperm(cblocks);
+        std::iota(wperm.begin(), wperm.end(), 0);
+        std::iota(cperm.begin(), cperm.end(), 0);
+        std::shuffle(wperm.begin(), wperm.end(), rng);
+        std::shuffle(cperm.begin(), cperm.end(), rng);
+        std::vector<int32_t> win(B * W), cmp(B * topk), ncmp(B, static_cast<int32_t>(topk));
+        std::vector<int64_t> ent(n_c);
+        for (int64_t r = 0; r < B; ++r) {
+          for (int64_t s = 0; s < W; ++s) win[r * W + s] = static_cast<int32_t>(wperm[r * wpp + s / page] * page + s % page);
+          std::iota(ent.begin(), ent.end(), 0);
+          for (int64_t j = 0; j < topk; ++j) {  // partial Fisher-Yates: topk distinct entries
+            std::uniform_int_distribution<int64_t> pick(j, n_c - 1);
+            std::swap(ent[j], ent[pick(rng)]);
+            cmp[r * topk + j] = static_cast<int32_t>(cperm[r * cpp + ent[j] / page] * page + ent[j] % page);
+          }
+        }
+        const auto q = test::randn(rng, B * H * d, 1.0f);
+        Tensor qd = test::upload_f32(q), wd = test::upload_i32(win), kd = test::upload_i32(cmp), nd = test::upload_i32(ncmp);
+        Tensor o_fast = test::poisoned_f32(B * H * d), o_simt = test::poisoned_f32(B * H * d);
+        Tensor o_mma = test::poisoned_f32(B * H * d);
+        PagedAttentionParams p;
+        p.q = qd.data<float>();
+        p.sinks = sd.data<float>();
+        p.n_rows = B;
+        p.n_heads = H;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+        p.sources[0] = {wc.data<uint8_t>(), sh.win, wblocks, wd.data<int32_t>(), nullptr, W};
+        p.sources[1] = {cc.data<uint8_t>(), sh.cmp, cblocks, kd.data<int32_t>(), nd.data<int32_t>(), topk};
+        const int64_t ws_fast = sm90_paged_decode_workspace_bytes(B, H, d, W + topk);
+        const int64_t ws_simt = paged_attention_workspace_bytes(B, H, d, W + topk);
+        Tensor wsf = cuda::device_empty(DType::U8, {std::max<int64_t>(ws_fast, 16)});
+        Tensor wss = cuda::device_empty(DType::U8, {std::max<int64_t>(ws_simt, 16)});
+        PagedAttentionParams pf = p, ps = p, pm = p;
+        pf.out = o_fast.data<float>();
+        pf.workspace = ws_fast > 0 ? wsf.raw() : nullptr;
+        pf.workspace_bytes = ws_fast;
+        ps.out = o_simt.data<float>();
+        ps.workspace = ws_simt > 0 ? wss.raw() : nullptr;
+        ps.workspace_bytes = ws_simt;
+        pm.out = o_mma.data<float>();
+        const double t_fast = median_us([&] { sm90_paged_decode_cuda(nullptr, pf); }, flush.raw(), flush_bytes);
+        const double t_simt = median_us([&] { paged_attention_cuda(nullptr, ps); }, flush.raw(), flush_bytes);
+        const double t_mma = median_us([&] { paged_attention_mma_cuda(nullptr, pm); }, flush.raw(), flush_bytes);
+        const auto a = test::download_f32(o_fast), s = test::download_f32(o_simt);
+        const double err = test::nmse(a.data(), s.data(), B * H * d);
+        const double k = static_cast<double>(W + topk);
+        const double kv_bytes = B * (W * sh.win.entry_bytes() + topk * sh.cmp.entry_bytes());
+        std::printf("| %lldK | %lld | %g | %.1f | %.2f | %.0f | %lld | %.1f | %.1f | %.2g |\n",
+                    static_cast<long long>(ctx / 1024), static_cast<long long>(B), k, t_fast,
+                    kv_bytes / (t_fast * 1e-6) / 1e12, 2.0 * B * H * (d + d) * k / (t_fast * 1e-6) / 1e12,
+                    static_cast<long long>(sm90_paged_decode_splits(B, H, W + topk)), t_simt, t_mma, err);
+        EXPECT_LT(err, kCallBound) << sh.name << " ctx " << ctx << " B " << B;  // the SIMT kernel is fp32-level
       }
-      const auto q = test::randn(rng, B * H * d, 1.0f);
-      Tensor qd = test::upload_f32(q), wd = test::upload_i32(win), kd = test::upload_i32(cmp), nd = test::upload_i32(ncmp);
-      Tensor o_fast = test::poisoned_f32(B * H * d), o_simt = test::poisoned_f32(B * H * d), o_mma = test::poisoned_f32(B * H * d);
-      PagedAttentionParams p;
-      p.q = qd.data<float>();
-      p.sinks = sd.data<float>();
-      p.n_rows = B;
-      p.n_heads = H;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(d));
-      p.sources[0] = {wc.data<uint8_t>(), layout, wblocks, wd.data<int32_t>(), nullptr, W};
-      p.sources[1] = {cc.data<uint8_t>(), layout, cblocks, kd.data<int32_t>(), nd.data<int32_t>(), topk};
-      const int64_t ws_fast = sm90_paged_decode_workspace_bytes(B, H, d, W + topk);
-      const int64_t ws_simt = paged_attention_workspace_bytes(B, H, d, W + topk);
-      Tensor wsf = cuda::device_empty(DType::U8, {std::max<int64_t>(ws_fast, 16)});
-      Tensor wss = cuda::device_empty(DType::U8, {std::max<int64_t>(ws_simt, 16)});
-      PagedAttentionParams pf = p, ps = p, pm = p;
-      pf.out = o_fast.data<float>();
-      pf.workspace = ws_fast > 0 ? wsf.raw() : nullptr;
-      pf.workspace_bytes = ws_fast;
-      ps.out = o_simt.data<float>();
-      ps.workspace = ws_simt > 0 ? wss.raw() : nullptr;
-      ps.workspace_bytes = ws_simt;
-      pm.out = o_mma.data<float>();
-      const double t_fast = median_us([&] { sm90_paged_decode_cuda(nullptr, pf); }, flush.raw(), flush_bytes);
-      const double t_simt = median_us([&] { paged_attention_cuda(nullptr, ps); }, flush.raw(), flush_bytes);
-      const double t_mma = median_us([&] { paged_attention_mma_cuda(nullptr, pm); }, flush.raw(), flush_bytes);
-      const auto a = test::download_f32(o_fast), s = test::download_f32(o_simt);
-      const double err = test::nmse(a.data(), s.data(), B * H * d);
-      const double k = static_cast<double>(W + topk);
-      std::printf("| %lldK | %lld | %g | %.1f | %.2f | %.0f | %lld | %.1f | %.1f | %.2g |\n",
-                  static_cast<long long>(ctx / 1024), static_cast<long long>(B), k, t_fast,
-                  B * k * layout.entry_bytes() / (t_fast * 1e-6) / 1e12,
-                  2.0 * B * H * (d + d) * k / (t_fast * 1e-6) / 1e12,
-                  static_cast<long long>(sm90_paged_decode_splits(B, H, W + topk)), t_simt, t_mma, err);
-      EXPECT_LT(err, kCallBound) << "ctx " << ctx << " B " << B;  // the SIMT kernel is fp32-level
     }
   }
 }

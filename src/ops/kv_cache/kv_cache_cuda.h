@@ -7,7 +7,8 @@
 //  Every KvEntryFormat (kv_cache.h) is served by kv_store/load, paged_attention_cuda and
 //  paged_attention_mma_cuda; a call's two sources may differ in format (V4.1: e4m3/32 window,
 //  e2m1 + e4m3/16 compressed; both dequantise exactly, to fp32 or to bf16). The sm90 decode
-//  kernel serves kModel1 and bf16 only (it refuses rope_dim 0 fp8 layouts).
+//  kernel serves kModel1 (both sources), V4.1's pair (each source e4m3/32 or e2m1 + e4m3/16,
+//  rope_dim 0) and bf16; it refuses a MODEL1 source beside a V4.1 one.
 //
 //  * kv_store_cuda: byte-identical to kv_store_ref. entries [n, row_stride] fp32 (first
 //    head_dim values of each row), slots int32 [n] (-1 skips the row).
@@ -49,7 +50,8 @@
 //    SM of a 132-SM H200); below it the SIMT kernel (split-K) is faster.
 //  * sm90_paged_decode_cuda (sm90_paged_decode.cu): the fast decode path of paged attention
 //    on bf16 tensor cores, the same math as paged_attention_ref for head_dim 512 (fp8 cache:
-//    the V4 layout, rope_dim 64; bf16 cache: any rope_dim), any n_heads (groups of 64; 128 =
+//    the V4 layout, rope_dim 64, or V4.1's formats, rope_dim 0; bf16 cache: any rope_dim),
+//    any n_heads (groups of 64; 128 =
 //    V4-Pro runs as two groups, each dequantising the keys itself), sinks required. One CTA
 //    per (row, 64-head group, chunk of the key list) reads each listed key once for its 64
 //    heads: tiles of 64 keys gathered with cp.async (double buffer), fp8 dequantised into a

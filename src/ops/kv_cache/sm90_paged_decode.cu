@@ -8,9 +8,12 @@
 //   * The key list (window source then compressed source, one logical list, -1 holes) is
 //     walked in tiles of 64 keys. The next tile's bytes are gathered with cp.async (16-byte
 //     pieces, 4 threads per key, indexed by the row's slot list; -1 and past-the-end keys are
-//     zero-filled) while the current tile computes (double buffer). FP8 caches land raw
-//     (576 data + 8 scale bytes per key) and are dequantised into a bf16 tile (exact: e4m3
-//     code x power-of-two scale); bf16 caches land directly in one of two bf16 tiles.
+//     zero-filled) while the current tile computes (double buffer). FP8 caches land raw and
+//     are dequantised into a bf16 tile, exactly: V4's MODEL1 entries (576 data + 8 scale
+//     bytes: 448 e4m3 codes x UE8M0 per 64, 64 bf16 RoPE dims), or V4.1's formats, whose two
+//     sources differ (window: 512 e4m3 codes x UE8M0 per 32, 528 B; compressed: 512 e2m1
+//     codes x e4m3 per 16, 288 B, products of <= 6 significant bits), a per-key flag telling
+//     the dequantiser which; bf16 caches land directly in one of two bf16 tiles.
 //   * S = Q K^T: warp w computes heads 32 (w % 2) .. +32 x keys 16 (w / 2) .. +16 of the tile
 //     (mma.sync m16n8k16, fragments by ldmatrix). Row maxima of the 4 warps sharing a head
 //     meet in shared memory, so all of them hold the same running max (bitwise); each warp
@@ -48,6 +51,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kDim = 512;    // head_dim (V4: 448 NoPE + 64 RoPE)
 constexpr int kNope = 448;   // fp8 layout: NoPE dims as e4m3 codes
 constexpr int kData = 576;   // fp8 data bytes per entry (448 codes + 64 bf16)
+constexpr int kV41Data = 512;    // V4.1 raw tile: data bytes per key (e4m3: 512, e2m1: 256 used)
+constexpr int kV41Scales = 32;   // and scale bytes per key (UE8M0 / 32: 16 used, e4m3 / 16: 32)
 constexpr int kLd = kDim + 8;     // bf16 per shared row of Q / key tiles (16 B apart mod 128 B)
 constexpr int kLdP = kKeys + 8;   // bf16 per shared row of P
 constexpr int kMaxSplits = 64;
@@ -57,7 +62,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Shared memory plan (bytes).
 constexpr int kQBytes = kHeads * kLd * 2;                       // 66,560
 constexpr int kTileBytes = kKeys * kLd * 2;                     // 66,560 (bf16 key tile)
-constexpr int kRawBytes = kKeys * kData + kKeys * 8;            // 37,376 (one fp8 raw tile)
+constexpr int kRawBytes = std::max(kKeys * kData + kKeys * 8,           // 37,376 (MODEL1 raw tile)
+                                   kKeys * kV41Data + kKeys * kV41Scales);  // 34,816 (V4.1)
 constexpr int kRegionBytes = std::max(kTileBytes + 2 * kRawBytes, 2 * kTileBytes);
 constexpr int kPBytes = kHeads * kLdP * 2;                      // 9,216
 constexpr int kOffRegion = kQBytes;
@@ -66,7 +72,8 @@ constexpr int kOffRed = kOffP + kPBytes;                        // float [4][64]
 constexpr int kOffAlpha = kOffRed + 4 * kHeads * 4;             // float [64]
 constexpr int kOffM = kOffAlpha + kHeads * 4;                   // float [64]
 constexpr int kOffValid = kOffM + kHeads * 4;                   // uint8 [2][64]
-constexpr int kSmemBytes = kOffValid + 2 * kKeys;
+constexpr int kOffFp4 = kOffValid + 2 * kKeys;                  // uint8 [2][64]: V4.1 e2m1 key
+constexpr int kSmemBytes = kOffFp4 + 2 * kKeys;
 static_assert(kSmemBytes <= 232448, "shared memory plan exceeds 227 KB");
 static_assert(kOffRegion % 16 == 0 && kRawBytes % 16 == 0 && kTileBytes % 16 == 0 && kOffP % 16 == 0,
               "16-byte alignment of the shared tiles");
@@ -117,14 +124,20 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Keys per chunk of a row with n_keys keys cut into (at most) n_splits chunks: whole tiles.
+// Cache formats of the kernel (template argument).
+constexpr int kFmtBf16 = 0;    // bf16 cache
+constexpr int kFmtModel1 = 1;  // V4's fp8 MODEL1 entries
+constexpr int kFmtV41 = 2;     // V4.1's e4m3 / 32 window and e2m1 + e4m3 / 16 compressed entries
+
 __host__ __device__ __forceinline__ int64_t decode_chunk_keys(int64_t n_keys, int64_t n_splits) {
   int64_t c = (n_keys + n_splits - 1) / n_splits;
   c = (c + kKeys - 1) / kKeys * kKeys;
   return c < kKeys ? kKeys : c;
 }
 
-template <bool kFp8, bool kSplit>
+template <int kFmt, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeArgs a) {
+  constexpr bool kFp8 = kFmt != kFmtBf16;
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   uint8_t* region = smem + kOffRegion;
@@ -133,6 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
   float* sAlpha = reinterpret_cast<float*>(smem + kOffAlpha);
   float* sM = reinterpret_cast<float*>(smem + kOffM);
   uint8_t* sValid = smem + kOffValid;
+  uint8_t* sFp4 = smem + kOffFp4;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t row = blockIdx.x / a.n_groups;
@@ -155,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
     const int64_t j = j_begin + static_cast<int64_t>(tile) * kKeys + key;
     const uint8_t* data = a.any_cache;
     const uint8_t* scales = a.any_cache;
-    bool valid = false;
+    bool valid = false, fp4 = false;
     if (j < j_end) {
       const KeySource& s = j < n0 ? a.src[0] : a.src[1];
       const int64_t slot = s.indices[row * s.max_indices + (j < n0 ? j : j - n0)];
@@ -163,11 +177,25 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
         valid = true;
         data = s.cache + kv_device::data_offset(s.g, slot);
         if (kFp8) scales = s.cache + kv_device::scale_offset(s.g, slot);
+        if (kFmt == kFmtV41) fp4 = s.g.format == KvEntryFormat::kE2m1E4m3Block16;
       }
     }
     if (part == 0) sValid[buf * kKeys + key] = valid ? 1 : 0;
+    if (kFmt == kFmtV41 && part == 0) sFp4[buf * kKeys + key] = fp4 ? 1 : 0;
     const int n = valid ? 16 : 0;
-    if (kFp8) {
+    if (kFmt == kFmtV41) {
+      // e4m3 (and missing keys, zero-filled as such): 32 data pieces + 1 scale piece;
+      // e2m1: 16 data pieces + 2 scale pieces.
+      uint8_t* raw = region + kTileBytes + buf * kRawBytes;
+      const int pieces = fp4 ? kV41Data / 32 : kV41Data / 16, scale_pieces = fp4 ? 2 : 1;
+#pragma unroll 1
+      for (int c = part; c < pieces; c += 4) {
+        cp_async16(raw + key * kV41Data + 16 * c, valid ? data + 16 * c : data, n);
+      }
+      if (part < scale_pieces) {
+        cp_async16(raw + kKeys * kV41Data + key * kV41Scales + 16 * part, valid ? scales + 16 * part : scales, n);
+      }
+    } else if (kFp8) {
       uint8_t* raw = region + kTileBytes + buf * kRawBytes;
 #pragma unroll 1
       for (int c = part; c < kData / 16; c += 4) {
@@ -219,7 +247,40 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
 
     const __nv_bfloat16* sK =
         reinterpret_cast<const __nv_bfloat16*>(region + (kFp8 ? 0 : buf * kTileBytes));
-    if (kFp8) {
+    if (kFmt == kFmtV41) {
+      // Dequantise: 64 units of 8 dims per key, 16 units per thread; consecutive threads take
+      // consecutive units of a key. e4m3 unit: 8 codes x the UE8M0 of its 32; e2m1 unit: 4
+      // bytes (dim 2i in the low nibble of byte i, 2i + 1 in the high) x the e4m3 of its 16.
+      const uint8_t* raw = region + kTileBytes + buf * kRawBytes;
+      const uint8_t* fp4 = sFp4 + buf * kKeys;
+      __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(region);
+#pragma unroll 1
+      for (int u = tid; u < kKeys * (kDim / 8); u += kThreads) {
+        const int key = u / (kDim / 8), c8 = u % (kDim / 8);
+        const uint8_t* sc_bytes = raw + kKeys * kV41Data + key * kV41Scales;
+        uint4 v;
+        if (fp4[key]) {
+          const uint32_t codes = *reinterpret_cast<const uint32_t*>(raw + key * kV41Data + c8 * 4);
+          const float sc = kv_device::e4m3_value(sc_bytes[c8 / 2]);
+          uint32_t w[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            w[i] = mma_bf16::pack(kv_device::e2m1_value(codes >> (8 * i)) * sc,
+                                  kv_device::e2m1_value(codes >> (8 * i + 4)) * sc);
+          }
+          v = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+          const uint2 codes = *reinterpret_cast<const uint2*>(raw + key * kV41Data + c8 * 8);
+          const float sc = kv_device::e8m0_value(sc_bytes[c8 / 4]);
+          const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
+          const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
+          v = make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
+                         mma_bf16::pack(v2.x * sc, v2.y * sc), mma_bf16::pack(v3.x * sc, v3.y * sc));
+        }
+        *reinterpret_cast<uint4*>(dst + key * kLd + c8 * 8) = v;
+      }
+      __syncthreads();  // (S2)
+    } else if (kFp8) {
       // Dequantise: 64 units of 8 dims per key (56 NoPE units of 8 codes, 8 RoPE units of 8
       // bf16), 16 units per thread; consecutive threads take consecutive units of a key.
       const uint8_t* raw = region + kTileBytes + buf * kRawBytes;
@@ -478,8 +539,15 @@ const char* unsupported_reason(const PagedAttentionParams& p) {
   const KvSource& ref = kv_device::reference_source(p);
   const KvCacheLayout& l = ref.layout;
   if (l.head_dim != kDim) return "head_dim must be 512";
-  if (l.dtype == KvCacheDtype::kFp8 && l.rope_dim != kDim - kNope) return "fp8 cache needs rope_dim 64";
-  if (l.fp8() && l.fp8_format() != KvEntryFormat::kModel1) return "fp8 cache must be the MODEL1 format";
+  const bool model1 = l.fp8() && l.fp8_format() == KvEntryFormat::kModel1;
+  if (model1 && l.rope_dim != kDim - kNope) return "the MODEL1 fp8 cache needs rope_dim 64";
+  for (const KvSource& s : p.sources) {
+    if (s.max_indices == 0 || !l.fp8()) continue;
+    const KvEntryFormat f = s.layout.fp8_format();
+    const bool v41 = f == KvEntryFormat::kE4m3Block32 || f == KvEntryFormat::kE2m1E4m3Block16;
+    if (model1 ? f != KvEntryFormat::kModel1 : !v41) return "fp8 sources must be MODEL1, or V4.1's formats";
+    if (v41 && s.layout.rope_dim != 0) return "V4.1's fp8 formats have no bf16 RoPE dims (rope_dim 0)";
+  }
   for (const KvSource& s : p.sources) {
     if (s.max_indices > 0 && reinterpret_cast<uintptr_t>(s.cache) % 16 != 0) return "cache not 16-byte aligned";
   }
@@ -528,16 +596,22 @@ void sm90_paged_decode_cuda(cudaStream_t stream, const PagedAttentionParams& p) 
       << "paged decode (sm90): " << p.n_rows << " rows x " << a.n_groups << " head groups";
   const int64_t max_keys = a.src[0].max_indices + a.src[1].max_indices;
   a.n_splits = p.workspace != nullptr ? plan_splits(p.n_rows, a.n_groups, max_keys) : 1;
-  const bool fp8 = layout.dtype == KvCacheDtype::kFp8;
+  const int fmt = layout.dtype != KvCacheDtype::kFp8                  ? kFmtBf16
+                  : layout.fp8_format() == KvEntryFormat::kModel1 ? kFmtModel1
+                                                                    : kFmtV41;
   auto pick = [&](bool split) {
-    if (fp8) return split ? sm90_paged_decode_kernel<true, true> : sm90_paged_decode_kernel<true, false>;
-    return split ? sm90_paged_decode_kernel<false, true> : sm90_paged_decode_kernel<false, false>;
+    if (fmt == kFmtV41) return split ? sm90_paged_decode_kernel<kFmtV41, true> : sm90_paged_decode_kernel<kFmtV41, false>;
+    if (fmt == kFmtModel1) {
+      return split ? sm90_paged_decode_kernel<kFmtModel1, true> : sm90_paged_decode_kernel<kFmtModel1, false>;
+    }
+    return split ? sm90_paged_decode_kernel<kFmtBf16, true> : sm90_paged_decode_kernel<kFmtBf16, false>;
   };
   // Opt in to the shared memory plan once per kernel (not a stream operation).
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto k : {sm90_paged_decode_kernel<true, true>, sm90_paged_decode_kernel<true, false>,
-                   sm90_paged_decode_kernel<false, true>, sm90_paged_decode_kernel<false, false>}) {
+    for (auto k : {sm90_paged_decode_kernel<kFmtV41, true>, sm90_paged_decode_kernel<kFmtV41, false>,
+                   sm90_paged_decode_kernel<kFmtModel1, true>, sm90_paged_decode_kernel<kFmtModel1, false>,
+                   sm90_paged_decode_kernel<kFmtBf16, true>, sm90_paged_decode_kernel<kFmtBf16, false>}) {
       CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     }
   });
