@@ -126,9 +126,16 @@ def train(args):
         return torch.stack([train_ids[s:s + T] for s in starts]).to(device)
 
     cache = None
-    if args.cache_windows:  # a fixed set of windows whose frozen backbone outputs are computed once
+    if args.cache_windows or args.self_windows:
+        # A fixed set of windows whose frozen backbone outputs are computed once: random corpus
+        # windows, or (--self-windows) windows the backbone itself continued from corpus prompts.
         t1 = time.time()
-        toks = torch.cat([batch_at() for _ in range(-(-args.cache_windows // Bsz))])[: args.cache_windows]
+        if args.self_windows:
+            toks = generate_windows(frozen_fn, train_ids, args, device)
+            print(f"[drafter] the backbone continued {len(toks)} corpus prompts of {args.self_prompt} tokens to "
+                  f"{T} (temperatures {args.self_temperatures}; {time.time() - t1:.0f} s)", flush=True)
+        else:
+            toks = torch.cat([batch_at() for _ in range(-(-args.cache_windows // Bsz))])[: args.cache_windows]
         outs = []
         with torch.no_grad():
             for i in range(0, len(toks), Bsz):
@@ -138,7 +145,8 @@ def train(args):
         print(f"[drafter] cached the backbone on {len(toks)} windows ({time.time() - t1:.0f} s)", flush=True)
 
     def next_batch():
-        if cache is None:
+        # --self-mix: the share of batches drawn from the generated windows (the rest: corpus).
+        if cache is None or (args.self_windows and rng.random() >= args.self_mix):
             return batch_at(), None
         sel = torch.as_tensor(rng.integers(0, len(cache[0]), size=Bsz), device=device)
         return cache[0][sel], (cache[1][sel].float(), cache[2][sel])
@@ -187,11 +195,50 @@ def train(args):
     info = dict(seed=args.seed, steps=step, steps_arg=str(args.steps), batch=Bsz, seq_len=T, anchors=args.anchors,
                 lr=args.lr, warmup=args.warmup, weight_decay=args.weight_decay, clip=args.clip,
                 distill=args.distill, pos_decay=args.pos_decay, conf_weight=args.conf_weight,
-                bias_update=args.bias_update, cache_windows=args.cache_windows, qat=args.qat, amp=args.amp, init=args.init,
+                bias_update=args.bias_update, cache_windows=args.cache_windows, self_windows=args.self_windows,
+                self_prompt=args.self_prompt, self_temperatures=args.self_temperatures, self_mix=args.self_mix,
+                qat=args.qat, amp=args.amp, init=args.init,
                 device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
                 torch=torch.__version__, train_seconds=round(train_s, 1), parameters=n_params, log=log,
                 held_out=ev)
     return dr, bb, c, info
+
+
+def generate_windows(frozen_fn, train_ids, args, device):
+    """--self-windows windows of --seq-len tokens: a corpus prompt of --self-prompt tokens, then
+    the frozen backbone's own continuation (QAT numerics as in training: the engine's official
+    path), greedy or sampled at the temperatures of --self-temperatures, taken in turn per
+    generation batch. Speculative decoding verifies drafts against exactly these continuations,
+    so a drafter trained on them learns the distribution it is measured on (self-distillation;
+    corpus windows teach it text the backbone would not have written). Whole forwards per token
+    (the training forward has no cache): O(seq_len^2) per window, run once before training."""
+    torch = _torch()
+    T, P = args.seq_len, args.self_prompt
+    if not 1 <= P < T:
+        raise SystemExit(f"--self-prompt {P} must be in [1, --seq-len {T})")
+    temps = [float(x) for x in str(args.self_temperatures).split(",")]
+    if any(t < 0 for t in temps):
+        raise SystemExit(f"--self-temperatures {args.self_temperatures}: temperatures must be >= 0")
+    grng = np.random.default_rng(args.seed + 7)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(args.seed + 11)
+    out, n, gb = [], args.self_windows, max(1, args.self_batch)
+    for i, b0 in enumerate(range(0, n, gb)):
+        b = min(gb, n - b0)
+        starts = grng.integers(0, train_ids.numel() - P, size=b)
+        toks = torch.stack([train_ids[s:s + P] for s in starts]).to(device)
+        temp = temps[i % len(temps)]
+        with torch.no_grad():
+            for _ in range(P, T):
+                logits = frozen_fn(toks)[0][:, -1].float()
+                if temp == 0:
+                    nxt = logits.argmax(-1)
+                else:
+                    probs = torch.softmax(logits / temp, -1)
+                    nxt = torch.multinomial(probs, 1, generator=gen)[:, 0]
+                toks = torch.cat([toks, nxt[:, None].to(toks.dtype)], 1)
+        out.append(toks)
+    return torch.cat(out)
 
 
 def evaluate(dr, loss_fn, held, args, device):
@@ -587,6 +634,14 @@ def main():
     ap.add_argument("--cache-windows", type=int, default=0,
                     help="train on N fixed windows whose backbone outputs are computed once (CPU runs)")
     ap.add_argument("--anchors", type=int, default=16, help="anchors per window")
+    ap.add_argument("--self-windows", type=int, default=0,
+                    help="train on N windows the frozen backbone continued itself (see generate_windows)")
+    ap.add_argument("--self-prompt", type=int, default=64, help="corpus prompt length of a generated window")
+    ap.add_argument("--self-temperatures", default="0,0.7",
+                    help="generation temperatures (0 = greedy), one per generation batch in turn")
+    ap.add_argument("--self-batch", type=int, default=128, help="windows generated at once")
+    ap.add_argument("--self-mix", type=float, default=0.75,
+                    help="with --self-windows: the share of training batches drawn from the generated windows")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--weight-decay", type=float, default=0.01)

@@ -123,12 +123,12 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Keys per chunk of a row with n_keys keys cut into (at most) n_splits chunks: whole tiles.
 // Cache formats of the kernel (template argument).
 constexpr int kFmtBf16 = 0;    // bf16 cache
 constexpr int kFmtModel1 = 1;  // V4's fp8 MODEL1 entries
 constexpr int kFmtV41 = 2;     // V4.1's e4m3 / 32 window and e2m1 + e4m3 / 16 compressed entries
 
+// Keys per chunk of a row with n_keys keys cut into (at most) n_splits chunks: whole tiles.
 __host__ __device__ __forceinline__ int64_t decode_chunk_keys(int64_t n_keys, int64_t n_splits) {
   int64_t c = (n_keys + n_splits - 1) / n_splits;
   c = (c + kKeys - 1) / kKeys * kKeys;
