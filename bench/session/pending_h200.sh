@@ -6,10 +6,11 @@
 #   device run, carry [".carry/debs"]:  bash bench/session/pending_h200.sh tests
 #   device run, carry [".carry/debs"]:  bash bench/session/pending_h200.sh bench
 #
-# tests: the CUDA tests of the unrun code (sm90 decode for V4.1's formats; the window pool's
-#        own block size in the V4.1 goldens, whose official decode now takes that kernel; the
-#        DSpark FP8 test edited in session 11), then the V4 goldens (their decode shares the
-#        kernel). Prints the failures and the accuracy rows.
+# tests: the CUDA tests of the unrun code: sm90 decode for V4.1's formats (test_paged_decode_cuda;
+#        the tiny goldens have head_dim 64, so only this op test and the V4.1-shape bench reach
+#        the kernel), the window pool's own block size (test_golden_v41_cuda, window 8 beside
+#        blocks of 16), the DSpark FP8 test edited in session 11, and the V4 goldens (their
+#        decode shares the kernel's file). Prints the failures and the accuracy rows.
 # bench: bench_gpu_forward --model v41 --quick (the V4.1 decode step with the new kernel:
 #        compare with bench/results/gpu-forward-v41-shapes-h200-2026-12-03-7ed80ca.md, B=64 32K
 #        35.7 ms, attention core 6.92 ms), then test_paged_decode_cuda's AnchorBenchmark (V4
