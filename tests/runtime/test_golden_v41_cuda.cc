@@ -379,47 +379,30 @@ TEST_P(GoldenV41Cuda, Fp8PagedCache) {
   o.kv_cache_dtype.reset();  // official numerics default to fp8
   auto dflt = GpuModel::load(bf16, o);
   EXPECT_EQ(*dflt->options().kv_cache_dtype, KvCacheDtype::kFp8);
-}
 
-// GpuModelOptions::kv_window_block_size: the window pool in blocks of 8 beside compressed
-// entries and index keys in blocks of 16 (so a confusion of the two geometries lands on other
-// entries). Against the CPU official path in every scenario, and against the model whose pools
-// share blocks of 16 in chunks of 7: the same entries in the same order, so the logits agree
-// far inside the loose bound (max |diff| <= 1e-5 x max |logit|; bitwise equality reported).
-TEST_P(GoldenV41Cuda, Fp8PagedCacheWithItsOwnWindowBlocks) {
-  auto r = ref();
-  const auto tokens = read_ids(*r, "input_ids"), tokens_b = read_ids(*r, "input_ids_b");
-  const std::string bf16 = (dir() / "bf16").string();
-  GpuModelOptions o = v41_options();
-  o.paged_kv = true;
-  o.kv_cache_dtype = KvCacheDtype::kFp8;
-  o.kv_block_size = 16;
-  o.numerics = Numerics::kOfficial;
-  const auto shared = run_chunked(*GpuModel::load(bf16, o), tokens, 7);
+  // GpuModelOptions::kv_window_block_size: the window pool in blocks of 8 beside compressed
+  // entries and index keys in blocks of 16 (a confusion of the two geometries lands on other
+  // entries). Against the CPU official path in every scenario, and against the shared blocks
+  // of 16 above in chunks of 7: the same entries in the same order, so the logits agree far
+  // inside the loose bound (max |diff| <= 1e-5 x max |logit|; bitwise equality reported).
+  const auto shared = run_chunked(*gpu, tokens, 7);
   o.kv_window_block_size = 8;
-  auto gpu = GpuModel::load(bf16, o);
-  std::printf("%s: GPU official numerics, fp8 paged cache, window blocks of 8 beside blocks of 16\n",
-              GetParam().c_str());
-  const auto [want, want_b] = cpu_logits(bf16, Numerics::kOfficial, tokens, tokens_b);
-  check_scenarios(*gpu, tokens, tokens_b, want, want_b, "official fp8 paged, window blocks of 8", expect_loose);
-  const auto own = run_chunked(*gpu, tokens, 7);
-  ASSERT_EQ(own.size(), shared.size());
+  auto own = GpuModel::load(bf16, o);
+  check_scenarios(*own, tokens, tokens_b, want, want_b, "official fp8 paged, window blocks of 8", expect_loose);
+  const auto mine = run_chunked(*own, tokens, 7);
+  ASSERT_EQ(mine.size(), shared.size());
   float worst = 0.0f, scale = 0.0f;
-  for (size_t i = 0; i < own.size(); ++i) {
-    worst = std::max(worst, std::fabs(own[i] - shared[i]));
+  for (size_t i = 0; i < mine.size(); ++i) {
+    worst = std::max(worst, std::fabs(mine[i] - shared[i]));
     scale = std::max(scale, std::fabs(shared[i]));
   }
-  const bool bitwise = std::memcmp(own.data(), shared.data(), own.size() * sizeof(float)) == 0;
+  const bool bitwise = std::memcmp(mine.data(), shared.data(), mine.size() * sizeof(float)) == 0;
   std::printf("  window blocks of 8 vs 16, chunks of 7: max |diff| %.3g (max |logit| %.3g), bitwise %s\n",
               worst, scale, bitwise ? "yes" : "no");
   EXPECT_LE(worst, 1e-5f * scale) << "window blocks of 8 vs 16: the same entries should give the same logits";
-  EXPECT_THROW(
-      {
-        GpuModelOptions bad = o;
-        bad.kv_window_block_size = 12;
-        GpuModel::load(bf16, bad);
-      },
-      Error);
+  GpuModelOptions bad = o;
+  bad.kv_window_block_size = 12;
+  EXPECT_THROW(GpuModel::load(bf16, bad), Error);
 }
 
 // Header, "Batch invariance": A (chunks of 5) and B (chunks of 3, another text) interleaved

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
+#include "ops/kv_cache/bf16_dequant.cuh"
 #include "ops/kv_cache/index_cache_cuda.h"
 #include "ops/kv_cache/kv_cache_device.cuh"
 #include "ops/kv_cache/mma_bf16.cuh"
@@ -88,23 +89,13 @@ __global__ void __launch_bounds__(kThreads) indexer_paged_scores_mma_kernel(Inde
       if (s < last) {
         const int64_t slot = static_cast<int64_t>(table[s / geo.block_size]) * geo.block_size + s % geo.block_size;
         if (geo.fp4) {
-          const uint32_t codes = *reinterpret_cast<const uint32_t*>(p.cache + key_offset(geo, slot) + c / 2);
-          const float sc = kv_device::e8m0_value(p.cache[scale_offset(geo, slot) + c / 32]);
-          uint32_t w[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            w[i] = mma_bf16::pack(kv_device::e2m1_value(codes >> (8 * i)) * sc,
-                                  kv_device::e2m1_value(codes >> (8 * i + 4)) * sc);
-          }
-          *reinterpret_cast<uint4*>(sk + key * ld + c) = make_uint4(w[0], w[1], w[2], w[3]);
+          *reinterpret_cast<uint4*>(sk + key * ld + c) = kv_device::e2m1x8_bf16(
+              *reinterpret_cast<const uint32_t*>(p.cache + key_offset(geo, slot) + c / 2),
+              kv_device::e8m0_value(p.cache[scale_offset(geo, slot) + c / 32]));
           if (c == 0) s_scale[key] = 1.0f;
           continue;
         }
-        const uint2 codes = *reinterpret_cast<const uint2*>(p.cache + key_offset(geo, slot) + c);
-        const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
-        const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
-        out = make_uint4(mma_bf16::pack(v0.x, v0.y), mma_bf16::pack(v1.x, v1.y),
-                         mma_bf16::pack(v2.x, v2.y), mma_bf16::pack(v3.x, v3.y));
+        out = kv_device::e4m3x8_bf16(*reinterpret_cast<const uint2*>(p.cache + key_offset(geo, slot) + c), 1.0f);
         if (c == 0) s_scale[key] = *reinterpret_cast<const float*>(p.cache + scale_offset(geo, slot));
       } else if (c == 0) {
         s_scale[key] = 0.0f;

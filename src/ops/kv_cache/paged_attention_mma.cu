@@ -23,6 +23,7 @@
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
+#include "ops/kv_cache/bf16_dequant.cuh"
 #include "ops/kv_cache/kv_cache_cuda.h"
 #include "ops/kv_cache/kv_cache_device.cuh"
 #include "ops/kv_cache/mma_bf16.cuh"
@@ -72,23 +73,12 @@ __device__ __forceinline__ uint4 key_dims8(const uint8_t* data, const uint8_t* s
                                            int nope, bool fp4) {
   if (data == nullptr) return make_uint4(0u, 0u, 0u, 0u);
   if (kV41 && fp4) {
-    const uint32_t codes = *reinterpret_cast<const uint32_t*>(data + c / 2);
-    const float sc = kv_device::e4m3_value(scales[c / 16]);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      w[i] = mma_bf16::pack(kv_device::e2m1_value(codes >> (8 * i)) * sc,
-                            kv_device::e2m1_value(codes >> (8 * i + 4)) * sc);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
+    return kv_device::e2m1x8_bf16(*reinterpret_cast<const uint32_t*>(data + c / 2),
+                                  kv_device::e4m3_value(scales[c / 16]));
   }
   if (kFp8 && c < nope) {
-    const uint2 codes = *reinterpret_cast<const uint2*>(data + c);
-    const float sc = kv_device::e8m0_value(scales[c / (kV41 ? 32 : KvCacheLayout::kScaleGroup)]);
-    const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
-    const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
-    return make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
-                      mma_bf16::pack(v2.x * sc, v2.y * sc), mma_bf16::pack(v3.x * sc, v3.y * sc));
+    return kv_device::e4m3x8_bf16(*reinterpret_cast<const uint2*>(data + c),
+                                  kv_device::e8m0_value(scales[c / (kV41 ? 32 : KvCacheLayout::kScaleGroup)]));
   }
   const int off = kFp8 ? nope + 2 * (c - nope) : 2 * c;
   return *reinterpret_cast<const uint4*>(data + off);

@@ -35,6 +35,7 @@
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
+#include "ops/kv_cache/bf16_dequant.cuh"
 #include "ops/kv_cache/kv_cache_cuda.h"
 #include "ops/kv_cache/kv_cache_device.cuh"
 #include "ops/kv_cache/mma_bf16.cuh"
@@ -258,25 +259,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
       for (int u = tid; u < kKeys * (kDim / 8); u += kThreads) {
         const int key = u / (kDim / 8), c8 = u % (kDim / 8);
         const uint8_t* sc_bytes = raw + kKeys * kV41Data + key * kV41Scales;
-        uint4 v;
-        if (fp4[key]) {
-          const uint32_t codes = *reinterpret_cast<const uint32_t*>(raw + key * kV41Data + c8 * 4);
-          const float sc = kv_device::e4m3_value(sc_bytes[c8 / 2]);
-          uint32_t w[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            w[i] = mma_bf16::pack(kv_device::e2m1_value(codes >> (8 * i)) * sc,
-                                  kv_device::e2m1_value(codes >> (8 * i + 4)) * sc);
-          }
-          v = make_uint4(w[0], w[1], w[2], w[3]);
-        } else {
-          const uint2 codes = *reinterpret_cast<const uint2*>(raw + key * kV41Data + c8 * 8);
-          const float sc = kv_device::e8m0_value(sc_bytes[c8 / 4]);
-          const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
-          const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
-          v = make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
-                         mma_bf16::pack(v2.x * sc, v2.y * sc), mma_bf16::pack(v3.x * sc, v3.y * sc));
-        }
+        const uint4 v =
+            fp4[key] ? kv_device::e2m1x8_bf16(*reinterpret_cast<const uint32_t*>(raw + key * kV41Data + c8 * 4),
+                                              kv_device::e4m3_value(sc_bytes[c8 / 2]))
+                     : kv_device::e4m3x8_bf16(*reinterpret_cast<const uint2*>(raw + key * kV41Data + c8 * 8),
+                                              kv_device::e8m0_value(sc_bytes[c8 / 4]));
         *reinterpret_cast<uint4*>(dst + key * kLd + c8 * 8) = v;
       }
       __syncthreads();  // (S2)
@@ -290,12 +277,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_paged_decode_kernel(DecodeAr
         const int key = u / (kDim / 8), c8 = u % (kDim / 8);
         uint4 v;
         if (c8 < kNope / 8) {
-          const uint2 codes = *reinterpret_cast<const uint2*>(raw + key * kData + c8 * 8);
-          const float sc = kv_device::e8m0_value(raw[kKeys * kData + key * 8 + c8 / 8]);
-          const float2 v0 = kv_device::e4m3x2_values(codes.x), v1 = kv_device::e4m3x2_values(codes.x >> 16);
-          const float2 v2 = kv_device::e4m3x2_values(codes.y), v3 = kv_device::e4m3x2_values(codes.y >> 16);
-          v = make_uint4(mma_bf16::pack(v0.x * sc, v0.y * sc), mma_bf16::pack(v1.x * sc, v1.y * sc),
-                         mma_bf16::pack(v2.x * sc, v2.y * sc), mma_bf16::pack(v3.x * sc, v3.y * sc));
+          v = kv_device::e4m3x8_bf16(*reinterpret_cast<const uint2*>(raw + key * kData + c8 * 8),
+                                     kv_device::e8m0_value(raw[kKeys * kData + key * 8 + c8 / 8]));
         } else {
           v = *reinterpret_cast<const uint4*>(raw + key * kData + kNope + (c8 - kNope / 8) * 16);
         }
