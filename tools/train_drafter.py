@@ -11,6 +11,12 @@ PyTorch and HF `tokenizers` (as tools/train_tiny.py, whose V4.1 forward this imp
     # greedy speculative acceptance by the engine (tests/tools/draft_acceptance); --record writes
     # DIR/drafter_prompts.txt + DIR/drafter_acceptance.json for tests/python/test_trained_drafter.py
     python3 tools/train_drafter.py --acceptance models/trained-v41 --record
+    # self-distillation: windows the frozen backbone continued itself (greedy and T 0.7 in turn)
+    # feed 75 % of the batches (bench/results/drafter-self-distill-cpu-2026-12-03-5a7b64f.md).
+    # Generation runs whole forwards per token (seq_len - self_prompt of them per batch): time a
+    # small --self-windows first; not yet run on the GPU.
+    python3 tools/train_drafter.py --backbone models/trained-v41 --out /tmp/v41-dspark-self --device cuda \\
+        --steps auto:330 --batch 32 --seq-len 512 --anchors 96 --self-windows 2048 --self-batch 256 --self-mix 0.75
     # V4's MTP-1 on a trained tiny V4
     python3 tools/train_drafter.py --kind mtp --backbone models/trained-v4 --out /tmp/v4-mtp --device cuda
     # pack draft_logits / draft_acceptance / model_logits with OpenBLAS for a bare GPU machine
