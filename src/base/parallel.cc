@@ -4,12 +4,6 @@
 
 #include <algorithm>
 
-#if defined(__linux__)
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 namespace deepinfer {
 
 int num_threads() { return omp_get_max_threads(); }
@@ -33,21 +27,6 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, in
 bool release_idle_threads() {
   if (omp_in_parallel()) return false;
   return omp_pause_resource_all(omp_pause_soft) == 0;
-}
-
-bool lower_thread_priority() {
-  thread_local const bool lowered = [] {
-#if defined(__linux__)
-    // On Linux PRIO_PROCESS with a thread id sets that thread's nice value only.
-    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-    const int now = getpriority(PRIO_PROCESS, tid);
-    if (now >= 10) return true;
-    return setpriority(PRIO_PROCESS, tid, 10) == 0;
-#else
-    return false;
-#endif
-  }();
-  return lowered;
 }
 
 }  // namespace deepinfer

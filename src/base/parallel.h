@@ -24,11 +24,4 @@ void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end
 // the runtime refused.
 bool release_idle_threads();
 
-// Lowers the calling thread's scheduling priority to nice 10 (Linux: per thread), once per
-// thread; later calls are no-ops. For threads that only do background work that must not take
-// the cores from serving: the server's grammar compilations, which on 2 cores otherwise starve
-// the engine's forwards (an unconstrained chat took 1.2 s behind two compilations, 2026-12-03).
-// Under CFS nice 10 weighs 110 against nice 0's 1024. Returns false where the OS refused.
-bool lower_thread_priority();
-
 }  // namespace deepinfer

@@ -4,7 +4,6 @@
 #include <string_view>
 
 #include "base/logging.h"
-#include "base/parallel.h"
 #include "server/chat_generation.h"
 #include "server/completion_generation.h"
 #include "server/request_checks.h"
@@ -224,8 +223,6 @@ void HttpSession::route() {
       // one never queue behind a compilation.
       if (gen && !gen->sampling().constraint_kind.empty()) {
         net::post(*self->state_.grammar_pool, [self, executor, gen] {
-          // Background work: on a small machine it must not take the cores from the forwards.
-          lower_thread_priority();
           std::optional<ApiError> error;
           const SamplingRequest& s = gen->sampling();
           try {

@@ -1,20 +1,12 @@
 // base/parallel.h: parallel_for covers [0, n) once per index in contiguous chunks whatever the
 // thread count; release_idle_threads succeeds outside a parallel region, refuses inside one, and
-// leaves parallel_for working (the runtime starts its threads again); lower_thread_priority
-// lowers the calling thread only.
+// leaves parallel_for working (the runtime starts its threads again).
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <thread>
 #include <vector>
 
 #include "base/parallel.h"
-
-#if defined(__linux__)
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 namespace deepinfer {
 namespace {
@@ -55,28 +47,6 @@ TEST(Parallel, ReleaseIdleThreadsOutsideRegionsOnly) {
   }
   expect_each_index_once(1000, 4);
 }
-
-#if defined(__linux__)
-int this_thread_nice() { return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))); }
-
-TEST(Parallel, LowerThreadPriorityLowersOnlyTheCallingThread) {
-  const int main_nice = this_thread_nice();
-  int worker_nice = -100, again = -100;
-  bool first = false, second = false;
-  std::thread worker([&] {
-    first = lower_thread_priority();
-    worker_nice = this_thread_nice();
-    second = lower_thread_priority();  // once per thread: a no-op that reports the same
-    again = this_thread_nice();
-  });
-  worker.join();
-  EXPECT_TRUE(first);
-  EXPECT_TRUE(second);
-  EXPECT_GE(worker_nice, 10);
-  EXPECT_EQ(again, worker_nice);
-  EXPECT_EQ(this_thread_nice(), main_nice) << "another thread's priority changed";
-}
-#endif
 
 }  // namespace
 }  // namespace deepinfer

@@ -118,29 +118,39 @@ def test_huge_schemas_refused_fast(server, schema, needle):
     assert dt < 0.5, dt
 
 
-def test_requests_without_constraints_do_not_wait_behind_compilation(server):
-    grammar = ebnf_chain()
-    results = []
+def test_requests_without_constraints_do_not_wait_behind_compilation():
+    # Its own server with a 6 s compile budget, so that waiting behind the two compilations
+    # (>= 5 s after the chat is sent) and sharing the cores with them (the CI machine has 2, the
+    # compilations take both: 1.2 s measured there with the 2 s budget, 2026-12-03; 0.02-0.13 s
+    # on an idle machine) are far apart.
+    s = Server("--max-live-requests", "64", "--max-model-len", "4096", "--max-body-bytes", str(16 << 20),
+               "--grammar-timeout-ms", "6000")
+    try:
+        grammar = ebnf_chain()
+        results = []
 
-    def hostile():
-        results.append(timed(server, chat("x", guided_grammar=grammar)))
+        def hostile():
+            results.append(timed(s, chat("x", guided_grammar=grammar)))
 
-    threads = [threading.Thread(target=hostile) for _ in range(2)]
-    for t in threads:
-        t.start()
-    time.sleep(1.0)  # both bodies read and parsed: their compilations hold both grammar threads
-    status, text, dt = timed(server, chat("Hello"))
-    busy = sum(t.is_alive() for t in threads)
-    for t in threads:
-        t.join(120)
+        threads = [threading.Thread(target=hostile) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # both bodies read and parsed: their compilations hold both grammar threads
+        status, text, dt = timed(s, chat("Hello"))
+        busy = sum(t.is_alive() for t in threads)
+        for t in threads:
+            t.join(120)
+    finally:
+        s.stop()
     print("innocent chat while grammar threads busy (s):", round(dt, 3), "hostile:", [round(r[2], 2) for r in results])
     assert status == 200, text[:300]
-    assert busy >= 1, "the compilations ended before the innocent request: nothing was measured"
-    assert dt < 1.0, dt
+    # Queued behind the compilations it would come back after they ended (busy 0, dt >= 5 s).
+    assert busy >= 1, "the innocent request came back after the compilations ended: it waited behind them"
+    assert dt < 3.0, dt
     for status, text, dt in results:
         assert status == 400, text[:300]
         assert "grammar_timeout_ms" in json.loads(text)["error"]["message"], text[:300]
-        assert dt < 15.0, dt  # 2 s budget (default), loaded machine
+        assert dt < 30.0, dt  # 6 s budget, loaded machine
 
 
 def test_large_schema_not_pasted_into_prompt(server):
