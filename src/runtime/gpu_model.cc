@@ -356,7 +356,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
               << "; " << paged_bytes_per_token(cfg, plan) << " B per context token, "
               << plan.state_bytes_per_sequence() << " B per sequence of " << opt.max_context
               << " tokens (blocks of " << plan.block_size << "; " << plan.window.n_blocks
-              << " window blocks of " << plan.window_block_size << ")";
+              << " window blocks of " << plan.window_block_size() << ")";
   } else {
     opt.kv_cache_dtype.reset();
   }

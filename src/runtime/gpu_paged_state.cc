@@ -20,7 +20,7 @@ void GpuModel::Impl::alloc_paged_state() {
   // whose row is never given blocks: it stays 0, so a padding row (position 0, nothing
   // stored) reads slot 0 of block 0, a finite entry, and its output is ignored (F1).
   const int64_t S = opt.max_sequences + (opt.cuda_graphs ? 1 : 0);
-  const int64_t T = opt.max_batch_tokens, B = plan.block_size, Bw = plan.window_block_size;
+  const int64_t T = opt.max_batch_tokens, B = plan.block_size, Bw = plan.window_block_size();
   const int64_t W = cfg.sliding_window, d = cfg.head_dim, dI = cfg.index_head_dim;
   int64_t n_ints = S * plan.window.max_blocks;
   for (const auto& [m, pp] : plan.compressed) n_ints += S * pp.max_blocks;
@@ -77,7 +77,7 @@ void GpuModel::Impl::alloc_paged_state() {
 }
 
 void GpuModel::Impl::reserve_blocks(int64_t seq, int64_t start, int64_t end) {
-  const int64_t B = plan.block_size, Bw = plan.window_block_size, W = cfg.sliding_window;
+  const int64_t B = plan.block_size, Bw = plan.window_block_size(), W = cfg.sliding_window;
   const int64_t first = std::max<int64_t>(0, start - W + 1);  // oldest position a row reads
   if (end > first) win_pool.ensure(seq, first / Bw, (end + Bw - 1) / Bw);
   for (auto& [m, pool] : cmp_pools) pool.ensure(seq, 0, (end / m + B - 1) / B);
@@ -89,7 +89,7 @@ void GpuModel::Impl::trim_blocks(int64_t seq, int64_t n_tokens) {
     for (auto& [m, pool] : cmp_pools) pool.release(seq);
     return;
   }
-  const int64_t B = plan.block_size, Bw = plan.window_block_size, W = cfg.sliding_window;
+  const int64_t B = plan.block_size, Bw = plan.window_block_size(), W = cfg.sliding_window;
   // The next query (position n_tokens) reads positions >= n_tokens - W + 1; a rollback of up
   // to max_rollback positions moves that query back as far.
   const int64_t first = std::max<int64_t>(0, n_tokens - W + 1 - opt.max_rollback);
@@ -112,7 +112,7 @@ void GpuModel::Impl::build_paged_lists() {
   p.seq = sec(kSlot);
   p.window_table = win_pool.device_table();
   p.window_max_blocks = win_pool.max_blocks();
-  p.window_block_size = plan.window_block_size;
+  p.window_block_size = plan.window_block_size();
   p.window = cfg.sliding_window;
   p.window_indices = win_idx;
   paged_indices_cuda(stream, p);

@@ -71,7 +71,7 @@ StateLayoutKey layout_key(const ModelConfig& cfg, const GpuModelOptions& opt, co
   k.dspark = opt.dspark;
   k.kv = plan.dtype;
   k.block_size = plan.block_size;
-  k.window_block_size = plan.window_block_size;
+  k.window_block_size = plan.window_block_size();
   k.max_rollback = opt.max_rollback;
   k.engram_ring_len = engram_ring_len;
   k.max_context = opt.max_context;
@@ -188,7 +188,7 @@ std::vector<GpuStateRange> GpuModel::Impl::boundary_ranges(int64_t seq, int64_t 
   const Impl& m = *this;
   std::vector<Region> out;
   const int64_t d = m.cfg.head_dim, dI = m.cfg.index_head_dim, W = m.cfg.sliding_window, R = m.opt.max_rollback;
-  const int64_t Bw = m.plan.window_block_size;
+  const int64_t Bw = m.plan.window_block_size();
   for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
     const GpuLayerState& st = m.states[size_t(l)];
     const int64_t ratio = m.cfg.plan[size_t(l)].ratio;
@@ -303,7 +303,7 @@ int64_t GpuModel::import_prefix(std::span<const PrefixState* const> chain) {
   const int64_t seq = new_sequence();
   try {
     if (m.plan.paged) {  // the block columns the state at n holds (trim_blocks keeps these)
-      const int64_t B = m.plan.block_size, Bw = m.plan.window_block_size;
+      const int64_t B = m.plan.block_size, Bw = m.plan.window_block_size();
       m.win_pool.ensure(seq, first_window_position(n, m.cfg.sliding_window, m.opt.max_rollback) / Bw,
                         (n + Bw - 1) / Bw);
       for (auto& [ratio, pool] : m.cmp_pools) pool.ensure(seq, 0, (n / ratio + B - 1) / B);

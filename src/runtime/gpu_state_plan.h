@@ -4,7 +4,7 @@
 // Paged (GpuModelOptions::paged_kv, the default), for each layer:
 //  * window pool: K=V entries in the kv_cache_dtype layout (ops/kv_cache/kv_cache.h: fp8 =
 //    MODEL1 584 B per entry at V4 shapes, V4.1's e4m3/32 528 B; bf16 = 2 * head_dim B), paged
-//    by position in blocks of window_block_size (GpuModelOptions::kv_window_block_size; the
+//    by position in blocks of window_block_size() (GpuModelOptions::kv_window_block_size; the
 //    other pools' block_size by default). A sequence keeps the blocks of its last window - 1
 //    + max_rollback positions between forwards (window_blocks_per_sequence); a forward adds
 //    the blocks its chunk's positions touch, so the pool has
@@ -48,8 +48,7 @@ struct GpuPoolPlan {
 struct GpuStatePlan {
   bool paged = true;
   KvCacheDtype dtype = KvCacheDtype::kFp8;
-  int64_t block_size = 64;         // entries per block: compressed entries, index keys
-  int64_t window_block_size = 64;  // entries per block of the window pool (kv.block_size)
+  int64_t block_size = 64;  // entries per block: compressed entries, index keys
   KvCacheLayout kv;          // window entries
   KvCacheLayout cmp_kv;      // compressed entries (V4: = kv)
   IndexCacheLayout idx;      // indexer keys (paged fp8 only)
@@ -62,6 +61,8 @@ struct GpuStatePlan {
   int64_t fixed_bytes = 0;    // state that does not scale with sequences
 
   int64_t state_bytes_per_sequence() const { return per_seq_bytes; }
+  // Entries per block of the window pool (GpuModelOptions::kv_window_block_size).
+  int64_t window_block_size() const { return kv.block_size; }
   int64_t fixed_state_bytes() const { return fixed_bytes; }
   // What GpuModel allocates for all max_sequences (not counting the scratch slot's rings).
   int64_t total_bytes(int64_t max_sequences) const { return max_sequences * per_seq_bytes + fixed_bytes; }
@@ -131,9 +132,8 @@ inline GpuStatePlan plan_gpu_state(const ModelConfig& config, const GpuModelOpti
   p.paged = o.paged_kv;
   p.dtype = resolved_kv_cache_dtype(o);
   p.block_size = o.kv_block_size;
-  p.window_block_size = o.kv_window_block_size > 0 ? o.kv_window_block_size : o.kv_block_size;
   p.n_seqs = o.max_sequences + (o.cuda_graphs ? 1 : 0);  // + GpuModel's scratch slot
-  const int64_t B = p.block_size, Bw = p.window_block_size;
+  const int64_t B = p.block_size, Bw = o.kv_window_block_size > 0 ? o.kv_window_block_size : B;
   const int64_t d = c.head_dim, W = c.sliding_window, dI = c.index_head_dim;
   const int64_t C = o.max_context, T = o.max_batch_tokens;
   p.kv.dtype = p.dtype;

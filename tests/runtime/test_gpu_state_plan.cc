@@ -183,7 +183,7 @@ TEST(GpuStatePlan, V41FlashFp8Formats) {
   GpuModelOptions ow = o;
   ow.kv_window_block_size = 8;
   const GpuStatePlan pw = plan_gpu_state(c, ow);
-  EXPECT_EQ(pw.window_block_size, 8);
+  EXPECT_EQ(pw.window_block_size(), 8);
   EXPECT_EQ(pw.block_size, 64);
   EXPECT_EQ(pw.kv.block_size, 8);
   EXPECT_EQ(pw.cmp_kv.block_size, 64);
