@@ -40,6 +40,7 @@
 #include <cstdarg>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -434,6 +435,7 @@ int main(int argc, char** argv) {
   using namespace deepinfer;
   bool quick = false, check_only = false, verify = true, verify_only = false, v41 = false;
   bool full_depth = false;
+  int64_t window_block = 0;  // --kv-window-block: GpuModelOptions::kv_window_block_size (0: kv_block_size)
   std::string commit = "unknown", out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -442,6 +444,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--verify-only")) verify_only = true;
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--kv-window-block") && i + 1 < argc) window_block = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       const std::string m = argv[++i];
       if (m != "v4" && m != "v41" && m != "v41-full") {
@@ -500,6 +503,8 @@ int main(int argc, char** argv) {
     // V4.1-Flash checkpoint's would (expert_format auto picks it for FP4 checkpoint experts).
     if (v41) fo.expert_format = ExpertFormat::kW4a8;
     fo.max_batch_tokens = 16384;
+    fo.kv_window_block_size = window_block;
+    out("Window pool block size: %lld entries (0: the KV block size).\n\n", static_cast<long long>(window_block));
     const std::vector<int64_t> verify_k = quick ? std::vector<int64_t>{3} : std::vector<int64_t>{1, 3, 5};
     constexpr int64_t kMaxDrafts = 5;
     fo.max_out_rows = 256 * (kMaxDrafts + 1);  // verification steps: every row's logits

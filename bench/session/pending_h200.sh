@@ -28,10 +28,16 @@ case "$what" in
   bench)
     TARGETS="bench_gpu_forward test_paged_decode_cuda" CTEST_ARGS="-R ^test_paged_decode_cuda$" \
     QUICK=1 scripts/gpu-check >/dev/null 2>&1
+    grep -E "tests passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log"
     lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
     export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
-      --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    c=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    # The window pool's own block size: the default (= the KV block size, 64) and 8.
+    for wb in ${WINDOW_BLOCKS:-0 8}; do
+      timeout 200 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
+        --kv-window-block "$wb" --commit "$c" --out "${OUT:-.}/gpu-forward-v41-wb$wb.md" >/dev/null 2>&1
+      echo "rc $? window block $wb"; grep -E "^\| *(1|16|64|256) *\||Window pool|decode" "${OUT:-.}/gpu-forward-v41-wb$wb.md" | head -30
+    done
     grep -A 12 "^V4\|^| ctx" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //' | head -40
     ;;
   *) echo "pending_h200.sh: tests or bench, not $what" >&2; exit 2 ;;

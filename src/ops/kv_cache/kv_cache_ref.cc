@@ -170,7 +170,10 @@ void kv_load_ref(const KvCacheLayout& layout, const uint8_t* cache, int64_t n_bl
 }
 
 void paged_attention_ref(const PagedAttentionParams& p) {
-  const KvCacheLayout& l0 = p.sources[0].layout;
+  // The layout every non-empty source must share: the first non-empty one (an empty source's
+  // layout is whatever its caller left there, e.g. a compressed-only call's default window).
+  const KvCacheLayout& l0 =
+      (p.sources[0].max_indices == 0 && p.sources[1].max_indices > 0 ? p.sources[1] : p.sources[0]).layout;
   const int64_t d = l0.head_dim;
   for (const KvSource& s : p.sources) {
     if (s.max_indices == 0) continue;
