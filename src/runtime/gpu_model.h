@@ -213,11 +213,13 @@ struct GpuModelOptions {
   // set_mma_attention changes it between forwards.
   bool mma_attention = true;
   int64_t kv_block_size = 64;  // entries per page block: a positive multiple of 8
-  // Entries per block of the window pool (0: kv_block_size), a positive multiple of 8. A
+  // Entries per block of the window pool (0: kv_block_size), a multiple of 8; default 8
+  // (measured on the H200 2026-12-03: decode steps at V4.1 shapes equal those with 64 within
+  // noise, bench/results/gpu-v41-decode-sm90-h200-2026-12-03-1222257.md). A
   // sequence holds the blocks of its last window - 1 + max_rollback positions plus one: at
   // V4.1-Flash (window 128, 40 layers, 528-B entries) blocks of 64 hold 320 slots per layer
   // (6.76 MB per sequence), blocks of 8 hold 152 (3.21 MB; DeepInfer's rings: 134).
-  int64_t kv_window_block_size = 0;
+  int64_t kv_window_block_size = 8;
   // kFp8 with host weights: a checkpoint (directory or file) whose quantised routed experts
   // are uploaded from their stored codes (runtime/expert_loader.h: FP4 converted exactly to
   // 128x128 block FP8, an inexact one fails the construction naming the tensor; block FP8 as

@@ -368,6 +368,7 @@ TEST_P(GoldenV41Cuda, Fp8PagedCache) {
   o.paged_kv = true;
   o.kv_cache_dtype = KvCacheDtype::kFp8;
   o.kv_block_size = 16;
+  o.kv_window_block_size = 0;  // first every pool in blocks of 16 (the default 8 is below)
   o.numerics = Numerics::kOfficial;
   std::printf("%s: GPU official numerics, fp8 paged cache (528 / 288 / 68-B formats), vs the "
               "CPU official path\n", GetParam().c_str());

@@ -43,6 +43,7 @@ TEST(GpuStatePlan, RollbackDepth) {
   o.max_context = 65536;
   o.max_batch_tokens = 2048;
   o.numerics = Numerics::kOfficial;
+  o.kv_window_block_size = 0;  // the window pool in the KV blocks of 64 (the numbers below)
   const GpuStatePlan base = plan_gpu_state(c, o);
   o.max_rollback = 4;
   const GpuStatePlan r4 = plan_gpu_state(c, o);
@@ -66,6 +67,7 @@ TEST(GpuStatePlan, V4FlashBytes) {
   o.max_context = 65536;
   o.max_batch_tokens = 2048;
   o.numerics = Numerics::kOfficial;
+  o.kv_window_block_size = 0;  // the window pool in the KV blocks of 64 (the numbers below)
   const GpuStatePlan fp8 = plan_gpu_state(c, o);
   EXPECT_EQ(fp8.dtype, KvCacheDtype::kFp8);
   EXPECT_TRUE(fp8.idx_paged);
@@ -151,6 +153,7 @@ TEST(GpuStatePlan, V41FlashFp8Formats) {
   o.numerics = Numerics::kOfficial;
   o.kv_cache_dtype = KvCacheDtype::kFp8;
   o.max_rollback = 6;
+  o.kv_window_block_size = 0;  // first the window pool in the KV blocks of 64
   const GpuStatePlan p = plan_gpu_state(c, o);
   complete_model_config(&c);
   EXPECT_EQ(p.kv.format, KvEntryFormat::kE4m3Block32);
@@ -176,12 +179,13 @@ TEST(GpuStatePlan, V41FlashFp8Formats) {
   EXPECT_EQ(v4.cmp_kv.entry_bytes(), 584);
   EXPECT_EQ(v4.idx.entry_bytes(), 132);
 
-  // kv_window_block_size 8: the window pool alone in blocks of 8. By hand: 133 positions
+  // kv_window_block_size 8 (the default): the window pool alone in blocks of 8. By hand: 133 positions
   // straddle at most ceil(133 / 8) + 1 = 18 blocks, + 1 per sequence: 152 slots per layer
   // (DeepInfer's rings: 134), 40 x 152 x 528 B = 3,210,240 B of windows instead of 6,758,400;
   // the compressed entries, index keys and rings unchanged, still in blocks of 64.
   GpuModelOptions ow = o;
-  ow.kv_window_block_size = 8;
+  ow.kv_window_block_size = GpuModelOptions{}.kv_window_block_size;
+  EXPECT_EQ(ow.kv_window_block_size, 8);
   const GpuStatePlan pw = plan_gpu_state(c, ow);
   EXPECT_EQ(pw.window_block_size(), 8);
   EXPECT_EQ(pw.block_size, 64);
@@ -235,6 +239,7 @@ TEST(GpuStatePlan, V41FollowsTheLayerPlan) {
   o.paged_kv = true;
   o.kv_cache_dtype = KvCacheDtype::kBf16;
   o.kv_block_size = 16;
+  o.kv_window_block_size = 0;  // windows in the same blocks of 16
   const GpuStatePlan paged = plan_gpu_state(c, o);
   EXPECT_FALSE(paged.idx_paged);
   const int64_t block = 16 * 2 * d;  // bf16 entries
