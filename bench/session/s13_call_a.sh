@@ -9,3 +9,4 @@ TARGETS="$T" CTEST_ARGS="-R ^($R)$" QUICK=1 timeout 400 scripts/gpu-check > /dev
 echo "gpu-check rc $?"
 grep -E "tests passed|\[  FAILED|\*\*\*Failed|Passed|window blocks of 8" "${OUT:-gpu-check-out}/ctest.log" | head -40
 timeout 170 bash bench/session/w4a8_ncu.sh
+rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
