@@ -77,6 +77,7 @@ int64_t GpuModel::new_sequence() {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] < 0) {
       s[i] = 0;
+      impl_->rollback_floor[i] = 0;
       return static_cast<int64_t>(i);
     }
   }
@@ -105,6 +106,7 @@ void GpuModel::set_sequence_length(int64_t sequence, int64_t n) {
   CHECK(n >= 0 && n <= impl_->opt.max_context)
       << "set_sequence_length: " << n << " is outside [0, " << impl_->opt.max_context << "]";
   impl_->seq_tokens[sequence] = n;
+  impl_->rollback_floor[sequence] = n;
   if (impl_->plan.paged) {  // keep the blocks still in range, give the context all it needs
     impl_->trim_blocks(sequence, n);
     impl_->reserve_blocks(sequence, n, n);
@@ -119,6 +121,10 @@ void GpuModel::truncate(int64_t sequence, int64_t n) {
   CHECK(n >= 0 && n <= have) << "truncate: " << n << " tokens, but sequence " << sequence << " has " << have;
   CHECK(have - n <= impl_->opt.max_rollback)
       << "truncate: " << have - n << " positions back, but max_rollback is " << impl_->opt.max_rollback;
+  CHECK(n >= impl_->rollback_floor[sequence])
+      << "truncate: sequence " << sequence << " to " << n << " tokens, below "
+      << impl_->rollback_floor[sequence] << " (max_rollback " << impl_->opt.max_rollback
+      << " behind its longest forward since the last reset; the window state below is gone)";
   if (n == have) return;
   impl_->seq_tokens[sequence] = n;
   // Window blocks from n - W + 1 - max_rollback are still held (trim_blocks kept them);
@@ -278,6 +284,8 @@ void GpuModel::Impl::forward_device(std::span<const GpuChunk> chunks, const int3
   n_out = n_o;
   for (const GpuChunk& c : chunks) {
     seq_tokens[c.sequence] += static_cast<int64_t>(c.tokens.size());
+    rollback_floor[c.sequence] =
+        std::max(rollback_floor[c.sequence], seq_tokens[c.sequence] - opt.max_rollback);
     if (plan.paged) trim_blocks(c.sequence, seq_tokens[c.sequence]);  // window blocks slid out
   }
 

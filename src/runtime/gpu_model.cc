@@ -722,6 +722,7 @@ GpuModel::Impl::Impl(ModelConfig config, const ModelWeights* hw, uint64_t seed_,
   if (opt.mtp) init_mtp(hw);  // MTP-1 drafter (gpu_mtp.cc)
   if (opt.dspark) init_dspark(hw);  // DSpark drafter (gpu_dspark.cc)
   seq_tokens.assign(opt.max_sequences, -1);
+  rollback_floor.assign(opt.max_sequences, 0);
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
   if (streamed) streamed->finish(ctx.stream());
 }

@@ -249,6 +249,12 @@ struct GpuModel::Impl {
 
   // Sequences.
   std::vector<int64_t> seq_tokens;  // -1 = free slot
+  // The shortest length truncate may give each sequence: max over its forwards of (length at
+  // the forward's end - max_rollback); new_sequence / set_sequence_length / import_prefix set
+  // it to the length. trim_blocks keeps the window from (length - W + 1 - max_rollback) at
+  // each forward's end, so after a forward, a truncation and a shorter forward the window
+  // below the older bound is gone: a per-call "at most max_rollback back" is not enough.
+  std::vector<int64_t> rollback_floor;
   // Activations [T, ...].
   float *X = nullptr, *X2 = nullptr, *u = nullptr, *x = nullptr, *y = nullptr;
   float *pre = nullptr, *post = nullptr, *comb = nullptr, *mix_scratch = nullptr;

@@ -179,9 +179,12 @@ std::vector<GpuStateRange> GpuModel::Impl::appended_ranges(int64_t seq, int64_t 
   return out;
 }
 
-// First window position the state at n tokens keeps (trim_blocks).
-static int64_t first_window_position(int64_t n, int64_t window, int64_t max_rollback) {
-  return std::max<int64_t>(0, n - window + 1 - max_rollback);
+// First window position a state at n tokens is sure to hold: the next query's window. The
+// rollback margin below it (trim_blocks keeps window - 1 + max_rollback positions at a
+// forward's end) is gone after a truncation followed by a shorter forward, and an imported
+// state is never truncated below n (rollback_floor), so a prefix state carries no margin.
+static int64_t first_window_position(int64_t n, int64_t window) {
+  return std::max<int64_t>(0, n - window + 1);
 }
 
 std::vector<GpuStateRange> GpuModel::Impl::boundary_ranges(int64_t seq, int64_t n) const {
@@ -194,7 +197,7 @@ std::vector<GpuStateRange> GpuModel::Impl::boundary_ranges(int64_t seq, int64_t 
     const int64_t ratio = m.cfg.plan[size_t(l)].ratio;
     if (st.win_cache != nullptr) {  // whole page blocks of the window positions kept
       const int64_t block_bytes = m.plan.kv.block_bytes();
-      for (int64_t c = first_window_position(n, W, R) / Bw; c * Bw < n; ++c) {
+      for (int64_t c = first_window_position(n, W) / Bw; c * Bw < n; ++c) {
         add(out, st.win_cache + int64_t(m.win_pool.slot(seq, c * Bw) / Bw) * block_bytes, block_bytes);
       }
     } else if (st.ring != nullptr) {
@@ -304,8 +307,7 @@ int64_t GpuModel::import_prefix(std::span<const PrefixState* const> chain) {
   try {
     if (m.plan.paged) {  // the block columns the state at n holds (trim_blocks keeps these)
       const int64_t B = m.plan.block_size, Bw = m.plan.window_block_size();
-      m.win_pool.ensure(seq, first_window_position(n, m.cfg.sliding_window, m.opt.max_rollback) / Bw,
-                        (n + Bw - 1) / Bw);
+      m.win_pool.ensure(seq, first_window_position(n, m.cfg.sliding_window) / Bw, (n + Bw - 1) / Bw);
       for (auto& [ratio, pool] : m.cmp_pools) pool.ensure(seq, 0, (n / ratio + B - 1) / B);
     }
     for (const GpuPrefixState* p : pieces) {
@@ -324,6 +326,7 @@ int64_t GpuModel::import_prefix(std::span<const PrefixState* const> chain) {
     throw;
   }
   m.seq_tokens[size_t(seq)] = n;
+  m.rollback_floor[size_t(seq)] = n;
   return seq;
 }
 

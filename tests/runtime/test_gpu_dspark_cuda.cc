@@ -523,6 +523,24 @@ TEST_P(GpuDsparkGolden, RollbackLoopEqualsAFreshSequence) {
   expect_rollback_loop_equals_a_fresh_sequence(GetParam(), WeightFormat::kF32);
 }
 
+// truncate goes back at most max_rollback behind the longest forward since the last reset,
+// not only behind the current length: after 37 tokens (window blocks kept from 37 - W + 1 - 5)
+// and a truncation to 32, one more token does not bring the window below back.
+TEST_P(GpuDsparkGolden, TruncationBelowTheRollbackFloorIsRefused) {
+  const HostModel h = load_host(GetParam());
+  GpuModel g(h.cfg, h.weights, ds_options(Numerics::kOfficial, true, 5));
+  const int64_t s = g.new_sequence();
+  gpu_run(g, s, random_tokens(37, h.cfg.vocab_size, 4));
+  g.truncate(s, 32);
+  gpu_run(g, s, {1});
+  EXPECT_THROW(g.truncate(s, 28), Error);  // 5 back from 33, but below 37 - 5
+  EXPECT_EQ(g.n_tokens(s), 33);
+  g.truncate(s, 32);
+  EXPECT_EQ(g.n_tokens(s), 32);
+  gpu_run(g, s, {2, 3});  // still forwards: the window of position 32 is held
+  EXPECT_EQ(g.n_tokens(s), 34);
+}
+
 // --- MODEL_SPEC §E.16 / §E.17 -----------------------------------------------------------------
 
 void expect_backbone_logits_bitwise_with_the_drafter(const char* dir, WeightFormat format) {
