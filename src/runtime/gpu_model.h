@@ -333,7 +333,7 @@ class GpuModel {
   };
   ExpertFp8Copy download_expert_fp8(int64_t layer, int64_t expert, const std::string& w) const;
   // The same under expert_format kW4a8 (moe_w4a8.h's device layout): codes U8 [n, kp/2] and
-  // UE8M0 scales U8 [n, kp/32], kp = k rounded up to 128. For tests.
+  // UE8M0 scales U8 [n, kp/32] (byte counts; the bytes are row-group tiled), kp = k rounded up to 128. For tests.
   struct ExpertW4a8Copy {
     Tensor codes;
     Tensor scales;

@@ -304,8 +304,12 @@ void GpuWeightStream::upload_w4a8(const void* host, int64_t n, int64_t k, uint8_
       << t.origin << where_s << " " << shape_str(t.shape) << " (K a multiple of 32)";
   const int64_t r0 = where->offset / k, kp = w4a8_padded_k(k);
   const int64_t code_row = kp / 2, scale_row = kp / 32;
-  // Rows per range: as many packed code rows as a staging half holds.
-  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(staging_->half) / code_row);
+  // Rows per range: as many packed code rows as a staging half holds, in whole row groups of
+  // the device layout (a range that starts on a group packs to the whole matrix's bytes).
+  const int64_t per = static_cast<int64_t>(staging_->half) / code_row / kW4a8RowGroup * kW4a8RowGroup;
+  CHECK_KIND(kUnsupported, per >= kW4a8RowGroup)
+      << "expert_format w4a8: a staging half of " << staging_->half << " bytes holds fewer than "
+      << kW4a8RowGroup << " packed rows of '" << t.origin << where_s << " (" << code_row << " bytes each)";
   std::vector<uint8_t> packed_scales;
   for (int64_t b = 0; b < n;) {
     const int64_t m = std::min(per, n - b);

@@ -93,7 +93,7 @@ class GpuWeightStream {
   void upload_fp8(const void* host, int64_t n, int64_t k, uint8_t* q, float* s, void* stream,
                   int64_t block = 128);
   // The [n, k] matrix at placeholder `host`, stored FP4 (codes [n, k/2] + F8_E8M0 [n, k/32]),
-  // in moe_w4a8.h's device layout: codes [n, kp/2] to `codes`, scales [n, kp/32] to `scales`
+  // in moe_w4a8.h's device layout: n * kp/2 code bytes to `codes`, n * kp/32 scale bytes to `scales` (row-group tiled)
   // (kp = k rounded up to 128). Throws Error naming the tensor when it is not stored FP4 of
   // that shape (kUnsupported) or has an e8m0 NaN scale (255).
   void upload_w4a8(const void* host, int64_t n, int64_t k, uint8_t* codes, uint8_t* scales,

@@ -15,23 +15,25 @@ void w4a8_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k
                uint8_t* dev_codes, uint8_t* dev_scales) {
   CHECK_KIND(kUnsupported, n >= 1 && k >= 32 && k % 32 == 0)
       << "w4a8_pack: [" << n << ", " << k << "] (FP4 experts need K a positive multiple of 32)";
-  const int64_t kp = w4a8_padded_k(k), rb = k / 2, rbp = kp / 2;
-  const int64_t sb = k / 32, sbp = kp / 32;
+  const int64_t kp = w4a8_padded_k(k), rb = k / 2, sb = k / 32;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* src = codes + i * rb;
-    uint8_t* dst = dev_codes + i * rbp;
-    for (int64_t g = 0; g < rbp; g += 64) {
+    for (int64_t c = 0; c < kp / kW4a8Group; ++c) {
+      uint8_t* dst = dev_codes + w4a8_code_offset(n, kp, i, c);
       for (int t = 0; t < 4; ++t) {
         for (int j = 0; j < 4; ++j) {
           for (int b = 0; b < 4; ++b) {
-            const int64_t from = g + 16 * j + 4 * t + b;
-            dst[g + 16 * t + 4 * j + b] = from < rb ? src[from] : 0;
+            const int64_t from = 64 * c + 16 * j + 4 * t + b;
+            dst[16 * t + 4 * j + b] = from < rb ? src[from] : 0;
           }
         }
       }
+      uint8_t* ds = dev_scales + w4a8_scale_offset(n, kp, i, c);
+      for (int j = 0; j < 4; ++j) {
+        const int64_t from = 4 * c + j;
+        ds[j] = from < sb ? scales[i * sb + from] : uint8_t{127};
+      }
     }
-    std::memcpy(dev_scales + i * sbp, scales + i * sb, static_cast<size_t>(sb));
-    std::fill(dev_scales + i * sbp + sb, dev_scales + (i + 1) * sbp, uint8_t{127});
   }
 }
 

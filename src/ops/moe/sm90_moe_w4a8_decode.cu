@@ -6,7 +6,8 @@
 // rows (warp w: rows 16 w .. 16 w + 15, one m16 MMA tile per matrix) of one live 64-row tile of
 // moe_align_cuda (one expert). Its tokens go through in passes of up to 16 (two n8 tiles):
 //   1. the first kDepth K chunks (128 elements: 64 code bytes + 4 scale bytes per row) of the
-//      warp's weight rows are requested with 16-byte ld.global.nc.L1::no_allocate loads into
+//      warp's weight rows (one row group of moe_w4a8.h's tiled layout: a chunk of the warp is
+//      1 KB of consecutive code bytes and 64 of scales) are requested with 16-byte ld.global.nc.L1::no_allocate loads into
 //      registers (weights go global -> registers, never through shared memory);
 //   2. meanwhile the pass's activation rows (e4m3, the whole K) and their scales (x 2^6) go to
 //      shared memory; each 8-byte unit stored as its even then its odd bytes (see below);
@@ -167,33 +168,42 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
   const int64_t row_a = cta_n0 + 16 * warp + g, row_b = row_a + 8;
   const bool ok[2] = {row_a < p.n, row_b < p.n};
   const int64_t code_ld = p.kp / 2, scale_ld = p.kp / 32;
+  // The warp's 16 rows are one row group of moe_w4a8.h's tiled layout: gh rows, chunk-major,
+  // chunk c of row g0 + r at g0 * code_ld + c * gh * 64 + r * 64 (scales: 4 bytes per row and
+  // chunk likewise), so each chunk of the warp is 1 KB of consecutive bytes.
+  const int64_t g0 = cta_n0 + 16 * warp;
+  const int64_t gh = g0 < p.n ? w4a8_group_rows(p.n, g0) : 0;
+  const int64_t chunk_bytes = gh * 64;  // code bytes of one chunk of the warp's group
   const int n_chunks_all = static_cast<int>(p.kp / kW4a8Group);
   int rank = 0;
   if constexpr (kFast) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
   const int per_rank = (n_chunks_all + p.split - 1) / p.split;
   const int cb = min(n_chunks_all, rank * per_rank);           // first chunk of this CTA
   const int n_chunks = min(n_chunks_all, cb + per_rank);       // one past its last chunk
-  const uint8_t* cw[kMats][2];
-  const uint32_t* sw[kMats][2];
+  // Rows g (row_a) and g + 8 (row_b) of the warp's group: row_b's chunk sits 512 code bytes
+  // (8 scale words) after row_a's, so one pointer per matrix serves both.
+  const uint8_t* cw[kMats];
+  const uint32_t* sw[kMats];
+  const uint32_t chunk_bytes32 = static_cast<uint32_t>(chunk_bytes), chunk_words = static_cast<uint32_t>(gh);
 #pragma unroll
   for (int m = 0; m < kMats; ++m) {
     const uint8_t* codes = p.w[m] + static_cast<int64_t>(e) * p.n * code_ld;
     const uint8_t* scales = p.ws[m] + static_cast<int64_t>(e) * p.n * scale_ld;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = h == 0 ? row_a : row_b;
-      cw[m][h] = codes + (ok[h] ? row : 0) * code_ld + 16 * t4;
-      sw[m][h] = reinterpret_cast<const uint32_t*>(scales + (ok[h] ? row : 0) * scale_ld);
-    }
+    cw[m] = codes + (ok[0] ? g0 * code_ld + g * 64 + 16 * t4 : 0);
+    sw[m] = reinterpret_cast<const uint32_t*>(scales + (ok[0] ? g0 * scale_ld + g * 4 : 0));
   }
   auto load = [&](Frag<kMats>& f, int chunk) {
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
+      // A group's chunk is at most 1 KB and a matrix row group at most 16 * kp / 2 bytes,
+      // so the in-group offset fits 32 bits.
+      const uint8_t* c = cw[m] + static_cast<uint32_t>(chunk) * chunk_bytes32;
+      const uint32_t* sc = sw[m] + static_cast<uint32_t>(chunk) * chunk_words;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (ok[h]) {
-          f.c[m][h] = ldg_stream(cw[m][h] + static_cast<int64_t>(chunk) * 64);
-          f.s[m][h] = __ldg(sw[m][h] + chunk);
+          f.c[m][h] = ldg_stream(c + 512 * h);
+          f.s[m][h] = __ldg(sc + 8 * h);
         } else {
           f.c[m][h] = make_uint4(0, 0, 0, 0);
           f.s[m][h] = 0x7f7f7f7fu;
@@ -234,15 +244,15 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
           const int64_t row = cta_n0 + 16 * warp + r;
           const int cc = chunk + u / 4;
           const bool v = row < p.n && cc < n_chunks;
-          cp_async16(dc + r * 128 + ((u ^ (4 * (r & 1))) * 16),
-                     codes + (v ? row : 0) * code_ld + static_cast<int64_t>(v ? chunk : 0) * 64 + u * 16, v);
+          const int64_t at = g0 * code_ld + static_cast<int64_t>(cc) * chunk_bytes + r * 64 + (u % 4) * 16;
+          cp_async16(dc + r * 128 + ((u ^ (4 * (r & 1))) * 16), codes + (v ? at : 0), v);
         }
         {
           const int r = lane / 2, which = lane % 2;
           const int64_t row = cta_n0 + 16 * warp + r;
           const bool v = row < p.n && chunk + which < n_chunks;
           cp_async4(ds + r * 8 + which * 4,
-                    scales + (v ? row * scale_ld + 4 * static_cast<int64_t>(chunk + which) : 0), v);
+                    scales + (v ? g0 * scale_ld + static_cast<int64_t>(chunk + which) * gh * 4 + r * 4 : 0), v);
         }
       }
     };
