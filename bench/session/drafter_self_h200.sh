@@ -5,6 +5,10 @@
 # of the batches). Training budget SECS (default 270 s) after the generation; the result
 # comes back as one tarball: $OUT/v41-dspark-self.tgz (drafter.safetensors, config.json,
 # model.safetensors.index.json, drafter_manifest.json, train.log).
+# LIMIT (default 520 s) must stay below the device call's limit_s: in session 13 the call got
+# 499 s (the session's device budget was lower than the 570 asked), the trainer's own 520 s
+# limit never fired, the call was killed and nothing came back. Generation + SECS + start-up
+# must fit in LIMIT; the generation time of 1024 windows on the H200 is still unmeasured.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp}; D=/tmp/v41-dspark-self

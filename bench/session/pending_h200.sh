@@ -1,44 +1,44 @@
 #!/usr/bin/env bash
-# What session 12 (2026-12-03, no device time) wrote for the H200 and could not run, in the
-# order it matters; one device call each (every call <= 10 min):
+# What session 13 (2026-12-03) wrote for the H200 and could not run (its 30 device minutes
+# went to the calls in bench/results/*-2026-12-03-{1222257,32d635b,a9207b1}*), in the order
+# it matters; one device call each (every call <= 10 min), carry [".carry/debs"] after
+# scripts/prepare-device-carry here:
 #
-#   scripts/prepare-device-carry            # here, first: .carry/debs (PCRE2, OpenBLAS)
-#   device run, carry [".carry/debs"]:  bash bench/session/pending_h200.sh tests
-#   device run, carry [".carry/debs"]:  bash bench/session/pending_h200.sh bench
+#   bash bench/session/pending_h200.sh w4a8     # the row-group-tiled W4A8 layout (d7339a3)
+#   bash bench/session/pending_h200.sh bench    # the V4.1 decode step with it
+#   LIMIT=... bash bench/session/drafter_self_h200.sh   # see the note there: LIMIT < the call's limit_s
 #
-# tests: the CUDA tests of the unrun code: sm90 decode for V4.1's formats (test_paged_decode_cuda;
-#        the tiny goldens have head_dim 64, so only this op test and the V4.1-shape bench reach
-#        the kernel), the window pool's own block size (test_golden_v41_cuda, window 8 beside
-#        blocks of 16), the DSpark FP8 test edited in session 11, and the V4 goldens (their
-#        decode shares the kernel's file). Prints the failures and the accuracy rows.
-# bench: bench_gpu_forward --model v41 --quick (the V4.1 decode step with the new kernel:
-#        compare with bench/results/gpu-forward-v41-shapes-h200-2026-12-03-7ed80ca.md, B=64 32K
-#        35.7 ms, attention core 6.92 ms), then test_paged_decode_cuda's AnchorBenchmark (V4
-#        and V4.1 formats, sm90 vs SIMT vs mma).
+# w4a8:  the CUDA tests that read the device layout (test_moe_w4a8_cuda: kernel vs the CPU
+#        recipe and the fp32 reference; test_gpu_w4a8_experts_cuda: device bytes = w4a8_pack,
+#        V4 logits bitwise vs FP8 experts; test_gpu_stream_rss_cuda: the streamed pack in row
+#        groups; test_golden_v41_fp8_cuda), then bench/moe_decode `check` and the table with
+#        paths plain,fast (compare bench/results/moe-w4a8-ncu-h200-2026-12-03-32d635b.md: V4.1
+#        T=64 1756 us, 61 % of copy).
+# bench: bench_gpu_forward --model v41 --quick (compare gpu-v41-decode-sm90-h200-2026-12-03-
+#        1222257.md: B=64 32K 29.4 ms, MoE 18.95 ms of it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-what=${1:-tests}
+what=${1:-w4a8}
 case "$what" in
-  tests)
-    TARGETS="test_paged_decode_cuda test_golden_v41_cuda test_golden_cuda test_gpu_dspark_cuda" \
-    CTEST_ARGS="-R ^(test_paged_decode_cuda|test_golden_v41_cuda|test_gpu_dspark_cuda|test_golden_cuda)$" \
-    QUICK=1 scripts/gpu-check
-    grep -E "\[  FAILED|nmse .*bound|window blocks of 8|min cos" "${OUT:-gpu-check-out}/ctest.log" | head -80
+  w4a8)
+    T="test_moe_w4a8_cuda test_gpu_w4a8_experts_cuda test_gpu_stream_rss_cuda test_golden_v41_fp8_cuda"
+    R=$(echo $T | sed 's/ /|/g')
+    TARGETS="$T" CTEST_ARGS="-R ^($R)$" QUICK=1 timeout 330 scripts/gpu-check >/dev/null 2>&1
+    echo "gpu-check rc $?"
+    grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log" | head -20
+    bench/moe_decode/build.sh /tmp/bmoe 2>&1 | grep -iv warn | tail -3
+    timeout 60 /tmp/bmoe check > "${OUT:-/tmp}/moe-check.txt" 2>&1; echo "check rc $?"; grep check "${OUT:-/tmp}/moe-check.txt"
+    timeout 120 /tmp/bmoe paths=plain,fast | tee "${OUT:-/tmp}/moe-bench.txt"
+    rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
   bench)
-    TARGETS="bench_gpu_forward test_paged_decode_cuda" CTEST_ARGS="-R ^test_paged_decode_cuda$" \
-    QUICK=1 scripts/gpu-check >/dev/null 2>&1
-    grep -E "tests passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log"
+    TARGETS="bench_gpu_forward" QUICK=1 CTEST_ARGS="-R ^none$" scripts/gpu-check >/dev/null 2>&1
     lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
     export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    c=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-    # The window pool's own block size: the default (= the KV block size, 64) and 8.
-    for wb in ${WINDOW_BLOCKS:-0 8}; do
-      timeout 200 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
-        --kv-window-block "$wb" --commit "$c" --out "${OUT:-.}/gpu-forward-v41-wb$wb.md" >/dev/null 2>&1
-      echo "rc $? window block $wb"; grep -E "^\| *(1|16|64|256) *\||Window pool|decode" "${OUT:-.}/gpu-forward-v41-wb$wb.md" | head -30
-    done
-    grep -A 12 "^V4\|^| ctx" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //' | head -40
+    timeout 240 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
+      --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "${OUT:-.}/gpu-forward-v41.md" >/dev/null 2>&1
+    echo "rc $?"; grep -E "^\| decode|^\| prefill" "${OUT:-.}/gpu-forward-v41.md" | head -30
+    rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
-  *) echo "pending_h200.sh: tests or bench, not $what" >&2; exit 2 ;;
+  *) echo "pending_h200.sh: w4a8 or bench, not $what" >&2; exit 2 ;;
 esac
