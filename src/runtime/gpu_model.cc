@@ -880,6 +880,41 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
     rt(m.shared.w3, Is, D);
     rt(m.shared.w2, D, Is);
   }
+  // A DSpark drafter as init_dspark uploads it under kFp8: main_proj and each stage's FP8
+  // projections, shared and routed experts (always re-quantised from the host values); the
+  // router gate, norms, mHC, sinks, Markov tables and confidence stay fp32. Each tensor is
+  // cloned first: a checkpoint's drafter tensor may wrap read-only memory.
+  if (!w.dspark.stages.empty()) {
+    auto rtc = [&rt](Tensor& t, int64_t n, int64_t k) {
+      t = t.clone();
+      rt(t, n, k);
+    };
+    const int64_t n_taps = static_cast<int64_t>(cfg.dspark.target_layer_ids.size());
+    rtc(w.dspark.main_proj, D, n_taps * D);
+    for (DsparkStageWeights& st : w.dspark.stages) {
+      AttentionWeights& a = st.attn;
+      rtc(a.wq_a, Rq, D);
+      rtc(a.wq_b, H * d, Rq);
+      rtc(a.wkv, d, D);
+      ICHECK(a.wo_a.numel() == G * Ro * gw) << "fp8_round_trip: drafter wo_a " << a.wo_a.str();
+      a.wo_a = a.wo_a.clone();
+      for (int64_t g = 0; g < G; ++g) {
+        Tensor view = Tensor::empty(DType::F32, {Ro, gw});
+        std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
+        rt(view, Ro, gw);
+        std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
+      }
+      rtc(a.wo_b, D, G * Ro);
+      for (ExpertWeightsT& e : st.moe.experts) {
+        rtc(e.w1, I, D);
+        rtc(e.w3, I, D);
+        rtc(e.w2, D, I);
+      }
+      rtc(st.moe.shared.w1, Is, D);
+      rtc(st.moe.shared.w3, Is, D);
+      rtc(st.moe.shared.w2, D, Is);
+    }
+  }
 }
 
 }  // namespace deepinfer

@@ -321,6 +321,8 @@ class GpuModel {
   // result uses the same weights as a kFp8 GpuModel. routed_experts = false leaves the routed
   // experts as they are: what a kFp8 model holds when it took them from a checkpoint that
   // stores them quantised (GpuModelOptions::expert_checkpoint: exactly the host values).
+  // An MTP block and a DSpark drafter (weights.dspark) are rounded as GpuModelOptions::mtp /
+  // dspark upload them (their routed experts always: they are re-quantised from host values).
   static void fp8_round_trip(const ModelConfig& config, ModelWeights& weights,
                              bool routed_experts = true);
 

@@ -731,50 +731,6 @@ INSTANTIATE_TEST_SUITE_P(Goldens, GpuDsparkGolden, ::testing::Values(kGolden, kG
 
 // --- FP8 weights (weight_format kFp8, V4-0731) --------------------------------------------------
 
-// The DSpark weights as init_dspark holds them under kFp8, for the CPU reference:
-// GpuModel::fp8_round_trip rounds the backbone's (and an MTP block's) FP8 projections only, so
-// main_proj and every stage's FP8 projections (wq_a, wq_b, wkv, each wo_a group, wo_b, the shared
-// experts) and routed experts are quantised and back here, on the model's block grid, as
-// GpuModel::linear / expert_stack upload them (quantize_fp8_blocks; the router gate, norms, mHC,
-// sinks, Markov tables and confidence stay fp32 on the GPU too). Each tensor is cloned first (a
-// checkpoint's tensor may wrap read-only memory).
-void fp8_round_trip_dspark(const ModelConfig& cfg, DsparkWeights& w) {
-  const int64_t b = fp8_weight_block(cfg);
-  const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, Rq = cfg.q_lora_rank;
-  const int64_t I = cfg.moe_intermediate_size, Is = I * cfg.n_shared_experts;
-  const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
-  const int64_t n_taps = int64_t(cfg.dspark.target_layer_ids.size());
-  auto rt = [b](float* v, int64_t n, int64_t k) {
-    std::vector<uint8_t> codes(size_t(n * k));
-    std::vector<float> grid(size_t(ceil_div64(n, b) * ceil_div64(k, b)));
-    quantize_fp8_blocks(v, n, k, codes.data(), grid.data(), /*round_trip=*/true, b);
-  };
-  auto rtt = [&](Tensor& t, int64_t n, int64_t k) {
-    ASSERT_TRUE(t.defined() && t.dtype() == DType::F32 && t.numel() == n * k) << t.str();
-    t = t.clone();
-    rt(t.f32(), n, k);
-  };
-  rtt(w.main_proj, D, n_taps * D);
-  for (DsparkStageWeights& st : w.stages) {
-    AttentionWeights& a = st.attn;
-    rtt(a.wq_a, Rq, D);
-    rtt(a.wq_b, H * d, Rq);
-    rtt(a.wkv, d, D);
-    ASSERT_EQ(a.wo_a.numel(), G * Ro * gw);
-    a.wo_a = a.wo_a.clone();
-    for (int64_t g = 0; g < G; ++g) rt(a.wo_a.f32() + g * Ro * gw, Ro, gw);  // each group its own matrix
-    rtt(a.wo_b, D, G * Ro);
-    for (ExpertWeightsT& e : st.moe.experts) {
-      rtt(e.w1, I, D);
-      rtt(e.w3, I, D);
-      rtt(e.w2, D, I);
-    }
-    rtt(st.moe.shared.w1, Is, D);
-    rtt(st.moe.shared.w3, Is, D);
-    rtt(st.moe.shared.w2, D, Is);
-  }
-}
-
 // The weights Fp8ActivationEmulation is built from: the emulation knows the backbone's FP8
 // projections (and an MTP block's), not the drafter's, so this shallow copy (every tensor shared,
 // the same pointers the CPU Model reads) adds one layer per stage holding the stage's attention
@@ -828,7 +784,7 @@ struct RowsCompare {
 
 // FP8 weights, official numerics (paged bf16 cache: the official rounding's values exactly), the
 // V4-0731 golden: the GPU's drafts (and backbone logits) against the CPU drafter with the same
-// FP8-rounded weights (GpuModel::fp8_round_trip + fp8_round_trip_dspark) under the emulation of
+// FP8-rounded weights (GpuModel::fp8_round_trip, drafter included) under the emulation of
 // the GPU's 1 x 128 activation quantisation before every FP8 projection (fp8_act_emulation.h,
 // the drafter's projections included: emulation_weights), as test_gpu_mtp_cuda's
 // Fp8WeightsMatchTheCpuWithTheSameWeights does for MTP. Fresh sequences fed prefixes of a random
@@ -860,8 +816,7 @@ struct RowsCompare {
 TEST(GpuDsparkFp8, V4DraftsAgainstTheCpuUnderTheActivationEmulation) {
   constexpr double kE4m3Nmse = 7.2e-4;
   HostModel h = load_host(kGoldenV4);
-  GpuModel::fp8_round_trip(h.cfg, h.weights);
-  fp8_round_trip_dspark(h.cfg, h.weights.dspark);
+  GpuModel::fp8_round_trip(h.cfg, h.weights);  // the backbone's and the drafter's FP8 weights
   GpuModel gpu(h.cfg, h.weights,
                ds_options(Numerics::kOfficial, /*paged=*/true, 5, /*batch_invariant=*/false, WeightFormat::kFp8));
   ASSERT_TRUE(gpu.has_dspark());
