@@ -117,6 +117,9 @@ void Model::truncate(SequenceState& state, int64_t n_tokens) const {
   CHECK(state.n_tokens - n_tokens <= rollback_depth())
       << "truncate: rolling back " << state.n_tokens - n_tokens << " positions, more than the "
       << rollback_depth() << " this model keeps (ModelOptions::max_rollback)";
+  CHECK(n_tokens >= state.rollback_floor)
+      << "truncate: to " << n_tokens << " positions, below " << state.rollback_floor << " (the rollback depth "
+      << rollback_depth() << " behind the longest forward since the state was made; the rings below are overwritten)";
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     SequenceLayerState& ls = state.layers[l];
     const LayerPlan& plan = config_.plan[l];
@@ -336,7 +339,11 @@ void Model::advance_states(const Batch& batch) const {
     recent.insert(recent.end(), batch.tokens.begin() + seg.begin, batch.tokens.begin() + seg.end);
     if (recent.size() > keep) recent.erase(recent.begin(), recent.end() - keep);
   }
-  for (const Batch::Segment& seg : batch.segments) seg.state->n_tokens += seg.end - seg.begin;
+  for (const Batch::Segment& seg : batch.segments) {
+    SequenceState& st = *seg.state;
+    st.n_tokens += seg.end - seg.begin;
+    st.rollback_floor = std::max(st.rollback_floor, st.n_tokens - rollback_depth());
+  }
 }
 
 void Model::head(const float* Xo, const float* pre_o, int64_t n, float* logits) const {

@@ -39,6 +39,11 @@ struct SequenceState {
   // Window slots per layer: W + the rollback depth + 1, so positions a rolled-back chunk
   // wrote never held a position a later query reads (Model::truncate).
   int64_t n_ring_slots = 0;
+  // The shortest length Model::truncate may give the state: max over its forwards of (length
+  // at the forward's end - rollback depth). The rings hold the last W + depth + 1 positions
+  // written, so after a forward, a truncation and a shorter forward, the positions below the
+  // older bound are overwritten: "at most depth back" per call is not enough.
+  int64_t rollback_floor = 0;
   std::vector<SequenceLayerState> layers;
   // SWA bounded replay (model/swa_replay.h): the decoder layers never computed the positions
   // below this one, and their window queries see no key below it. 0: every position.

@@ -43,6 +43,7 @@ std::shared_ptr<const StateSegment> export_segment(const SequenceState& state, c
   s->length.resize(n_layers);
   s->boundary.n_tokens = state.n_tokens;
   s->boundary.n_ring_slots = state.n_ring_slots;
+  s->boundary.rollback_floor = state.rollback_floor;  // the rings are copied as they are
   s->boundary.recent_tokens = state.recent_tokens;
   s->boundary.draft_rings = state.draft_rings;
   s->boundary.n_draft_slots = state.n_draft_slots;

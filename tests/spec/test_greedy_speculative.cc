@@ -180,5 +180,26 @@ TEST(GreedySpeculative, TooManyDraftsAreRefused) {
   EXPECT_THROW(model->truncate(*s2, 11), Error);
 }
 
+// truncate goes back at most the rollback depth behind the longest forward, not only behind
+// the current length: after 40 tokens, a truncation by the depth and one more token, a second
+// truncation by the depth would need ring slots the 40-token forward has overwritten.
+TEST(GreedySpeculative, TruncationBelowTheRollbackFloorIsRefused) {
+  auto model = random_model(testing::small_v41_config(), Numerics::kReference);
+  const int64_t R = model->rollback_depth();
+  ASSERT_GE(R, 2);
+  auto s = model->new_state();
+  const std::vector<int32_t> forty = testing::random_tokens(40, model->config().vocab_size, 5);
+  SequenceChunk c{s.get(), forty, false};
+  model->forward(std::span<const SequenceChunk>(&c, 1));
+  model->truncate(*s, 40 - R);
+  const std::vector<int32_t> one = {7};
+  SequenceChunk c1{s.get(), one, false};
+  model->forward(std::span<const SequenceChunk>(&c1, 1));
+  EXPECT_THROW(model->truncate(*s, 41 - 2 * R), Error);  // R back from 41 - R, below 40 - R
+  EXPECT_EQ(s->n_tokens, 41 - R);
+  model->truncate(*s, 40 - R);
+  EXPECT_EQ(s->n_tokens, 40 - R);
+}
+
 }  // namespace
 }  // namespace deepinfer
