@@ -13,7 +13,11 @@
 #        V4 logits bitwise vs FP8 experts; test_gpu_stream_rss_cuda: the streamed pack in row
 #        groups; test_golden_v41_fp8_cuda), then bench/moe_decode `check` and the table with
 #        paths plain,fast (compare bench/results/moe-w4a8-ncu-h200-2026-12-03-32d635b.md: V4.1
-#        T=64 1756 us, 61 % of copy).
+#        T=64 1756 us, 61 % of copy). Also test_gemm_fp8_mma_cuda: the new kMmaSplit decode
+#        GEMM (correctness, batch independence) and its report-only DecodeShapesBenchmark
+#        (gemv / mma / mma-split at V4.1 shapes, M 1..64; gemm-fp8-h200-2026-12-03-c4618d7.md
+#        has M = 64 wo_b at 183 us gemv / 203 us mma). If it wins, route 2 <= M <= 64 block 32
+#        to it in fp8_auto_impl (and its test), then re-run the bench call.
 # bench: bench_gpu_forward --model v41 --quick (compare gpu-v41-decode-sm90-h200-2026-12-03-
 #        1222257.md: B=64 32K 29.4 ms, MoE 18.95 ms of it).
 set -uo pipefail
@@ -21,11 +25,12 @@ cd "$(dirname "$0")/../.."
 what=${1:-w4a8}
 case "$what" in
   w4a8)
-    T="test_moe_w4a8_cuda test_gpu_w4a8_experts_cuda test_gpu_stream_rss_cuda test_golden_v41_fp8_cuda"
+    T="test_moe_w4a8_cuda test_gpu_w4a8_experts_cuda test_gpu_stream_rss_cuda test_golden_v41_fp8_cuda test_gemm_fp8_mma_cuda"
     R=$(echo $T | sed 's/ /|/g')
     TARGETS="$T" CTEST_ARGS="-R ^($R)$" QUICK=1 timeout 330 scripts/gpu-check >/dev/null 2>&1
     echo "gpu-check rc $?"
     grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log" | head -20
+    grep -E "^[0-9]+: \| (wq_|wkv|wo_|shared|shape)" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //'
     bench/moe_decode/build.sh /tmp/bmoe 2>&1 | grep -iv warn | tail -3
     timeout 60 /tmp/bmoe check > "${OUT:-/tmp}/moe-check.txt" 2>&1; echo "check rc $?"; grep check "${OUT:-/tmp}/moe-check.txt"
     timeout 120 /tmp/bmoe paths=plain,fast | tee "${OUT:-/tmp}/moe-bench.txt"

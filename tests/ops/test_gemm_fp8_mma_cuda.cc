@@ -15,17 +15,24 @@
 //  * V4.1-Flash shapes at M = 4096 (wq_a, wq_b, wkv, wo_a group, wo_b, shared expert w1 / w2):
 //    kMma vs kSimt (the CPU reference is too slow at these sizes; kSimt is checked against it
 //    by test_gemm_fp8_b32_cuda), plus one against the reference at M = 64.
+//  * kMmaSplit (the decode variant, block 32, M <= 64): the same bounds at awkward sizes, a
+//    row's result bitwise independent of M (a row alone equals its row in a batch of 64: the
+//    K split comes from N and K only), two runs bitwise equal (fixed reduction order), the
+//    refusals; and a report-only timing of gemv / mma / mma-split at V4.1 decode shapes.
 //  * Dispatch: kAuto gives the bits of the kernel fp8_auto_impl names (gemm.h), and
 //    fp8_auto_impl follows the measured policy: block 32 M 1 -> kSimt, 2..64 -> kGemv (kMma for
 //    N >= kFp8MmaWideN past M 16), beyond -> kMma; block 128 -> kCublasLt when it has one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "base/error.h"
+#include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
 #include "cuda/device_tensor.h"
+#include "cuda/event.h"
 #include "op_test_util.h"
 #include "gemm_fp8_test_util.h"
 #include "ops/gemm/gemm.h"
@@ -43,21 +50,23 @@ std::vector<float> run(const Problem& p, const DeviceProblem& d, DType y_dtype,
   return download(y, y_dtype);
 }
 
-void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b) {
-  SCOPED_TRACE(testing::Message() << "block " << b << " M=" << m << " N=" << n << " K=" << k);
+void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b,
+               Fp8GemmImpl impl = Fp8GemmImpl::kMma) {
+  SCOPED_TRACE(testing::Message() << fp8_impl_name(impl) << " block " << b << " M=" << m << " N=" << n
+                                  << " K=" << k);
   const Problem p = make(rng, m, n, k, b);
   const DeviceProblem d(p);
   std::vector<float> ref(m * n);
   gemm_fp8_block_ref(p.xq.data(), p.sx_row.data(), p.wq.data(), p.sw_grid.data(), m, n, k,
                      ref.data(), b);
-  const auto y = run(p, d, DType::F32, Fp8GemmImpl::kMma);
+  const auto y = run(p, d, DType::F32, impl);
   const double e = test::nmse(y.data(), ref.data(), m * n);
   EXPECT_LT(e, 1e-9) << "F32 nmse vs ref " << e;
   const auto ys = run(p, d, DType::F32, Fp8GemmImpl::kSimt);
   const double es = test::nmse(y.data(), ys.data(), m * n);
   EXPECT_LT(es, 1e-9) << "F32 nmse vs simt " << es;
   for (auto& v : ref) v = round_bf16(v);
-  const auto yb = run(p, d, DType::BF16, Fp8GemmImpl::kMma);
+  const auto yb = run(p, d, DType::BF16, impl);
   const double eb = test::nmse(yb.data(), ref.data(), m * n);
   EXPECT_LT(eb, 1e-5) << "BF16 nmse " << eb;
 }
@@ -93,6 +102,100 @@ TEST(GemmFp8MmaCuda, V41FlashShapesMatchSimt) {
                                {5120, 8192}, {2304, 5120},  {5120, 2304}};
   for (const auto& s : shapes) check_simt(rng, 4096, s[0], s[1], kFp8GemmBlockV41);
   check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41);  // wo_b at M = 64 vs the reference
+}
+
+TEST(GemmFp8MmaCuda, MmaSplitAwkwardSizes) {
+  auto rng = test::fresh_rng();
+  const Fp8GemmImpl sp = Fp8GemmImpl::kMmaSplit;
+  for (int64_t m : {1, 3, 16, 17, 64}) {
+    check_ref(rng, m, 8, 32, kFp8GemmBlockV41, sp);      // one K stage: no split
+    check_ref(rng, m, 100, 48, kFp8GemmBlockV41, sp);    // partial last K block
+    check_ref(rng, m, 77, 1040, kFp8GemmBlockV41, sp);   // ragged N tile, partial last block
+    check_ref(rng, m, 1280, 1280, kFp8GemmBlockV41, sp);
+    check_ref(rng, m, 333, 5120, kFp8GemmBlockV41, sp);  // a split of 8 over 40 stages
+  }
+  check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41, sp);  // wo_b at M = 64
+  check_ref(rng, 2, 512, 5120, kFp8GemmBlockV41, sp);    // wkv
+}
+
+// The K split depends on N and K only and the partials are added in one order: a row alone is
+// bitwise its row in a batch of 64, and a second run is bitwise the first.
+TEST(GemmFp8MmaCuda, MmaSplitRowsDoNotDependOnTheBatch) {
+  auto rng = test::fresh_rng();
+  for (const auto& nk : {std::pair<int64_t, int64_t>{1280, 5120}, {5120, 8192}, {77, 1040}}) {
+    const int64_t m = 64, n = nk.first, k = nk.second;
+    SCOPED_TRACE(testing::Message() << "N=" << n << " K=" << k);
+    const Problem p = make(rng, m, n, k, kFp8GemmBlockV41);
+    const DeviceProblem d(p);
+    const auto y = run(p, d, DType::F32, Fp8GemmImpl::kMmaSplit);
+    const auto y2 = run(p, d, DType::F32, Fp8GemmImpl::kMmaSplit);
+    EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float))) << "two runs differ";
+    for (int64_t r : {int64_t{0}, int64_t{37}, int64_t{63}}) {
+      Problem one = p;
+      one.m = 1;
+      const int64_t n_kb = ceil_div64(k, p.b);
+      one.xq.assign(p.xq.begin() + r * k, p.xq.begin() + (r + 1) * k);
+      one.sx_row.assign(p.sx_row.begin() + r * n_kb, p.sx_row.begin() + (r + 1) * n_kb);
+      one.sx_blk = one.sx_row;  // M = 1: block-major is row-major
+      const DeviceProblem d1(one);
+      const auto y1 = run(one, d1, DType::F32, Fp8GemmImpl::kMmaSplit);
+      EXPECT_EQ(0, std::memcmp(y1.data(), y.data() + r * n, n * sizeof(float))) << "row " << r;
+    }
+  }
+}
+
+TEST(GemmFp8MmaCuda, MmaSplitRefusesWhatItDoesNotServe) {
+  auto rng = test::fresh_rng();
+  const Problem big = make(rng, 65, 64, 256, kFp8GemmBlockV41);
+  const DeviceProblem db(big);
+  EXPECT_THROW(run(big, db, DType::F32, Fp8GemmImpl::kMmaSplit), Error);  // M > 64
+  const Problem b128 = make(rng, 4, 256, 256, kFp8GemmBlock);
+  const DeviceProblem d128(b128);
+  EXPECT_THROW(run(b128, d128, DType::F32, Fp8GemmImpl::kMmaSplit), Error);  // block 128
+  EXPECT_STREQ(fp8_impl_name(Fp8GemmImpl::kMmaSplit), "mma-split");
+}
+
+// Report only (no timing is asserted): the decode-sized V4.1 projections under the three
+// kernels that serve them. CUDA events around each call, L2 flushed (256 MiB) before each,
+// median of 20 after 3 warm-ups; GB/s = weight bytes (codes + scales) / time.
+TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
+  auto rng = test::fresh_rng();
+  Tensor flush = cuda::device_empty(DType::U8, {int64_t{256} << 20});
+  const struct { const char* name; int64_t n, k; } shapes[] = {
+      {"wq_a", 1280, 5120}, {"wq_b", 32768, 1280}, {"wkv", 512, 5120}, {"wo_a group", 1024, 4096},
+      {"wo_b", 5120, 8192}, {"shared w1", 2304, 5120}, {"shared w2", 5120, 2304}};
+  std::printf("| shape | N | K | M | gemv us | mma us | mma-split us | mma-split GB/s |\n|---|---|---|---|---|---|---|---|\n");
+  for (const auto& sh : shapes) {
+    for (int64_t m : {1, 4, 16, 64}) {
+      const Problem p = make(rng, m, sh.n, sh.k, kFp8GemmBlockV41);
+      const DeviceProblem d(p);
+      Tensor y = cuda::device_empty(DType::BF16, {m, sh.n});
+      double us[3];
+      const Fp8GemmImpl impls[3] = {Fp8GemmImpl::kGemv, Fp8GemmImpl::kMma, Fp8GemmImpl::kMmaSplit};
+      for (int i = 0; i < 3; ++i) {
+        auto call = [&] {
+          gemm_fp8_block_cuda(ctx(), d.xq.raw(), d.sx.data<float>(), d.wq.raw(), d.sw.data<float>(), m, sh.n,
+                              sh.k, y.raw(), DType::BF16, impls[i], kFp8GemmBlockV41);
+        };
+        for (int w = 0; w < 3; ++w) call();
+        std::vector<double> ts;
+        for (int it = 0; it < 20; ++it) {
+          CUDA_CHECK(cudaMemsetAsync(flush.raw(), it & 0xff, flush.nbytes(), ctx().stream()));
+          cuda::Event a, b;
+          a.record(ctx().stream());
+          call();
+          b.record(ctx().stream());
+          b.synchronize();
+          ts.push_back(1e3 * cuda::Event::elapsed_ms(a, b));
+        }
+        std::sort(ts.begin(), ts.end());
+        us[i] = ts[ts.size() / 2];
+      }
+      const double bytes = double(sh.n) * sh.k + 4.0 * ceil_div64(sh.n, 32) * ceil_div64(sh.k, 32);
+      std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.0f |\n", sh.name, (long long)sh.n,
+                  (long long)sh.k, (long long)m, us[0], us[1], us[2], bytes / us[2] * 1e-3);
+    }
+  }
 }
 
 // kAuto runs exactly the kernel fp8_auto_impl names, and that follows gemm.h's policy.

@@ -195,6 +195,13 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
       gemm_fp8_gemv_cuda(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y, y_dtype,
                          block);
       return;
+    case Fp8GemmImpl::kMmaSplit:
+      CHECK_KIND(kUnsupported, block == kFp8GemmBlockV41 && m <= kFp8MmaDecodeMaxM)
+          << "fp8 gemm: kMmaSplit serves block 32 and M <= " << kFp8MmaDecodeMaxM << " (block "
+          << block << ", M=" << m << ")";
+      gemm_detail::fp8_block_mma_decode(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
+                                        y_bf16);
+      return;
     case Fp8GemmImpl::kCublasLt:
     case Fp8GemmImpl::kAuto:
       break;
@@ -222,6 +229,7 @@ const char* fp8_impl_name(Fp8GemmImpl impl) {
     case Fp8GemmImpl::kSimt: return "simt";
     case Fp8GemmImpl::kMma: return "mma";
     case Fp8GemmImpl::kGemv: return "gemv";
+    case Fp8GemmImpl::kMmaSplit: return "mma-split";
   }
   return "?";
 }

@@ -80,6 +80,10 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    reference's per-block sums up to summation order); every M, for prefill-sized M.
 //  * kGemv: decode-sized M (1..kFp8GemvMaxM), every weight byte read once per call
 //    (ops/gemm/gemm_fp8_gemv_cuda.h); a row's result does not depend on M either.
+//  * kMmaSplit: the tensor-core kernel's decode variant (block 32, M <= kFp8MmaDecodeMaxM):
+//    64 x 64 CTAs, K split over each CTA's warps and over a cluster (split from N and K, never
+//    M; one fixed order of the partial sums), so narrow projections fill the SMs. Not chosen by
+//    kAuto until measured (written 2026-12-03 without a GPU).
 //  * kCublasLt: block 128 only (block 32 is refused: kUnsupported).
 // kAuto (fp8_auto_impl; measured on the H200 2026-12-03, bench/results/gemm-fp8-h200-2026-12-03-*):
 //  * block 128: cuBLASLt where it has an algorithm (M a multiple of 4); else kSimt for M = 1
@@ -89,8 +93,9 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64); kMma past 64
 //    (20-23x SIMT at M = 4096, 150-190 TFLOP/s).
 // The batch-invariant forward asks for kSimt explicitly (runtime/device_linear.cc).
-enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv };
+enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit };
 constexpr int64_t kFp8MmaWideN = 16384;
+constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit: one 64-row tile
 
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
 void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
@@ -106,7 +111,7 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
 // The kernel kAuto runs for this problem (never kAuto); cublaslt_ok: whether cuBLASLt has an
 // algorithm (fp8_block_cublaslt_supported), consulted for block 128 only.
 Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t block, bool cublaslt_ok);
-const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv"
+const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv", "mma-split"
 // Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
                                   DType y_dtype);

@@ -25,4 +25,11 @@ void fp8_block_mma(cudaStream_t stream, const void* xq, const float* sx, const v
                    const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16,
                    int64_t block);
 
+// Decode variant of the tensor-core kernel (gemm_fp8_mma.cu): block 32, M <= kFp8MmaDecodeMaxM
+// (gemm.h), 64 x 64 CTAs whose warps split each stage's K blocks, and a cluster split of K
+// chosen from N and K (never M); the partial sums are added in one fixed order
+// (deterministic, a row's result independent of M). Needs 16-byte aligned xq, wq.
+void fp8_block_mma_decode(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
+                          const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16);
+
 }  // namespace deepinfer::gemm_detail

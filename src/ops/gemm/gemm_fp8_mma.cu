@@ -28,8 +28,21 @@
 // K blocks past n_kb are zero-filled (zero codes contribute 0; zero scales multiply 0). The
 // warp's 32 columns lie in one block-32 (and the CTA's in whole block-128) weight block, so
 // one sw value per warp and K block. No split K: a fixed reduction order (deterministic).
+//
+// Decode variant (fp8_block_mma_decode, block 32, M <= 64): the 64 x 256 tile leaves most SMs
+// idle on V4.1's narrow projections (wo_b N 5120: 20 CTAs; wq_a 1280: 5), so the CTA is
+// 64 x 64 with its 8 warps as 2 (N) x 4 (K): warp wk takes the mma of K block kk == wk of
+// every 128-byte stage, and a cluster of `split` CTAs along z takes consecutive ranges of K
+// stages (split from N and K only, never M: a row's sums do not depend on the batch). The
+// partial sums are added in one fixed order: the 4 K warps in shared memory (wk 0 + 1 + 2 +
+// 3), then the cluster's CTAs through distributed shared memory (rank 0 + 1 + ...); rank 0's
+// K-warp 0 writes y. Same products and per-block promotions as the plain kernel, another fp32
+// summation order across blocks.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
@@ -52,14 +65,17 @@ struct MmaParams {
   int64_t m, n, k, n_kb, n_nb, sw_ld;
   void* y;
   bool y_bf16;
+  int split = 1;  // CTAs per cluster along z, each a range of K stages (decode variant)
 };
 
-template <int kKbPerTile_, int kWarpsM_>
+template <int kKbPerTile_, int kWarpsM_, int kWarpsK_ = 1>
 struct Cfg {
   static constexpr int kKbPerTile = kKbPerTile_;
   static constexpr int kBlock = kTileK / kKbPerTile_;  // 32 or 128
   static constexpr int kWarpsM = kWarpsM_;
-  static constexpr int kWarpsN = 8 / kWarpsM;
+  static constexpr int kWarpsK = kWarpsK_;  // warps splitting each stage's 4 K blocks
+  static constexpr int kWarpsN = 8 / (kWarpsM * kWarpsK);
+  static_assert(kWarpsK == 1 || (kWarpsK == 4 && kKbPerTile == 4), "K warps: block 32, one K block each");
   static constexpr int kBM = kWarpsM * 64;
   static constexpr int kBN = kWarpsN * 32;
   static constexpr int kNbPerTile = kBN / kBlock;  // weight blocks along N per CTA
@@ -69,7 +85,13 @@ struct Cfg {
   static constexpr int kSwFloats = kKbPerTile * kNbPerTile;
   static constexpr int kStageBytes = kABytes + kBBytes + 4 * (kSxFloats + (kSwFloats + 3) / 4 * 4);
   static constexpr int kSmemBytes = kStages * kStageBytes;
+  // The reductions reuse the stages: (kWarpsK - 1) K warps' and then one CTA's accumulators
+  // (64 floats per lane) per M x N warp position.
+  static constexpr int kAccBytes = 64 * 32 * 4;
   static_assert(kStageBytes % 16 == 0, "stage bases must stay 16-byte aligned");
+  static_assert(kSmemBytes >= (kWarpsK - 1) * kWarpsM * kWarpsN * kAccBytes &&
+                    kSmemBytes >= kWarpsM * kWarpsN * kAccBytes,
+                "the reduction buffers fit in the stages");
   static_assert(kBN % kBlock == 0, "a CTA covers whole weight blocks along N");
 };
 
@@ -150,10 +172,15 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int q = lane / 8, r8 = lane % 8;  // ldmatrix: this lane's matrix and row address
-  const int wm = (warp / C::kWarpsN) * 64, wn = (warp % C::kWarpsN) * 32;
+  const int wk = warp % C::kWarpsK, wmn = warp / C::kWarpsK;  // K warp; M x N warp position
+  const int wm = (wmn / C::kWarpsN) * 64, wn = (wmn % C::kWarpsN) * 32;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * C::kBM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * C::kBN;
-  const int64_t n_kt = (p.k + kTileK - 1) / kTileK;
+  // This CTA's K stages [kt0, n_kt): all of them, or its cluster rank's range (split > 1).
+  const int64_t n_kt_all = (p.k + kTileK - 1) / kTileK;
+  const int64_t per_split = (n_kt_all + p.split - 1) / p.split;
+  const int64_t kt0 = min(n_kt_all, static_cast<int64_t>(blockIdx.z) * per_split);
+  const int64_t n_kt = min(n_kt_all, kt0 + per_split);
   const int sw_col = wn / C::kBlock;  // this warp's weight block along N, within the CTA
   constexpr float kZero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 
@@ -167,18 +194,18 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_kt) load_tile<C>(p, smem + s * C::kStageBytes, m0, n0, s);
+    if (kt0 + s < n_kt) load_tile<C>(p, smem + s * C::kStageBytes, m0, n0, kt0 + s);
     cp_async_commit();
   }
 
-  for (int64_t kt = 0; kt < n_kt; ++kt) {
+  for (int64_t kt = kt0; kt < n_kt; ++kt) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile kt is visible to all; every warp is done with tile kt - 1
     const int64_t next = kt + kStages - 1;
-    if (next < n_kt) load_tile<C>(p, smem + (next % kStages) * C::kStageBytes, m0, n0, next);
+    if (next < n_kt) load_tile<C>(p, smem + ((next - kt0) % kStages) * C::kStageBytes, m0, n0, next);
     cp_async_commit();
 
-    const uint8_t* a = smem + (kt % kStages) * C::kStageBytes;
+    const uint8_t* a = smem + ((kt - kt0) % kStages) * C::kStageBytes;
     const uint8_t* b = a + C::kABytes;
     const float* sxs = reinterpret_cast<const float*>(b + C::kBBytes);
     const float* sws = sxs + C::kSxFloats;
@@ -193,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
     }
 #pragma unroll
     for (int kk = 0; kk < kTileK / 32; ++kk) {
+      if (C::kWarpsK > 1 && kk % C::kWarpsK != wk) continue;  // another K warp's block
       if (kt * kTileK + kk * 32 >= p.k) break;  // past K (the last tile only): zeros
       uint32_t af[4][4], bf[4][2];
 #pragma unroll
@@ -252,6 +280,62 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
   }
   cp_async_wait<0>();
 
+  // acc element e = (i * 4 + j) * 4 + c of lane l sits at buffer [position][e][l].
+  float* red = reinterpret_cast<float*>(smem);
+  if constexpr (C::kWarpsK > 1) {  // K warps 1.. into shared memory, K warp 0 adds them in order
+    __syncthreads();  // every warp is done with the stages
+    if (wk > 0) {
+      float* dst = red + ((wk - 1) * C::kWarpsM * C::kWarpsN + wmn) * 64 * 32 + lane;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) dst[((i * 4 + j) * 4 + c) * 32] = acc[i][j][c];
+    }
+    __syncthreads();
+    if (wk == 0) {
+      for (int w = 1; w < C::kWarpsK; ++w) {
+        const float* src = red + ((w - 1) * C::kWarpsM * C::kWarpsN + wmn) * 64 * 32 + lane;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] += src[((i * 4 + j) * 4 + c) * 32];
+      }
+    }
+  }
+  if (p.split > 1) {  // the cluster's ranks 1.. into their shared memory, rank 0 adds them in order
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    __syncthreads();  // the K-warp buffer (same bytes) has been read
+    float* mine = red + wmn * 64 * 32 + lane;
+    if (rank != 0 && wk == 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) mine[((i * 4 + j) * 4 + c) * 32] = acc[i][j][c];
+    }
+    cluster.sync();
+    if (rank == 0 && wk == 0) {
+      for (int r = 1; r < p.split; ++r) {
+        const float* src = cluster.map_shared_rank(mine, static_cast<unsigned>(r));
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] += src[((i * 4 + j) * 4 + c) * 32];
+      }
+    }
+    cluster.sync();  // rank 0 has read every rank's buffer: they may exit
+    if (rank != 0) return;
+  }
+  if (wk != 0) return;  // K warps 1..: their sums are in K warp 0's
+
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -276,9 +360,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
   }
 }
 
-template <int kKbPerTile, int kWarpsM>
+template <int kKbPerTile, int kWarpsM, int kWarpsK = 1>
 void launch_mma(const MmaParams& p, cudaStream_t stream) {
-  using C = Cfg<kKbPerTile, kWarpsM>;
+  using C = Cfg<kKbPerTile, kWarpsM, kWarpsK>;
   static const bool attr_set = [] {
     CUDA_CHECK(cudaFuncSetAttribute(fp8_block_mma_kernel<C>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
@@ -286,11 +370,52 @@ void launch_mma(const MmaParams& p, cudaStream_t stream) {
   }();
   (void)attr_set;
   const dim3 grid(static_cast<unsigned>(ceil_div64(p.n, C::kBN)),
-                  static_cast<unsigned>(ceil_div64(p.m, C::kBM)));
+                  static_cast<unsigned>(ceil_div64(p.m, C::kBM)), static_cast<unsigned>(p.split));
   CHECK_KIND(kUnsupported, ceil_div64(p.m, C::kBM) <= 65535)
       << "fp8 gemm (mma): M=" << p.m << " too large";
-  fp8_block_mma_kernel<C><<<grid, kThreads, C::kSmemBytes, stream>>>(p);
+  if (p.split == 1) {
+    fp8_block_mma_kernel<C><<<grid, kThreads, C::kSmemBytes, stream>>>(p);
+  } else {
+    ICHECK(p.split >= 2 && p.split <= 8) << "fp8 gemm (mma): split " << p.split << " (a portable cluster)";
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(C::kSmemBytes);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = static_cast<unsigned>(p.split);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, fp8_block_mma_kernel<C>, p));
+  }
   CUDA_CHECK_LAUNCH();
+}
+
+// K-stage ranges of the decode variant, from N, K and the device only (never M): one CTA per
+// SM at a time (about 200 registers a thread), so the split (1..8, a portable cluster; at
+// least 2 stages per CTA) that wastes the least of the last wave, the smaller on a tie.
+int decode_split(int64_t n, int64_t k) {
+  static const int sms = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  const int64_t tiles = ceil_div64(n, Cfg<4, 1, 4>::kBN), stages = ceil_div64(k, kTileK);
+  int best = 1;
+  double best_use = 0.0;
+  for (int s = 1; s <= 8 && (s == 1 || stages >= 2 * s); ++s) {
+    const int64_t ctas = tiles * s;
+    const double use = static_cast<double>(ctas) / static_cast<double>(ceil_div64(ctas, sms) * sms);
+    if (use > best_use + 1e-9) {
+      best_use = use;
+      best = s;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -313,6 +438,23 @@ void fp8_block_mma(cudaStream_t stream, const void* xq, const float* sx, const v
   } else {
     small_m ? launch_mma<1, 1>(p, stream) : launch_mma<1, 2>(p, stream);
   }
+}
+
+void fp8_block_mma_decode(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
+                          const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16) {
+  constexpr int64_t block = 32;
+  CHECK_KIND(kUnsupported, m <= kFp8MmaDecodeMaxM)
+      << "fp8 gemm (mma-split): M=" << m << " (decode variant: M <= " << kFp8MmaDecodeMaxM << ")";
+  ICHECK(k % 16 == 0) << "fp8 gemm (mma-split): K=" << k << " is not a multiple of 16";
+  CHECK_KIND(kUnsupported, reinterpret_cast<uintptr_t>(xq) % 16 == 0 &&
+                               reinterpret_cast<uintptr_t>(wq) % 16 == 0)
+      << "fp8 gemm (mma-split): xq and wq must be 16-byte aligned";
+  if (m == 0 || n == 0 || k == 0) return;
+  MmaParams p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
+              m, n, k, ceil_div64(k, block), ceil_div64(n, block),
+              fp8_weight_scale_ld(k, block), y, y_bf16};
+  p.split = decode_split(n, k);
+  launch_mma<4, 1, 4>(p, stream);
 }
 
 }  // namespace deepinfer::gemm_detail
