@@ -815,19 +815,40 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
   const int64_t I = cfg.moe_intermediate_size, Is = I * cfg.n_shared_experts;
   const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
-  rt(w.head, cfg.vocab_size, D);
-  for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    AttentionWeights& a = w.layers[l].attn;
-    rt(a.wq_a, Rq, D);
-    rt(a.wq_b, H * d, Rq);
-    rt(a.wkv, d, D);
+  // clone: round a copy (a checkpoint's drafter tensor may wrap read-only memory).
+  auto rtc = [&rt](Tensor& t, int64_t n, int64_t k, bool clone) {
+    if (clone) t = t.clone();
+    rt(t, n, k);
+  };
+  auto attention = [&](AttentionWeights& a, bool clone) {  // a block's FP8 projections
+    rtc(a.wq_a, Rq, D, clone);
+    rtc(a.wq_b, H * d, Rq, clone);
+    rtc(a.wkv, d, D, clone);
+    ICHECK(a.wo_a.numel() == G * Ro * gw) << "fp8_round_trip: wo_a " << a.wo_a.str();
+    if (clone) a.wo_a = a.wo_a.clone();
     for (int64_t g = 0; g < G; ++g) {  // each group is its own FP8 matrix
       Tensor view = Tensor::empty(DType::F32, {Ro, gw});
       std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
       rt(view, Ro, gw);
       std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
     }
-    rt(a.wo_b, D, G * Ro);
+    rtc(a.wo_b, D, G * Ro, clone);
+  };
+  auto experts = [&](MoeWeights& m, bool routed, bool clone) {  // routed (if asked) and shared
+    for (auto& e : m.experts) {
+      if (!routed) break;
+      rtc(e.w1, I, D, clone);
+      rtc(e.w3, I, D, clone);
+      rtc(e.w2, D, I, clone);
+    }
+    rtc(m.shared.w1, Is, D, clone);
+    rtc(m.shared.w3, Is, D, clone);
+    rtc(m.shared.w2, D, Is, clone);
+  };
+  rt(w.head, cfg.vocab_size, D);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    AttentionWeights& a = w.layers[l].attn;
+    attention(a, false);
     const int64_t ratio = cfg.compress_ratio(l);
     if (a.has_compressor) {
       const int64_t cw = (ratio == 4 ? 2 : 1) * d;
@@ -844,75 +865,25 @@ void GpuModel::fp8_round_trip(const ModelConfig& cfg, ModelWeights& w, bool rout
     if (a.indexer.wk.defined()) rt(a.indexer.wk, dI, d);  // V4.1 index keys (idx_wk)
     Tensor& ewkv = w.layers[l].engram.wkv;  // GpuEngram fp8_wkv
     if (ewkv.defined()) rt(ewkv, ewkv.size(0), ewkv.size(1));
-    MoeWeights& m = w.layers[l].moe;
-    for (auto& e : m.experts) {
-      if (!routed_experts) break;  // kept exact (GpuModelOptions::expert_checkpoint)
-      rt(e.w1, I, D);
-      rt(e.w3, I, D);
-      rt(e.w2, D, I);
-    }
-    rt(m.shared.w1, Is, D);
-    rt(m.shared.w3, Is, D);
-    rt(m.shared.w2, D, Is);
+    // Routed experts unless kept exact (GpuModelOptions::expert_checkpoint).
+    experts(w.layers[l].moe, routed_experts, false);
   }
   if (w.has_mtp) {  // the MTP-1 block as GpuModelOptions::mtp uploads it (gpu_mtp.cc)
     MtpWeights& mw = w.mtp;
     rt(mw.e_proj, D, D);
     rt(mw.h_proj, D, D);
-    AttentionWeights& a = mw.block.attn;
-    rt(a.wq_a, Rq, D);
-    rt(a.wq_b, H * d, Rq);
-    rt(a.wkv, d, D);
-    for (int64_t g = 0; g < G; ++g) {
-      Tensor view = Tensor::empty(DType::F32, {Ro, gw});
-      std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
-      rt(view, Ro, gw);
-      std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
-    }
-    rt(a.wo_b, D, G * Ro);
-    MoeWeights& m = mw.block.moe;
-    for (auto& e : m.experts) {  // always re-quantised from the host values
-      rt(e.w1, I, D);
-      rt(e.w3, I, D);
-      rt(e.w2, D, I);
-    }
-    rt(m.shared.w1, Is, D);
-    rt(m.shared.w3, Is, D);
-    rt(m.shared.w2, D, Is);
+    attention(mw.block.attn, false);
+    experts(mw.block.moe, true, false);  // always re-quantised from the host values
   }
   // A DSpark drafter as init_dspark uploads it under kFp8: main_proj and each stage's FP8
   // projections, shared and routed experts (always re-quantised from the host values); the
-  // router gate, norms, mHC, sinks, Markov tables and confidence stay fp32. Each tensor is
-  // cloned first: a checkpoint's drafter tensor may wrap read-only memory.
+  // router gate, norms, mHC, sinks, Markov tables and confidence stay fp32.
   if (!w.dspark.stages.empty()) {
-    auto rtc = [&rt](Tensor& t, int64_t n, int64_t k) {
-      t = t.clone();
-      rt(t, n, k);
-    };
     const int64_t n_taps = static_cast<int64_t>(cfg.dspark.target_layer_ids.size());
-    rtc(w.dspark.main_proj, D, n_taps * D);
+    rtc(w.dspark.main_proj, D, n_taps * D, true);
     for (DsparkStageWeights& st : w.dspark.stages) {
-      AttentionWeights& a = st.attn;
-      rtc(a.wq_a, Rq, D);
-      rtc(a.wq_b, H * d, Rq);
-      rtc(a.wkv, d, D);
-      ICHECK(a.wo_a.numel() == G * Ro * gw) << "fp8_round_trip: drafter wo_a " << a.wo_a.str();
-      a.wo_a = a.wo_a.clone();
-      for (int64_t g = 0; g < G; ++g) {
-        Tensor view = Tensor::empty(DType::F32, {Ro, gw});
-        std::memcpy(view.f32(), a.wo_a.f32() + g * Ro * gw, Ro * gw * sizeof(float));
-        rt(view, Ro, gw);
-        std::memcpy(a.wo_a.f32() + g * Ro * gw, view.f32(), Ro * gw * sizeof(float));
-      }
-      rtc(a.wo_b, D, G * Ro);
-      for (ExpertWeightsT& e : st.moe.experts) {
-        rtc(e.w1, I, D);
-        rtc(e.w3, I, D);
-        rtc(e.w2, D, I);
-      }
-      rtc(st.moe.shared.w1, Is, D);
-      rtc(st.moe.shared.w3, Is, D);
-      rtc(st.moe.shared.w2, D, Is);
+      attention(st.attn, true);
+      experts(st.moe, true, true);
     }
   }
 }

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "base/error.h"
+#include "cuda/cluster_launch.h"
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_fp8_gemv_cuda.h"
@@ -215,19 +216,10 @@ void launch(const GemvParams& p, int n_split, cudaStream_t stream) {
   (void)attr_set;
   const int64_t tiles = ceil_div64(p.n, kRowsPerCta);
   CHECK_KIND(kUnsupported, tiles <= 0x7fffffff) << "fp8 gemv: N=" << p.n << " too large";
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n_split), 1);
-  config.blockDim = dim3(kThreads, 1, 1);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = static_cast<unsigned>(n_split);
-  attr.val.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&config, fp8_gemv_kernel<kMt, kBlock>, p));
+  cuda::launch_clustered(fp8_gemv_kernel<kMt, kBlock>,
+                         dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n_split), 1),
+                         dim3(kThreads, 1, 1), smem_bytes, stream,
+                         dim3(1, static_cast<unsigned>(n_split), 1), p);
 }
 
 template <int kBlock>

@@ -45,6 +45,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "cuda/cluster_launch.h"
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_fp8_kernels.h"
@@ -129,6 +130,25 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
         "f"(c[2]), "f"(c[3]));
+}
+
+// A lane's 64 accumulators to / from a reduction buffer: element (i * 4 + j) * 4 + c at
+// p[e * 32] (p already offset by the lane), so a warp's accesses are conflict-free.
+__device__ __forceinline__ void store_acc(const float (&acc)[4][4][4], float* p) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) p[((i * 4 + j) * 4 + c) * 32] = acc[i][j][c];
+}
+__device__ __forceinline__ void add_acc(float (&acc)[4][4][4], const float* p) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] += p[((i * 4 + j) * 4 + c) * 32];
 }
 
 // Issues the cp.asyncs of K tile kt into one stage.
@@ -286,23 +306,13 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
     __syncthreads();  // every warp is done with the stages
     if (wk > 0) {
       float* dst = red + ((wk - 1) * C::kWarpsM * C::kWarpsN + wmn) * 64 * 32 + lane;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) dst[((i * 4 + j) * 4 + c) * 32] = acc[i][j][c];
+      store_acc(acc, dst);
     }
     __syncthreads();
     if (wk == 0) {
       for (int w = 1; w < C::kWarpsK; ++w) {
         const float* src = red + ((w - 1) * C::kWarpsM * C::kWarpsN + wmn) * 64 * 32 + lane;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[i][j][c] += src[((i * 4 + j) * 4 + c) * 32];
+        add_acc(acc, src);
       }
     }
   }
@@ -312,23 +322,13 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_block_mma_kernel(MmaParams p)
     __syncthreads();  // the K-warp buffer (same bytes) has been read
     float* mine = red + wmn * 64 * 32 + lane;
     if (rank != 0 && wk == 0) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) mine[((i * 4 + j) * 4 + c) * 32] = acc[i][j][c];
+      store_acc(acc, mine);
     }
     cluster.sync();
     if (rank == 0 && wk == 0) {
       for (int r = 1; r < p.split; ++r) {
         const float* src = cluster.map_shared_rank(mine, static_cast<unsigned>(r));
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[i][j][c] += src[((i * 4 + j) * 4 + c) * 32];
+        add_acc(acc, src);
       }
     }
     cluster.sync();  // rank 0 has read every rank's buffer: they may exit
@@ -377,19 +377,8 @@ void launch_mma(const MmaParams& p, cudaStream_t stream) {
     fp8_block_mma_kernel<C><<<grid, kThreads, C::kSmemBytes, stream>>>(p);
   } else {
     ICHECK(p.split >= 2 && p.split <= 8) << "fp8 gemm (mma): split " << p.split << " (a portable cluster)";
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(C::kSmemBytes);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = static_cast<unsigned>(p.split);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, fp8_block_mma_kernel<C>, p));
+    cuda::launch_clustered(fp8_block_mma_kernel<C>, grid, dim3(kThreads), C::kSmemBytes, stream,
+                           dim3(1, 1, static_cast<unsigned>(p.split)), p);
   }
   CUDA_CHECK_LAUNCH();
 }

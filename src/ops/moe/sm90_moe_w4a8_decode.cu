@@ -34,6 +34,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "cuda/cluster_launch.h"
 #include "cuda/cuda_check.h"
 #include "ops/moe/moe_w4a8_cuda.h"
 #include "ops/quant/act_quant.h"
@@ -638,20 +639,11 @@ void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_til
   } else {
   CHECK_KIND(kUnsupported, p.split >= 1 && p.split <= 8)
       << "moe experts w4a8: split " << p.split << " (1..8, a portable cluster)";
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles),
-                     static_cast<unsigned>(p.split));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = static_cast<unsigned>(p.split);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, w4a8_gemm_kernel<kMats, kActBlock, kDepth, true>, p));
+  cuda::launch_clustered(w4a8_gemm_kernel<kMats, kActBlock, kDepth, true>,
+                         dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles),
+                              static_cast<unsigned>(p.split)),
+                         dim3(kThreads), static_cast<size_t>(smem), stream,
+                         dim3(1, 1, static_cast<unsigned>(p.split)), p);
   }
 }
 
