@@ -229,7 +229,12 @@ def generate_windows(frozen_fn, train_ids, args, device):
     gen = torch.Generator(device=device)
     gen.manual_seed(args.seed + 11)
     out, n, gb = [], args.self_windows, max(1, args.self_batch)
+    t0 = time.time()
     for i, b0 in enumerate(range(0, n, gb)):
+        if out and args.self_seconds > 0 and time.time() - t0 >= args.self_seconds:
+            print(f"[drafter] --self-seconds {args.self_seconds:g}: stopped after {sum(len(o) for o in out)} of {n} "
+                  f"windows ({time.time() - t0:.0f} s)", flush=True)
+            break
         b = min(gb, n - b0)
         starts = grng.integers(0, train_ids.numel() - P, size=b)
         toks = torch.stack([train_ids[s:s + P] for s in starts]).to(device)
@@ -244,6 +249,7 @@ def generate_windows(frozen_fn, train_ids, args, device):
                     nxt = torch.multinomial(probs, 1, generator=gen)[:, 0]
                 toks = torch.cat([toks, nxt[:, None].to(toks.dtype)], 1)
         out.append(toks)
+        print(f"[drafter] generated {b0 + b} / {n} windows (T {temp:g}; {time.time() - t0:.0f} s)", flush=True)
     return torch.cat(out)
 
 
@@ -646,6 +652,8 @@ def main():
     ap.add_argument("--self-temperatures", default="0,0.7",
                     help="generation temperatures (0 = greedy), one per generation batch in turn")
     ap.add_argument("--self-batch", type=int, default=128, help="windows generated at once")
+    ap.add_argument("--self-seconds", type=float, default=0,
+                    help="stop generating after the batch that passes this many seconds (0: all --self-windows)")
     ap.add_argument("--self-mix", type=float, default=0.75,
                     help="with --self-windows: the share of training batches drawn from the generated windows")
     ap.add_argument("--lr", type=float, default=2e-3)
