@@ -17,7 +17,9 @@
 #        GEMM (correctness, batch independence) and its report-only DecodeShapesBenchmark
 #        (gemv / mma / mma-split at V4.1 shapes, M 1..64; gemm-fp8-h200-2026-12-03-c4618d7.md
 #        has M = 64 wo_b at 183 us gemv / 203 us mma). If it wins, route 2 <= M <= 64 block 32
-#        to it in fp8_auto_impl (and its test), then re-run the bench call.
+#        to it in fp8_auto_impl (and its test), then re-run the bench call. test_gemm_fp8_gemv_cuda
+#        (its launch moved to cuda/launch_clustered) and test_gpu_dspark_cuda (fp8_round_trip now
+#        rounds the drafter; the test's own copy is gone) changed without a run too.
 # bench: bench_gpu_forward --model v41 --quick (compare gpu-v41-decode-sm90-h200-2026-12-03-
 #        1222257.md: B=64 32K 29.4 ms, MoE 18.95 ms of it).
 set -uo pipefail
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/../.."
 what=${1:-w4a8}
 case "$what" in
   w4a8)
-    T="test_moe_w4a8_cuda test_gpu_w4a8_experts_cuda test_gpu_stream_rss_cuda test_golden_v41_fp8_cuda test_gemm_fp8_mma_cuda"
+    T="test_moe_w4a8_cuda test_gpu_w4a8_experts_cuda test_gpu_stream_rss_cuda test_golden_v41_fp8_cuda test_gemm_fp8_mma_cuda test_gemm_fp8_gemv_cuda test_gpu_dspark_cuda"
     R=$(echo $T | sed 's/ /|/g')
     TARGETS="$T" CTEST_ARGS="-R ^($R)$" QUICK=1 timeout 330 scripts/gpu-check >/dev/null 2>&1
     echo "gpu-check rc $?"
