@@ -29,13 +29,13 @@ case "$what" in
   w4a8)
     T="test_moe_w4a8_cuda test_gpu_w4a8_experts_cuda test_gpu_stream_rss_cuda test_golden_v41_fp8_cuda test_gemm_fp8_mma_cuda test_gemm_fp8_gemv_cuda test_gpu_dspark_cuda"
     R=$(echo $T | sed 's/ /|/g')
-    TARGETS="$T" CTEST_ARGS="-R ^($R)$" QUICK=1 timeout 330 scripts/gpu-check >/dev/null 2>&1
+    TARGETS="$T" CTEST_ARGS="-R ^($R)$" QUICK=1 timeout 380 scripts/gpu-check >/dev/null 2>&1
     echo "gpu-check rc $?"
     grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log" | head -20
     grep -E "^[0-9]+: \| (wq_|wkv|wo_|shared|shape)" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //'
     bench/moe_decode/build.sh /tmp/bmoe 2>&1 | grep -iv warn | tail -3
     timeout 60 /tmp/bmoe check > "${OUT:-/tmp}/moe-check.txt" 2>&1; echo "check rc $?"; grep check "${OUT:-/tmp}/moe-check.txt"
-    timeout 120 /tmp/bmoe paths=plain,fast | tee "${OUT:-/tmp}/moe-bench.txt"
+    timeout 100 /tmp/bmoe paths=plain,fast | tee "${OUT:-/tmp}/moe-bench.txt"
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
   bench)
