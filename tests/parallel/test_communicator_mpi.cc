@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -321,6 +322,16 @@ TEST(MpiDeadRank, SurvivorsThrow) {
   }
   EXPECT_LT(seconds_since(t0), 6.0);
   EXPECT_TRUE(comm->broken());
+  // Under --enable-recovery mpirun exits 0 whatever the survivors return, so the ctest entry
+  // passes on these lines (one per survivor) and fails on gtest's FAILED (CMakeLists.txt).
+  if (!::testing::Test::HasFailure()) std::printf("dead-rank survivor %d: ok\n", me);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // No MPI_Finalize with a dead peer: it hung after main returned in 4 of 10 runs on a loaded
+  // 2-core machine (2026-12-03; survivors spinning in exit, mpirun waiting, the ctest timeout),
+  // 0 of 10 with this exit. (A peer that only hangs, the np2 / np4 timeout tests, finalises:
+  // there mpirun fails a job whose ranks skip it.)
+  _exit(::testing::Test::HasFailure() ? 1 : 0);
 }
 
 }  // namespace
