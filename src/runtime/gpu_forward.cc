@@ -127,8 +127,9 @@ void GpuModel::truncate(int64_t sequence, int64_t n) {
       << " behind its longest forward since the last reset; the window state below is gone)";
   if (n == have) return;
   impl_->seq_tokens[sequence] = n;
-  // Window blocks from n - W + 1 - max_rollback are still held (trim_blocks kept them);
-  // blocks past n are freed and taken again by the next forward that reaches them.
+  // n >= rollback_floor, so the window blocks the next query (and a further rollback within
+  // the floor) reads are still held; blocks past n are freed and taken again by the next
+  // forward that reaches them.
   impl_->trim_blocks(sequence, n);
 }
 

@@ -305,7 +305,7 @@ int64_t GpuModel::import_prefix(std::span<const PrefixState* const> chain) {
   CHECK(n <= m.opt.max_context) << "import_prefix: " << n << " tokens exceed max_context " << m.opt.max_context;
   const int64_t seq = new_sequence();
   try {
-    if (m.plan.paged) {  // the block columns the state at n holds (trim_blocks keeps these)
+    if (m.plan.paged) {  // the block columns boundary_ranges exports for a state at n
       const int64_t B = m.plan.block_size, Bw = m.plan.window_block_size();
       m.win_pool.ensure(seq, first_window_position(n, m.cfg.sliding_window) / Bw, (n + Bw - 1) / Bw);
       for (auto& [ratio, pool] : m.cmp_pools) pool.ensure(seq, 0, (n / ratio + B - 1) / B);

@@ -17,8 +17,9 @@
 // 16 g + h - 1, h = min(16, n - 16 g)) is h * kp / 2 contiguous bytes, chunk-major: chunk c of
 // row 16 g + r at 16 g * kp / 2 + c * h * 64 + r * 64 (w4a8_code_offset). A warp thereby
 // streams one contiguous region, 1 KB per chunk, instead of 64 bytes from each of 16 rows
-// kp / 2 bytes apart (which cost DRAM page locality: the row-major layout read at 35 % of the
-// H200's DRAM peak, bench/results/moe-w4a8-ncu-h200-2026-12-03-*). Scales uint8, the
+// kp / 2 bytes apart (the row-major layout read at 31-35 % of the H200's DRAM peak,
+// bench/results/moe-w4a8-ncu-h200-2026-12-03-*; that its scattered requests cost DRAM page
+// locality is the hypothesis this layout tests, not yet measured). Scales uint8, the
 // checkpoint bytes (padding blocks 127), tiled the same way with 4 bytes per row and chunk:
 // group base 16 g * kp / 32, then c * h * 4 + r * 4 (w4a8_scale_offset). Rows [a, b) of a
 // matrix pack on their own to the same bytes when a is a multiple of 16 and b - a is too or b

@@ -169,9 +169,9 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
   const int64_t row_a = cta_n0 + 16 * warp + g, row_b = row_a + 8;
   const bool ok[2] = {row_a < p.n, row_b < p.n};
   const int64_t code_ld = p.kp / 2, scale_ld = p.kp / 32;
-  // The warp's 16 rows are one row group of moe_w4a8.h's tiled layout: gh rows, chunk-major,
-  // chunk c of row g0 + r at g0 * code_ld + c * gh * 64 + r * 64 (scales: 4 bytes per row and
-  // chunk likewise), so each chunk of the warp is 1 KB of consecutive bytes.
+  // The warp's 16 rows are one row group of moe_w4a8.h's tiled layout (w4a8_code_offset /
+  // w4a8_scale_offset): gh rows, chunk-major, so a row's next chunk is gh * 64 code bytes (gh
+  // scale words) further and each chunk of the warp is 1 KB of consecutive bytes.
   const int64_t g0 = cta_n0 + 16 * warp;
   const int64_t gh = g0 < p.n ? w4a8_group_rows(p.n, g0) : 0;
   const int64_t chunk_bytes = gh * 64;  // code bytes of one chunk of the warp's group
@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
   for (int m = 0; m < kMats; ++m) {
     const uint8_t* codes = p.w[m] + static_cast<int64_t>(e) * p.n * code_ld;
     const uint8_t* scales = p.ws[m] + static_cast<int64_t>(e) * p.n * scale_ld;
-    cw[m] = codes + (ok[0] ? g0 * code_ld + g * 64 + 16 * t4 : 0);
-    sw[m] = reinterpret_cast<const uint32_t*>(scales + (ok[0] ? g0 * scale_ld + g * 4 : 0));
+    cw[m] = codes + (ok[0] ? w4a8_code_offset(p.n, p.kp, row_a, 0) + 16 * t4 : 0);
+    sw[m] = reinterpret_cast<const uint32_t*>(scales + (ok[0] ? w4a8_scale_offset(p.n, p.kp, row_a, 0) : 0));
   }
   auto load = [&](Frag<kMats>& f, int chunk) {
 #pragma unroll
@@ -245,15 +245,15 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
           const int64_t row = cta_n0 + 16 * warp + r;
           const int cc = chunk + u / 4;
           const bool v = row < p.n && cc < n_chunks;
-          const int64_t at = g0 * code_ld + static_cast<int64_t>(cc) * chunk_bytes + r * 64 + (u % 4) * 16;
-          cp_async16(dc + r * 128 + ((u ^ (4 * (r & 1))) * 16), codes + (v ? at : 0), v);
+          cp_async16(dc + r * 128 + ((u ^ (4 * (r & 1))) * 16),
+                     codes + (v ? w4a8_code_offset(p.n, p.kp, row, cc) + (u % 4) * 16 : 0), v);
         }
         {
           const int r = lane / 2, which = lane % 2;
           const int64_t row = cta_n0 + 16 * warp + r;
           const bool v = row < p.n && chunk + which < n_chunks;
           cp_async4(ds + r * 8 + which * 4,
-                    scales + (v ? g0 * scale_ld + static_cast<int64_t>(chunk + which) * gh * 4 + r * 4 : 0), v);
+                    scales + (v ? w4a8_scale_offset(p.n, p.kp, row, chunk + which) : 0), v);
         }
       }
     };
