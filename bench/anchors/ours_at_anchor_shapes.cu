@@ -284,7 +284,7 @@ void dense_case(const std::string& layer, int64_t m, int64_t n, int64_t k, const
     const double bytes = double(m * k + n * k) + 4.0 * (m * nkb + (n / 128) * nkb) + 2.0 * m * n;
     const bool lt = fp8_block_cublaslt_supported(*E.ctx, m, n, k, DType::BF16);
     std::vector<std::pair<Fp8GemmImpl, std::string>> impls = {
-        {Fp8GemmImpl::kAuto, std::string("auto=") + fp8_impl_name(fp8_auto_impl(m, n, 128, lt))}};
+        {Fp8GemmImpl::kAuto, std::string("auto=") + fp8_impl_name(fp8_auto_impl(m, n, k, 128, lt))}};
     if (m <= 256) impls.push_back({Fp8GemmImpl::kSimt, "simt"});
     if (m >= 64) impls.push_back({Fp8GemmImpl::kMma, "mma"});
     for (const auto& [impl, label] : impls) {

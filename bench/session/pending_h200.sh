@@ -39,7 +39,12 @@ case "$what" in
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
   bench)
-    TARGETS="bench_gpu_forward" QUICK=1 CTEST_ARGS="-R ^none$" scripts/gpu-check >/dev/null 2>&1
+    # Also test_gemm_fp8_mma_cuda: kAuto now routes block-32 M 33..64 with K >= 4096 to
+    # kMmaSplit (its policy test and DecodeShapesBenchmark, now with M 32 and 48).
+    TARGETS="bench_gpu_forward test_gemm_fp8_mma_cuda" QUICK=1 CTEST_ARGS="-R ^test_gemm_fp8_mma_cuda$" timeout 300 scripts/gpu-check >/dev/null 2>&1
+    echo "gpu-check rc $?"
+    grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log" | head -20
+    grep -E "^[0-9]+: \| (wq_|wkv|wo_|shared|shape)" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //'
     lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
     export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     timeout 240 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \

@@ -21,7 +21,8 @@
 //    refusals; and a report-only timing of gemv / mma / mma-split at V4.1 decode shapes.
 //  * Dispatch: kAuto gives the bits of the kernel fp8_auto_impl names (gemm.h), and
 //    fp8_auto_impl follows the measured policy: block 32 M 1 -> kSimt, 2..64 -> kGemv (kMma for
-//    N >= kFp8MmaWideN past M 16), beyond -> kMma; block 128 -> kCublasLt when it has one.
+//    N >= kFp8MmaWideN past M 16; kMmaSplit for K >= 4096 past M 32), beyond -> kMma;
+//    block 128 -> kCublasLt when it has one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,7 +167,7 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
       {"wo_b", 5120, 8192}, {"shared w1", 2304, 5120}, {"shared w2", 5120, 2304}};
   std::printf("| shape | N | K | M | gemv us | mma us | mma-split us | mma-split GB/s |\n|---|---|---|---|---|---|---|---|\n");
   for (const auto& sh : shapes) {
-    for (int64_t m : {1, 4, 16, 64}) {
+    for (int64_t m : {1, 4, 16, 32, 48, 64}) {
       const Problem p = make(rng, m, sh.n, sh.k, kFp8GemmBlockV41);
       const DeviceProblem d(p);
       Tensor y = cuda::device_empty(DType::BF16, {m, sh.n});
@@ -201,27 +202,36 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
 // kAuto runs exactly the kernel fp8_auto_impl names, and that follows gemm.h's policy.
 TEST(GemmFp8MmaCuda, AutoRunsTheKernelThePolicyNames) {
   using I = Fp8GemmImpl;
-  EXPECT_EQ(fp8_auto_impl(1, 1280, kFp8GemmBlockV41, false), I::kSimt);
-  EXPECT_EQ(fp8_auto_impl(2, 1280, kFp8GemmBlockV41, false), I::kGemv);
-  EXPECT_EQ(fp8_auto_impl(64, 5120, kFp8GemmBlockV41, false), I::kGemv);
-  EXPECT_EQ(fp8_auto_impl(16, 32768, kFp8GemmBlockV41, false), I::kGemv);
-  EXPECT_EQ(fp8_auto_impl(17, 32768, kFp8GemmBlockV41, false), I::kMma);
-  EXPECT_EQ(fp8_auto_impl(65, 1280, kFp8GemmBlockV41, false), I::kMma);
-  EXPECT_EQ(fp8_auto_impl(64, 1280, kFp8GemmBlockV41, true), I::kGemv);  // no cuBLASLt at 32
-  EXPECT_EQ(fp8_auto_impl(64, 1280, kFp8GemmBlock, true), I::kCublasLt);
-  EXPECT_EQ(fp8_auto_impl(5, 1280, kFp8GemmBlock, false), I::kGemv);
-  EXPECT_EQ(fp8_auto_impl(4097, 1280, kFp8GemmBlock, false), I::kMma);
+  constexpr int64_t kShortK = 2304, kLongK = 5120;
+  EXPECT_EQ(fp8_auto_impl(1, 1280, kLongK, kFp8GemmBlockV41, false), I::kSimt);
+  EXPECT_EQ(fp8_auto_impl(2, 1280, kLongK, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(32, 5120, kLongK, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(33, 5120, kLongK, kFp8GemmBlockV41, false), I::kMmaSplit);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kLongK, kFp8GemmBlockV41, false), I::kMmaSplit);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kShortK, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kLongK, kFp8GemmBlock, false), I::kGemv);  // split: block 32
+  EXPECT_EQ(fp8_auto_impl(16, 32768, kShortK, kFp8GemmBlockV41, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(17, 32768, kShortK, kFp8GemmBlockV41, false), I::kMma);
+  EXPECT_EQ(fp8_auto_impl(64, 32768, kLongK, kFp8GemmBlockV41, false), I::kMma);
+  EXPECT_EQ(fp8_auto_impl(65, 1280, kLongK, kFp8GemmBlockV41, false), I::kMma);
+  EXPECT_EQ(fp8_auto_impl(64, 1280, kShortK, kFp8GemmBlockV41, true), I::kGemv);  // no cuBLASLt at 32
+  EXPECT_EQ(fp8_auto_impl(64, 1280, kLongK, kFp8GemmBlock, true), I::kCublasLt);
+  EXPECT_EQ(fp8_auto_impl(5, 1280, kLongK, kFp8GemmBlock, false), I::kGemv);
+  EXPECT_EQ(fp8_auto_impl(4097, 1280, kLongK, kFp8GemmBlock, false), I::kMma);
   auto rng = test::fresh_rng();
   for (int64_t block : {kFp8GemmBlockV41, kFp8GemmBlock}) {
     for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}, int64_t{65}, int64_t{200}}) {
       for (int64_t n : {int64_t{96}, kFp8MmaWideN}) {
-        const Problem p = make(rng, m, n, 1040, block);
-        const DeviceProblem d(p);
-        const bool lt = fp8_block_cublaslt_supported(ctx(), m, n, 1040, DType::F32);
-        const auto y_auto = run(p, d, DType::F32, I::kAuto);
-        const auto y_want = run(p, d, DType::F32, fp8_auto_impl(m, n, block, lt));
-        EXPECT_EQ(0, std::memcmp(y_auto.data(), y_want.data(), y_auto.size() * sizeof(float)))
-            << "block " << block << " M=" << m << " N=" << n;
+        for (int64_t k : {int64_t{1040}, kFp8MmaSplitMinK}) {
+          if (n == kFp8MmaWideN && k == kFp8MmaSplitMinK && m > 64) continue;  // kMma: covered
+          const Problem p = make(rng, m, n, k, block);
+          const DeviceProblem d(p);
+          const bool lt = fp8_block_cublaslt_supported(ctx(), m, n, k, DType::F32);
+          const auto y_auto = run(p, d, DType::F32, I::kAuto);
+          const auto y_want = run(p, d, DType::F32, fp8_auto_impl(m, n, k, block, lt));
+          EXPECT_EQ(0, std::memcmp(y_auto.data(), y_want.data(), y_auto.size() * sizeof(float)))
+              << "block " << block << " M=" << m << " N=" << n << " K=" << k;
+        }
       }
     }
   }

@@ -178,7 +178,7 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kFp8Block, m, n, k, y_dtype};
   if (impl == Fp8GemmImpl::kAuto) {
     const bool lt = block == kFp8GemmBlock && find_plan(key, sw_padded, sx_block_major) != nullptr;
-    impl = fp8_auto_impl(m, n, block, lt);
+    impl = fp8_auto_impl(m, n, k, block, lt);
   }
   switch (impl) {
     case Fp8GemmImpl::kSimt:
@@ -214,9 +214,12 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   run_plan(ctx, plan, wq, xq, y);
 }
 
-Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t block, bool cublaslt_ok) {
+Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t k, int64_t block, bool cublaslt_ok) {
   if (block == kFp8GemmBlock && cublaslt_ok) return Fp8GemmImpl::kCublasLt;
   if (m <= 1) return Fp8GemmImpl::kSimt;
+  if (block != kFp8GemmBlock && m > kFp8MmaSplitMinM && m <= kFp8MmaDecodeMaxM &&
+      k >= kFp8MmaSplitMinK && n < kFp8MmaWideN)
+    return Fp8GemmImpl::kMmaSplit;
   if (m <= kFp8GemvMaxM && !(block != kFp8GemmBlock && n >= kFp8MmaWideN && m > 16))
     return Fp8GemmImpl::kGemv;
   return Fp8GemmImpl::kMma;

@@ -82,20 +82,25 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    (ops/gemm/gemm_fp8_gemv_cuda.h); a row's result does not depend on M either.
 //  * kMmaSplit: the tensor-core kernel's decode variant (block 32, M <= kFp8MmaDecodeMaxM):
 //    64 x 64 CTAs, K split over each CTA's warps and over a cluster (split from N and K, never
-//    M; one fixed order of the partial sums), so narrow projections fill the SMs. Not chosen by
-//    kAuto until measured (written 2026-12-03 without a GPU).
+//    M; one fixed order of the partial sums), so narrow projections fill the SMs.
 //  * kCublasLt: block 128 only (block 32 is refused: kUnsupported).
 // kAuto (fp8_auto_impl; measured on the H200 2026-12-03, bench/results/gemm-fp8-h200-2026-12-03-*):
 //  * block 128: cuBLASLt where it has an algorithm (M a multiple of 4); else kSimt for M = 1
 //    (faster than kGemv on wo_b / wq_a, slower on wq_b), kGemv for 2 <= M <= 64, kMma beyond
 //    (178-222 TFLOP/s at M = 4096, where SIMT gives 7-9).
 //  * block 32: kSimt at M = 1; kGemv up to M = 64 (1.3-5.6x SIMT), except N >= kFp8MmaWideN
-//    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64); kMma past 64
+//    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64), and K >=
+//    kFp8MmaSplitMinK with kFp8MmaSplitMinM < M <= 64, where kMmaSplit wins (M = 64, H200
+//    2026-12-04, w4a8-tiled-mmasplit-h200-2026-12-04-a94dad4.md: wo_b 120 us vs gemv 207,
+//    wkv 18 vs 38, shared w1 49 vs 69, wq_a 35 vs 38, wo_a group 29 vs 32; at M = 16 gemv
+//    wins everywhere, M 17..32 was not measured, hence the threshold 32); kMma past 64
 //    (20-23x SIMT at M = 4096, 150-190 TFLOP/s).
 // The batch-invariant forward asks for kSimt explicitly (runtime/device_linear.cc).
 enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit };
 constexpr int64_t kFp8MmaWideN = 16384;
 constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit: one 64-row tile
+constexpr int64_t kFp8MmaSplitMinM = 32;   // kAuto: kMmaSplit for M above this (block 32)
+constexpr int64_t kFp8MmaSplitMinK = 4096; // ... and K at least this (short K: gemv / mma)
 
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
 void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
@@ -110,7 +115,7 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
                          int64_t block = kFp8GemmBlock);
 // The kernel kAuto runs for this problem (never kAuto); cublaslt_ok: whether cuBLASLt has an
 // algorithm (fp8_block_cublaslt_supported), consulted for block 128 only.
-Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t block, bool cublaslt_ok);
+Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t k, int64_t block, bool cublaslt_ok);
 const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv", "mma-split"
 // Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
