@@ -160,9 +160,24 @@ def train(args):
     total, budget = args.steps, None
     if isinstance(total, str):
         budget, total = float(total.split(":")[1]), 10 ** 9
+    if args.deadline > 0:
+        # --deadline: the whole run (load, generation, training, evaluation, export) must end by
+        # then, so the training budget is what is left after the reserve for evaluation + export.
+        left = args.deadline - (time.time() - t0) - args.deadline_reserve
+        if left <= 0:
+            raise SystemExit(f"[drafter] --deadline {args.deadline:g} s: {time.time() - t0:.0f} s spent before "
+                             f"training, {args.deadline_reserve:g} s reserved; no time left to train")
+        if budget is None or left < budget:
+            print(f"[drafter] --deadline {args.deadline:g} s: training budget {left:.0f} s"
+                  f"{'' if budget is None else f' (asked {budget:g} s)'}", flush=True)
+            budget = left  # auto: steps from this budget; N steps: the loop stops at it
     log, step, t_train = [], 0, time.time()
+    fixed_steps = not isinstance(args.steps, str)
     while step < total:
-        if budget is not None and step == 13:
+        if args.deadline > 0 and time.time() - t_train >= budget:  # N steps, or auto running slow
+            print(f"[drafter] --deadline: stopped at step {step} of {total}", flush=True)
+            break
+        if not fixed_steps and budget is not None and step == 13:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             dt = (time.time() - t_timing) / 10
@@ -173,7 +188,7 @@ def train(args):
                 torch.cuda.synchronize()
             t_timing = time.time()
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
-        if budget is None or step >= 13:
+        if fixed_steps or budget is None or step >= 13:
             lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, total))))
         for gp in opt.param_groups:
             gp["lr"] = lr
@@ -656,6 +671,11 @@ def main():
                     help="stop generating after the batch that passes this many seconds (0: all --self-windows)")
     ap.add_argument("--self-mix", type=float, default=0.75,
                     help="with --self-windows: the share of training batches drawn from the generated windows")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds from start by which the whole run must have exported (0: none); "
+                         "the training budget shrinks to fit")
+    ap.add_argument("--deadline-reserve", type=float, default=60,
+                    help="with --deadline: seconds kept for evaluation and export after training")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--weight-decay", type=float, default=0.01)

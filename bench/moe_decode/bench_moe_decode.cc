@@ -1,7 +1,7 @@
 // MoE decode bandwidth bench (issues 14 and 22), standalone: built with nvcc on the device
 // together with the few MoE sources it needs (build.sh), no CMake, no gtest.
 //   bench_moe_decode [check] [nocopy] [ts=1,4,16,64,256] [shapes=v4,v41] [paths=plain,fast,fp8] [reps=N]
-//                    [split=UP,DOWN]
+//                    [split=UP,DOWN] [pass=8|16]
 // Prints, in one process: the copy bandwidth (cudaMemcpy d2d, 1 GiB, read + written) and the
 // read probe (w4a8_read_probe_cuda, 1 GiB), then per shape and T the time and the expert-byte
 // bandwidth of the W4A8 plain path, the W4A8 fast path and the FP8 grouped path, each the
@@ -251,7 +251,10 @@ int main(int argc, char** argv) {
     } else if (s.rfind("shapes=", 0) == 0) a.shapes = split(s.substr(7));
     else if (s.rfind("paths=", 0) == 0) a.paths = split(s.substr(6));
     else if (s.rfind("reps=", 0) == 0) a.reps = std::stoi(s.substr(5));
-    else if (s.rfind("split=", 0) == 0) {
+    else if (s.rfind("pass=", 0) == 0) {
+      moe_w4a8_set_pass_max(std::stoi(s.substr(5)));
+      std::printf("plain path: %s tokens per pass\n", s.substr(5).c_str());
+    } else if (s.rfind("split=", 0) == 0) {
       const auto v = split(s.substr(6));
       moe_w4a8_set_fast_split(std::stoi(v.at(0)), std::stoi(v.at(1)));
       std::printf("fast path K splits: up %s, down %s\n", v[0].c_str(), v[1].c_str());

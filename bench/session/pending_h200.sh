@@ -52,5 +52,14 @@ case "$what" in
     echo "rc $?"; grep -E "^\| decode|^\| prefill" "${OUT:-.}/gpu-forward-v41.md" | head -30
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
-  *) echo "pending_h200.sh: w4a8 or bench, not $what" >&2; exit 2 ;;
+  narrow)
+    # Session 14: the narrow plain kernels (moe_w4a8_set_pass_max(8): one n8 tile, up kernel
+    # in 126 registers, 2 CTAs per SM) against the default (pass 16, 1 CTA per SM for up):
+    # check (both paths vs the CPU recipe) with pass=8, then the plain table both ways.
+    bench/moe_decode/build.sh /tmp/bmoe 2>&1 | grep -iv warn | tail -3
+    timeout 60 /tmp/bmoe check pass=8 > "${OUT:-/tmp}/moe-check-pass8.txt" 2>&1; echo "check rc $?"; grep check "${OUT:-/tmp}/moe-check-pass8.txt"
+    timeout 60 /tmp/bmoe paths=plain 2>&1 | tee "${OUT:-/tmp}/moe-plain-pass16.txt"
+    timeout 60 /tmp/bmoe paths=plain pass=8 2>&1 | tee "${OUT:-/tmp}/moe-plain-pass8.txt"
+    ;;
+  *) echo "pending_h200.sh: w4a8, bench or narrow, not $what" >&2; exit 2 ;;
 esac

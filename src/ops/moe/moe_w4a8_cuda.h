@@ -88,6 +88,11 @@ namespace deepinfer {
 // (default 2, 2). Set once before any call: a token's bits depend on the split.
 void moe_w4a8_set_fast_split(int up, int down);
 
+// Benchmarks and tests: kPlain's tokens per pass, 16 (default) or 8 (narrow kernels: one n8
+// tile, 2 CTAs per SM for the up projection too; an expert with more rows takes more passes).
+// The same bits either way; process-wide, set before any call.
+void moe_w4a8_set_pass_max(int pass);
+
 // The read-bandwidth ceiling the W4A8 benchmark reports beside the copy bandwidth: every
 // 16-byte word of [p, p + bytes) read once with the kernel's own ld.global.nc.L1::no_allocate
 // loads (bytes % 16 == 0, p 16-byte aligned), XOR-folded into *sink so nothing is elided.

@@ -45,8 +45,8 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kCtaRows = 16 * kWarps;  // 128 output rows per CTA
-constexpr int kPassMax = 16;           // tokens per pass: two n8 MMA tiles
-constexpr int kNt = kPassMax / 8;
+constexpr int kPassMax = 16;           // tokens per pass: two n8 MMA tiles (kNt = 2)
+constexpr int kNtMax = kPassMax / 8;
 constexpr int kSmemPad = 32;  // activation row stride kp + 32: the B loads are conflict-free
 constexpr int kSmemLimit = 227 * 1024;
 
@@ -120,8 +120,14 @@ __device__ __forceinline__ uint32_t fp4_odd(uint32_t w) {
   return (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
 }
 
-__device__ __forceinline__ float ue8m0(uint32_t b) {
-  return __uint_as_float(b != 0 ? b << 23 : 0x00400000u);  // 2^(b - 127); b = 0: 2^-127
+// 2^(b - 127) from b << 23 (b a UE8M0 byte in bits 23..30, the rest zero); b = 0: 2^-127
+// (0x00400000: every other b gives bits >= 0x00800000, so one max serves).
+__device__ __forceinline__ float ue8m0_bits(uint32_t b_shifted) {
+  return __uint_as_float(max(b_shifted, 0x00400000u));
+}
+// Byte j of a scale word, shifted to bits 23..30.
+__device__ __forceinline__ uint32_t scale_byte_bits(uint32_t word, int j) {
+  return j < 3 ? (word << (23 - 8 * j)) & 0x7f800000u : (word >> 1) & 0x7f800000u;
 }
 
 // 8 bytes in natural order -> even bytes then odd bytes (the B operand's K order).
@@ -157,8 +163,11 @@ struct Frag {
 // rank); after the K loop ranks 1.. put their accumulators in shared memory and rank 0 adds
 // them to its own in rank order (one fixed order, independent of timing), then alone runs the
 // epilogue.
-template <int kMats, int kActBlock, int kDepth, bool kFast>
-__global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
+// kNt: n8 tiles per pass (pass <= 8 kNt tokens). kNt = 1 (the narrow plain kernels,
+// moe_w4a8_set_pass_max(8)) fits 2 CTAs per SM for the up projection too; a token's sums are
+// the same bits at either width (the MMA's columns are independent, the K order is one).
+template <int kMats, int kActBlock, int kDepth, bool kFast, int kNt = kNtMax>
+__global__ void __launch_bounds__(kThreads, kMats == 1 || kNt == 1 ? 2 : 1)
     w4a8_gemm_kernel(GemmParams p) {
   const int e = p.tile_expert[blockIdx.x];
   if (e < 0) return;
@@ -354,10 +363,8 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
             a[m][2] = fp4_odd(wa);
             a[m][3] = fp4_odd(wb);
             // 2^(b - 127) from byte j of the scale word (b = 0: 0).
-            sg[m][0] = __uint_as_float(j < 3 ? (f.s[m][0] << (23 - 8 * j)) & 0x7f800000u
-                                             : (f.s[m][0] >> 1) & 0x7f800000u);
-            sg[m][1] = __uint_as_float(j < 3 ? (f.s[m][1] << (23 - 8 * j)) & 0x7f800000u
-                                             : (f.s[m][1] >> 1) & 0x7f800000u);
+            sg[m][0] = __uint_as_float(scale_byte_bits(f.s[m][0], j));
+            sg[m][1] = __uint_as_float(scale_byte_bits(f.s[m][1], j));
           }
 #pragma unroll
           for (int nt = 0; nt < kNt; ++nt) {
@@ -419,8 +426,8 @@ __global__ void __launch_bounds__(kThreads, kMats == 1 ? 2 : 1)
             a[m][1] = fp4_even(wb);
             a[m][2] = fp4_odd(wa);
             a[m][3] = fp4_odd(wb);
-            sg[m][0] = ue8m0((f.s[m][0] >> (8 * j)) & 0xffu);
-            sg[m][1] = ue8m0((f.s[m][1] >> (8 * j)) & 0xffu);
+            sg[m][0] = ue8m0_bits(scale_byte_bits(f.s[m][0], j));
+            sg[m][1] = ue8m0_bits(scale_byte_bits(f.s[m][1], j));
           }
           const int ab = kActBlock == 128 ? c : 4 * c + j;
 #pragma unroll
@@ -609,10 +616,11 @@ int64_t smem_bytes(int64_t pass, int64_t kp, int64_t ab) {
 }
 
 // The kFast reduction buffer: kMats x kNt x 4 floats per thread, after smem_bytes (16-aligned).
-int64_t red_bytes(int mats) { return int64_t{4} * mats * kNt * 4 * kThreads; }
+int64_t red_bytes(int mats) { return int64_t{4} * mats * kNtMax * 4 * kThreads; }
 
-template <int kMats, int kActBlock, int kDepth, bool kFast>
+template <int kMats, int kActBlock, int kDepth, bool kFast, int kNt = kNtMax>
 void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_tiles) {
+  CHECK(p.pass >= 1 && p.pass <= 8 * kNt) << "moe experts w4a8: pass " << p.pass << " > " << 8 * kNt;
   if (!kFast) p.split = 1;
   int64_t smem = smem_bytes(p.pass, p.kp, kActBlock);
   if (kFast) {
@@ -629,12 +637,12 @@ void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_til
       << "moe experts w4a8: " << tiles << " tiles x " << n_tiles << " column blocks";
   static std::once_flag once;  // opt in to more than 48 KB of dynamic shared memory
   std::call_once(once, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(w4a8_gemm_kernel<kMats, kActBlock, kDepth, kFast>,
+    CUDA_CHECK(cudaFuncSetAttribute(w4a8_gemm_kernel<kMats, kActBlock, kDepth, kFast, kNt>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
   });
   if constexpr (!kFast) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_tiles));
-    w4a8_gemm_kernel<kMats, kActBlock, kDepth, false><<<grid, kThreads, smem, stream>>>(p);
+    w4a8_gemm_kernel<kMats, kActBlock, kDepth, false, kNt><<<grid, kThreads, smem, stream>>>(p);
     CUDA_CHECK_LAUNCH();
   } else {
   CHECK_KIND(kUnsupported, p.split >= 1 && p.split <= 8)
@@ -648,11 +656,14 @@ void launch_gemm(cudaStream_t stream, GemmParams p, int64_t tiles, int64_t n_til
 }
 
 constexpr int kUpDepth = 3, kDownDepth = 4;
+constexpr int kNarrowUpDepth = 2;  // kNt = 1: 2 CTAs per SM within 128 registers, no spills
 constexpr int kFastUpStages = 3, kFastDownStages = 3;  // kFast: cp.async stages of 2 chunks
 
 // kFast K splits (cluster sizes). Fixed per process, never a function of T: a token's sums
 // must not depend on the batch (batch invariance).
 int g_split_up = 1, g_split_down = 1;
+// kPlain: tokens per pass, 16 (kNt 2) or 8 (kNt 1: the narrow kernels). Fixed per process.
+int g_pass_max = kPassMax;
 
 }  // namespace
 
@@ -704,7 +715,8 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   const int64_t T = s.n_tokens, k = s.top_k, E = s.n_experts, D = s.dim, I = s.inter;
   const int64_t dp = w4a8_padded_k(D), ip = w4a8_padded_k(I);
   const int64_t tiles = moe_tiles_cap(T, k, E);
-  const int32_t pass = static_cast<int32_t>(std::min<int64_t>(kPassMax, round_up(T * k, 8)));
+  const int64_t pass_max = kernel == MoeW4a8Kernel::kPlain ? g_pass_max : kPassMax;
+  const int32_t pass = static_cast<int32_t>(std::min<int64_t>(pass_max, round_up(T * k, 8)));
   moe_align_cuda(stream, ids, T, k, E, ws.align);
   act_quant_cuda(stream, x, DType::F32, T, D, act_block, ws.xq, ws.sx, ScaleLayout::kRowMajor);
 
@@ -757,7 +769,15 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   up.split = g_split_up;
   down.split = g_split_down;
   const int64_t up_cols = ip / kCtaRows, down_cols = ceil_div(D, kCtaRows);
-  if (kernel == MoeW4a8Kernel::kPlain) {
+  if (kernel == MoeW4a8Kernel::kPlain && pass_max == 8) {
+    if (act_block == 128) {
+      launch_gemm<2, 128, kNarrowUpDepth, false, 1>(stream, up, tiles, up_cols);
+      launch_gemm<1, 128, kDownDepth, false, 1>(stream, down, tiles, down_cols);
+    } else {
+      launch_gemm<2, 32, kNarrowUpDepth, false, 1>(stream, up, tiles, up_cols);
+      launch_gemm<1, 32, kDownDepth, false, 1>(stream, down, tiles, down_cols);
+    }
+  } else if (kernel == MoeW4a8Kernel::kPlain) {
     if (act_block == 128) {
       launch_gemm<2, 128, kUpDepth, false>(stream, up, tiles, up_cols);
       launch_gemm<1, 128, kDownDepth, false>(stream, down, tiles, down_cols);
@@ -783,6 +803,12 @@ void moe_w4a8_set_fast_split(int up, int down) {
       << "moe experts w4a8: K splits " << up << ", " << down << " (1..8)";
   g_split_up = up;
   g_split_down = down;
+}
+
+void moe_w4a8_set_pass_max(int pass) {
+  CHECK_KIND(kUnsupported, pass == 8 || pass == 16)
+      << "moe experts w4a8: pass " << pass << " (8: the narrow kernels, or 16)";
+  g_pass_max = pass;
 }
 
 void w4a8_read_probe_cuda(cudaStream_t stream, const void* p, int64_t bytes, uint32_t* sink) {
