@@ -1,7 +1,7 @@
 // MoE decode bandwidth bench (issues 14 and 22), standalone: built with nvcc on the device
 // together with the few MoE sources it needs (build.sh), no CMake, no gtest.
 //   bench_moe_decode [check] [nocopy] [ts=1,4,16,64,256] [shapes=v4,v41] [paths=plain,fast,fp8] [reps=N]
-//                    [split=UP,DOWN] [pass=8|16]
+//                    [split=UP,DOWN] [pass=0|8|16]
 // Prints, in one process: the copy bandwidth (cudaMemcpy d2d, 1 GiB, read + written) and the
 // read probe (w4a8_read_probe_cuda, 1 GiB), then per shape and T the time and the expert-byte
 // bandwidth of the W4A8 plain path, the W4A8 fast path and the FP8 grouped path, each the

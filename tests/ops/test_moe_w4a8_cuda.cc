@@ -11,6 +11,7 @@
 //  * outputs poisoned with NaN first; a token's output bitwise the same alone and in a batch;
 //    the layer replayed from a CUDA graph with new routing gives the direct run's bits;
 //  * FastMatchesPlain: the kFast kernels against the kPlain ones (NMSE 1e-6) at every K split;
+//  * NarrowAndWidePassesGiveTheSameBits: the plain path at 8 and 16 tokens per pass, bitwise;
 //  * ReportDecodeBandwidth: report only (never asserted): µs, expert bytes touched and GB/s of
 //    the W4A8 fast path (plain path's µs in the last column) and the FP8 path at V4-Flash and V4.1-Flash shapes for T = 1, 4, 16, 64, 256,
 //    next to the copy (cudaMemcpy D2D, 1 GiB) and read (w4a8_read_probe_cuda) bandwidth
@@ -336,6 +337,32 @@ TEST(MoeW4a8Cuda, FastMatchesPlain) {
 
 // FP4 weights with one scale per 128 x 128 block have an exact block-FP8 form: the W4A8 path
 // and today's FP8 grouped path compute the same recipe from the same values.
+// The plain path's two widths (moe_w4a8_set_pass_max: 16 tokens per pass, or 8 with the
+// narrow kernels, chosen by T by default) give every token the same bits: the MMA columns are
+// independent and the K order is one. Experts with more rows than a pass (T 256 over 12
+// experts) take several passes at width 8. Both act blocks, awkward shapes.
+TEST(MoeW4a8Cuda, NarrowAndWidePassesGiveTheSameBits) {
+  auto rng = test::fresh_rng();
+  for (const int64_t ab : {128, 32}) {
+    const Layer L(rng, 12, 288, 224, 3, ab, 10.0f, 12);
+    for (const int64_t T : {1, 3, 64, 256}) {
+      const auto x = test::randn(rng, T * L.D);
+      const Routing r = make_routing(rng, L.E, L.k, T, T != 3);
+      moe_w4a8_set_pass_max(16);
+      const auto wide = L.run_cuda(x, r.ids, r.weights, T);
+      moe_w4a8_set_pass_max(8);
+      const auto narrow = L.run_cuda(x, r.ids, r.weights, T);
+      moe_w4a8_set_pass_max(0);
+      const auto chosen = L.run_cuda(x, r.ids, r.weights, T);
+      EXPECT_EQ(0, std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)))
+          << "T " << T << " act block " << ab << ": pass 16 vs pass 8";
+      EXPECT_EQ(0, std::memcmp(wide.data(), chosen.data(), wide.size() * sizeof(float)))
+          << "T " << T << " act block " << ab << ": pass 16 vs the default choice";
+    }
+  }
+  EXPECT_THROW(moe_w4a8_set_pass_max(4), Error);
+}
+
 TEST(MoeW4a8Cuda, MatchesTheFp8GroupedPath) {
   auto rng = test::fresh_rng();
   const Layer L(rng, 16, 512, 384, 4, 128, 10.0f, 16, /*block_uniform=*/true);

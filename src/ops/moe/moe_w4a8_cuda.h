@@ -88,9 +88,10 @@ namespace deepinfer {
 // (default 2, 2). Set once before any call: a token's bits depend on the split.
 void moe_w4a8_set_fast_split(int up, int down);
 
-// Benchmarks and tests: kPlain's tokens per pass, 16 (default) or 8 (narrow kernels: one n8
-// tile, 2 CTAs per SM for the up projection too; an expert with more rows takes more passes).
-// The same bits either way; process-wide, set before any call.
+// Benchmarks and tests: kPlain's tokens per pass, 16 or 8 (the narrow kernels: one n8 tile,
+// 2 CTAs per SM for the up projection too; an expert with more rows takes more passes), or 0
+// (default): 8 for 8 < T k and T <= 64, else 16 (measured; sm90_moe_w4a8_decode.cu). A token
+// gets the same bits at either width; process-wide, set before any call.
 void moe_w4a8_set_pass_max(int pass);
 
 // The read-bandwidth ceiling the W4A8 benchmark reports beside the copy bandwidth: every

@@ -662,8 +662,18 @@ constexpr int kFastUpStages = 3, kFastDownStages = 3;  // kFast: cp.async stages
 // kFast K splits (cluster sizes). Fixed per process, never a function of T: a token's sums
 // must not depend on the batch (batch invariance).
 int g_split_up = 1, g_split_down = 1;
-// kPlain: tokens per pass, 16 (kNt 2) or 8 (kNt 1: the narrow kernels). Fixed per process.
-int g_pass_max = kPassMax;
+// kPlain: tokens per pass, 16 (kNt 2) or 8 (kNt 1: the narrow kernels); 0: by T (narrow_pass).
+int g_pass_max = 0;
+
+// The measured choice (H200 2026-12-04, w4a8-narrow-h200-2026-12-04-733cb98.md, V4.1 plain path
+// in % of copy, pass 16 -> 8): T 4 67 -> 74, T 16 66 -> 76, T 64 67 -> 71, T 256 57 -> 58;
+// T 1 (6 rows, one pass either way) 55 -> 50: the narrow up kernel's shallower K pipeline
+// costs more than its second CTA per SM gives when 108 CTAs do not fill 132 SMs. Both widths
+// give a token the same bits, so choosing by T keeps batch invariance.
+bool narrow_pass(int64_t T, int64_t k) {
+  if (g_pass_max != 0) return g_pass_max == 8;
+  return T * k > 8 && T <= 64;
+}
 
 }  // namespace
 
@@ -715,7 +725,8 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   const int64_t T = s.n_tokens, k = s.top_k, E = s.n_experts, D = s.dim, I = s.inter;
   const int64_t dp = w4a8_padded_k(D), ip = w4a8_padded_k(I);
   const int64_t tiles = moe_tiles_cap(T, k, E);
-  const int64_t pass_max = kernel == MoeW4a8Kernel::kPlain ? g_pass_max : kPassMax;
+  const bool narrow = kernel == MoeW4a8Kernel::kPlain && narrow_pass(T, k);
+  const int64_t pass_max = narrow ? 8 : kPassMax;
   const int32_t pass = static_cast<int32_t>(std::min<int64_t>(pass_max, round_up(T * k, 8)));
   moe_align_cuda(stream, ids, T, k, E, ws.align);
   act_quant_cuda(stream, x, DType::F32, T, D, act_block, ws.xq, ws.sx, ScaleLayout::kRowMajor);
@@ -769,7 +780,7 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   up.split = g_split_up;
   down.split = g_split_down;
   const int64_t up_cols = ip / kCtaRows, down_cols = ceil_div(D, kCtaRows);
-  if (kernel == MoeW4a8Kernel::kPlain && pass_max == 8) {
+  if (narrow) {
     if (act_block == 128) {
       launch_gemm<2, 128, kNarrowUpDepth, false, 1>(stream, up, tiles, up_cols);
       launch_gemm<1, 128, kDownDepth, false, 1>(stream, down, tiles, down_cols);
@@ -806,8 +817,8 @@ void moe_w4a8_set_fast_split(int up, int down) {
 }
 
 void moe_w4a8_set_pass_max(int pass) {
-  CHECK_KIND(kUnsupported, pass == 8 || pass == 16)
-      << "moe experts w4a8: pass " << pass << " (8: the narrow kernels, or 16)";
+  CHECK_KIND(kUnsupported, pass == 0 || pass == 8 || pass == 16)
+      << "moe experts w4a8: pass " << pass << " (0: by T, 8: the narrow kernels, or 16)";
   g_pass_max = pass;
 }
 
