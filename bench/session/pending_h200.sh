@@ -1,27 +1,21 @@
 #!/usr/bin/env bash
-# What session 13 (2026-12-03) wrote for the H200 and could not run (its 30 device minutes
-# went to the calls in bench/results/*-2026-12-03-{1222257,32d635b,a9207b1}*), in the order
-# it matters; one device call each (every call <= 10 min), carry [".carry/debs"] after
-# scripts/prepare-device-carry here:
+# What is written for the H200 and not yet run, one device call each (every call <= 10 min),
+# carry [".carry/debs"] after scripts/prepare-device-carry here. Session 14 (2026-12-04) ran
+# w4a8, bench and narrow (bench/results/*-2026-12-04-*); left for the next session:
 #
-#   bash bench/session/pending_h200.sh w4a8     # the row-group-tiled W4A8 layout (d7339a3)
-#   bash bench/session/pending_h200.sh bench    # the V4.1 decode step with it
-#   LIMIT=... bash bench/session/drafter_self_h200.sh   # see the note there: LIMIT < the call's limit_s
+#   bash bench/session/pending_h200.sh wo_a     # grouped wo_a (one gemv launch for the G groups)
 #
-# w4a8:  the CUDA tests that read the device layout (test_moe_w4a8_cuda: kernel vs the CPU
-#        recipe and the fp32 reference; test_gpu_w4a8_experts_cuda: device bytes = w4a8_pack,
-#        V4 logits bitwise vs FP8 experts; test_gpu_stream_rss_cuda: the streamed pack in row
-#        groups; test_golden_v41_fp8_cuda), then bench/moe_decode `check` and the table with
-#        paths plain,fast (compare bench/results/moe-w4a8-ncu-h200-2026-12-03-32d635b.md: V4.1
-#        T=64 1756 us, 61 % of copy). Also test_gemm_fp8_mma_cuda: the new kMmaSplit decode
-#        GEMM (correctness, batch independence) and its report-only DecodeShapesBenchmark
-#        (gemv / mma / mma-split at V4.1 shapes, M 1..64; gemm-fp8-h200-2026-12-03-c4618d7.md
-#        has M = 64 wo_b at 183 us gemv / 203 us mma). If it wins, route 2 <= M <= 64 block 32
-#        to it in fp8_auto_impl (and its test), then re-run the bench call. test_gemm_fp8_gemv_cuda
-#        (its launch moved to cuda/launch_clustered) and test_gpu_dspark_cuda (fp8_round_trip now
-#        rounds the drafter; the test's own copy is gone) changed without a run too.
-# bench: bench_gpu_forward --model v41 --quick (compare gpu-v41-decode-sm90-h200-2026-12-03-
-#        1222257.md: B=64 32K 29.4 ms, MoE 18.95 ms of it).
+# wo_a:  test_gemm_fp8_gemv_cuda (GroupedMatchesReferencePerGroup: every group vs
+#        gemm_fp8_block_ref, row 0 alone bitwise; and the ungrouped tests, whose kernel gained
+#        row strides and a group index), the V4.1 and V4 FP8 GPU goldens with
+#        DEEPINFER_WO_A=grouped, then bench_gpu_forward --model v41 --quick without and with it
+#        (compare gpu-v41-decode-h200-2026-12-04-6dc2348.md: B=64 32K 24.86 ms, attention 7.87 ms;
+#        the 8 wo_a groups at M 64 were 8 x 28.7 us + 16 copies). If it wins and the goldens
+#        pass, make it the default (gpu_attention.cc grouped_wo_a_enabled) and drop the switch.
+# The modes run in session 14, kept for re-runs:
+# w4a8:  the W4A8 CUDA tests + bench/moe_decode check and paths plain,fast; kMmaSplit's tests.
+# bench: test_gemm_fp8_mma_cuda + bench_gpu_forward --model v41 --quick.
+# narrow: bench/moe_decode check pass=8, then the plain table at pass 16 and 8.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-w4a8}
@@ -61,5 +55,20 @@ case "$what" in
     timeout 60 /tmp/bmoe paths=plain 2>&1 | tee "${OUT:-/tmp}/moe-plain-pass16.txt"
     timeout 60 /tmp/bmoe paths=plain pass=8 2>&1 | tee "${OUT:-/tmp}/moe-plain-pass8.txt"
     ;;
-  *) echo "pending_h200.sh: w4a8, bench or narrow, not $what" >&2; exit 2 ;;
+  wo_a)
+    TARGETS="bench_gpu_forward test_gemm_fp8_gemv_cuda test_golden_v41_fp8_cuda test_golden_cuda" \
+      QUICK=1 CTEST_ARGS="-R ^test_gemm_fp8_gemv_cuda$" timeout 300 scripts/gpu-check >/dev/null 2>&1
+    echo "gpu-check rc $?"
+    grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log" | head -20
+    (cd build-gpu && DEEPINFER_WO_A=grouped timeout 120 ctest -R "^(test_golden_v41_fp8_cuda|test_golden_cuda)$" 2>&1 | grep -E "Test +#|tests passed")
+    lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
+    export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for mode in loop grouped; do
+      DEEPINFER_WO_A=$mode timeout 100 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
+        --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "${OUT:-.}/gpu-forward-v41-$mode.md" >/dev/null 2>&1
+      echo "wo_a $mode rc $?"; grep -E "^\| decode" "${OUT:-.}/gpu-forward-v41-$mode.md" | grep -v graph | head -12
+    done
+    rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
+    ;;
+  *) echo "pending_h200.sh: w4a8, bench, narrow or wo_a, not $what" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@
 #include "ops/attention/sparse_attention_cuda.h"
 #include "ops/compressor/compress_pool_cuda.h"
 #include "ops/gemm/gemm.h"
+#include "ops/gemm/gemm_fp8_gemv_cuda.h"
 #include "ops/indexer/candidates_cuda.h"
 #include "ops/indexer/index_keys_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
@@ -42,6 +43,19 @@ bool fast_decode_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("DEEPINFER_ATTN_DECODE");
     return v == nullptr || std::string(v) != "simt";
+  }();
+  return on;
+}
+
+// DEEPINFER_WO_A=grouped runs a decode step's grouped output projection (FP8, M <=
+// kFp8GemvMaxM) as one gemm_fp8_gemv_grouped_cuda launch instead of G copies + GEMMs + copies
+// (3 G launches). Off by default: written 2026-12-04 without a GPU, to be measured
+// (bench_gpu_forward with and without it) and tested (test_gemm_fp8_gemv_cuda's
+// GroupedMatchesReferencePerGroup) before it becomes the default.
+bool grouped_wo_a_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_WO_A");
+    return v != nullptr && std::string(v) == "grouped";
   }();
   return on;
 }
@@ -441,7 +455,25 @@ void GpuModel::Impl::output_projection(int64_t layer, float* out) {
   const int64_t G = cfg.o_groups, Ro = cfg.o_lora_rank, gw = H * d / G;
   const bool quant_once = fp8() && gw % a_gen.block == 0;
   if (quant_once) act_quantize(ctx, o, N, H * d, a_gen);
-  for (int64_t g = 0; g < G; ++g) {
+  // One launch for all groups: zz [N, G Ro] is the grouped GEMM's y, group g's activations
+  // are columns [g gw, (g + 1) gw) of a_gen.q and its scales the run at g (gw / block) N.
+  const bool grouped = quant_once && grouped_wo_a_enabled() && !opt.batch_invariant &&
+                       N <= kFp8GemvMaxM && G <= kFp8GemvMaxGroups;
+  if (grouped) {
+    const void* wq[kFp8GemvMaxGroups];
+    const float* sw[kFp8GemvMaxGroups];
+    for (int64_t g = 0; g < G; ++g) {
+      ICHECK(w.wo_a[g].fp8() && w.wo_a[g].n == Ro && w.wo_a[g].k == gw && w.wo_a[g].block == a_gen.block)
+          << "output_projection: wo_a group " << g << " is not an FP8 [" << Ro << ", " << gw << "] weight";
+      wq[g] = w.wo_a[g].q;
+      sw[g] = w.wo_a[g].s;
+      work.gemm_flops += 2.0 * N * Ro * gw;
+      work.weight_bytes += w.wo_a[g].bytes();
+    }
+    gemm_fp8_gemv_grouped_cuda(stream, a_gen.q, a_gen.s, static_cast<int>(G), wq, sw, N, Ro, gw, zz,
+                               DType::F32, a_gen.block);
+  }
+  for (int64_t g = 0; g < G && !grouped; ++g) {
     if (quant_once) {
       CUDA_CHECK(cudaMemcpy2DAsync(og_q, gw, a_gen.q + g * gw, H * d, gw, N,
                                    cudaMemcpyDeviceToDevice, stream));

@@ -18,6 +18,10 @@
 //  * Batch invariance (by design: split count and tiling depend on N, K only; each mma output
 //    element is its own dot product): a row computed alone (M = 1) and inside M = 17 and M = 64
 //    batches gives the same bits.
+//  * gemm_fp8_gemv_grouped_cuda (G GEMMs in one launch, a grouped output projection): every
+//    group's columns vs gemm_fp8_block_ref on that group's operands (same bound), at G 1, 3, 8
+//    and the V4.1 / V4 wo_a shapes (8 x 1024 x 4096, block 32 and 128), M 1, 5, 64, NaN-poisoned
+//    output; row 0 alone gives its bits inside the batch; K not whole blocks is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +81,88 @@ void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b)
   const auto yb = run_gemv(p, d, DType::BF16);
   const double eb = test::nmse(yb.data(), ref.data(), m * n);
   EXPECT_LT(eb, 1e-5) << "BF16 nmse " << eb;
+}
+
+// G groups of one shape: xq [M, G K] (group g in columns g K ..), sx block-major [G n_kb, M],
+// weights per group; y [M, G N].
+struct Grouped {
+  std::vector<Problem> groups;
+  Tensor xq, sx, y;
+  std::vector<DeviceProblem> dev;
+  Grouped(std::mt19937_64& rng, int g, int64_t m, int64_t n, int64_t k, int64_t b) {
+    for (int i = 0; i < g; ++i) groups.push_back(make(rng, m, n, k, b));
+    const int64_t n_kb = k / b;
+    std::vector<uint8_t> x(m * g * k);
+    std::vector<float> sxv(g * n_kb * m);
+    for (int i = 0; i < g; ++i) {
+      const Problem& p = groups[i];
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(&x[(r * g + i) * k], &p.xq[r * k], k);
+      std::memcpy(&sxv[i * n_kb * m], p.sx_blk.data(), n_kb * m * sizeof(float));
+      dev.emplace_back(p);
+    }
+    xq = upload(x.data(), DType::F8_E4M3, {m, g * k});
+    sx = upload(sxv.data(), DType::F32, {g * n_kb, m});
+  }
+  std::vector<float> run(int64_t m, DType y_dtype) {
+    const int g = static_cast<int>(groups.size());
+    const int64_t n = groups[0].n, k = groups[0].k, b = groups[0].b;
+    std::vector<const void*> w;
+    std::vector<const float*> sw;
+    for (const auto& d : dev) {
+      w.push_back(d.wq.raw());
+      sw.push_back(d.sw.data<float>());
+    }
+    y = cuda::device_filled(y_dtype, {m, g * n}, 0xff, ctx().stream());  // NaN poison
+    gemm_fp8_gemv_grouped_cuda(ctx().stream(), xq.raw(), sx.data<float>(), g, w.data(), sw.data(),
+                               m, n, k, y.raw(), y_dtype, b);
+    return download(y, y_dtype);
+  }
+};
+
+void check_grouped(std::mt19937_64& rng, int g, int64_t m, int64_t n, int64_t k, int64_t b) {
+  SCOPED_TRACE(testing::Message() << "grouped G=" << g << " block " << b << " M=" << m << " N="
+                                  << n << " K=" << k);
+  Grouped gp(rng, g, m, n, k, b);
+  const auto y = gp.run(m, DType::F32);
+  for (int i = 0; i < g; ++i) {
+    const Problem& p = gp.groups[i];
+    std::vector<float> ref(m * n), got(m * n);
+    gemm_fp8_block_ref(p.xq.data(), p.sx_row.data(), p.wq.data(), p.sw_grid.data(), m, n, k,
+                       ref.data(), b);
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(&got[r * n], &y[(r * g + i) * n], n * sizeof(float));
+    const double e = test::nmse(got.data(), ref.data(), m * n);
+    EXPECT_LT(e, 1e-9) << "group " << i << " F32 nmse vs ref " << e;
+  }
+  if (m > 1) {  // row 0 alone: the same bits (its sx run is rebuilt for M = 1)
+    Grouped one = gp;
+    const int64_t n_kb = k / b;
+    std::vector<float> sx1(g * n_kb);
+    for (int i = 0; i < g; ++i)
+      for (int64_t kb = 0; kb < n_kb; ++kb) sx1[i * n_kb + kb] = gp.groups[i].sx_row[kb];
+    one.sx = upload(sx1.data(), DType::F32, {g * n_kb, 1});
+    const auto y1 = one.run(1, DType::F32);
+    EXPECT_EQ(0, std::memcmp(y1.data(), y.data(), g * n * sizeof(float))) << "row 0 alone";
+  }
+}
+
+TEST(GemmFp8GemvCuda, GroupedMatchesReferencePerGroup) {
+  auto rng = test::fresh_rng();
+  for (int64_t b : {32, 128}) {
+    for (int64_t m : {1, 5, 64}) {
+      check_grouped(rng, 1, m, 100, 1024, b);
+      check_grouped(rng, 3, m, 100, 1024, b);
+      check_grouped(rng, 8, m, 1024, 4096, b);  // V4.1 / V4-Flash wo_a
+    }
+  }
+  Grouped gp(rng, 2, 4, 64, 256, 32);
+  const void* w[2] = {gp.dev[0].wq.raw(), gp.dev[1].wq.raw()};
+  const float* sw[2] = {gp.dev[0].sw.data<float>(), gp.dev[1].sw.data<float>()};
+  Tensor y = cuda::device_empty(DType::F32, {4, 128});
+  EXPECT_THROW(gemm_fp8_gemv_grouped_cuda(ctx().stream(), gp.xq.raw(), gp.sx.data<float>(), 2, w,
+                                          sw, 4, 64, 240, y.raw(), DType::F32, 32),
+               Error);  // K 240: 7.5 blocks of 32
 }
 
 TEST(GemmFp8GemvCuda, SplitDependsOnShape) {
