@@ -13,7 +13,8 @@
 #   LIMIT=500 SECS=330 bash bench/session/drafter_selfwin_h200.sh      # call timeout >= 530
 # Same recipe as the committed drafter (batch 32 x 512, anchors 96, distill 0.5, auto:SECS)
 # plus --self-windows-file (75 % of the batches); --deadline (LIMIT - 20) makes it export
-# before LIMIT. The result: $OUT/v41-dspark-selfwin.tgz; then, here, the engine's acceptance:
+# before LIMIT; EXTRA adds trainer arguments (e.g. EXTRA="--experts 8 --markov-rank 32" for a
+# larger drafter; the engine reads its shape from config.json). The result: $OUT/v41-dspark-selfwin.tgz; then, here, the engine's acceptance:
 #   cp -r models/trained-v41 /tmp/ck && tar xzf v41-dspark-selfwin.tgz -C /tmp/ck &&
 #   python3 tools/train_drafter.py --acceptance /tmp/ck      # compare 2.06 greedy (official)
 set -uo pipefail
@@ -24,7 +25,7 @@ O=${OUT:-/tmp}; D=/tmp/v41-dspark-selfwin
 timeout ${LIMIT:-500} python3 tools/train_drafter.py --backbone models/trained-v41 --out $D --device cuda \
   --steps auto:${SECS:-330} --deadline $(( ${LIMIT:-500} - 20 )) --batch 32 --seq-len 512 --anchors 96 \
   --eval-windows 32 --eval-batch 8 --log-every 100 --cache '' --self-windows-file $W --self-mix ${MIX:-0.75} \
-  > /tmp/train.log 2>&1
+  ${EXTRA:-} > /tmp/train.log 2>&1
 echo "rc $?"; grep -iE "self-generated|deadline|ms/step|held|error|Traceback" /tmp/train.log | head -12; tail -3 /tmp/train.log
 cp /tmp/train.log $D/ 2>/dev/null
 (cd $D 2>/dev/null && tar czf "$O/v41-dspark-selfwin.tgz" drafter.safetensors config.json model.safetensors.index.json drafter_manifest.json train.log)
