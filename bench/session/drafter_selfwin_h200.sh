@@ -3,11 +3,14 @@
 # (tools/gen_self_windows.py, before the call, on the CPU here) instead of train_drafter's own
 # PyTorch generation (80 s per 256 windows on the H200, which left session 14's run 256
 # windows and an overfit drafter: engine greedy acceptance 1.92 vs the committed one's 2.06).
-# Before the call, here (2 cores: ~1150 generated tokens/s, so 2048 windows of 448 new tokens
-# take ~13 min; run it in the background at the start of the session):
+# Before the call, here (2 cores: ~1150 generated tokens/s, so 4096 windows of 448 new tokens
+# take ~27 min; run it in the background at the start of the session). How many: the call's
+# ~50 K self samples see 4096 windows ~12 times each; the CPU A/B of 2026-12-04
+# (bench/results/drafter-selfwin-cpu-2026-12-04-b788683.md) lost to overfitting at 9.4 passes
+# and gained nothing past ~2; the file is ~1.15 bytes per token (4096 x 512: ~2.4 MB).
 #   make build   # the Python package
 #   mkdir -p .carry/selfwin && PYTHONPATH=python DEEPINFER_BUILD=build OMP_NUM_THREADS=2 \
-#     python3 tools/gen_self_windows.py --backbone models/trained-v41 --windows 2048 \
+#     python3 tools/gen_self_windows.py --backbone models/trained-v41 --windows 4096 \
 #       --seq-len 512 --batch 128 --out .carry/selfwin/windows.npz
 # Then one device call with carry [".carry/selfwin"] (no debs: nothing is built there):
 #   LIMIT=500 SECS=330 bash bench/session/drafter_selfwin_h200.sh      # call timeout >= 530
