@@ -473,7 +473,7 @@ void GpuModel::Impl::output_projection(int64_t layer, float* out) {
     gemm_fp8_gemv_grouped_cuda(stream, a_gen.q, a_gen.s, static_cast<int>(G), wq, sw, N, Ro, gw, zz,
                                DType::F32, a_gen.block);
   }
-  for (int64_t g = 0; g < G && !grouped; ++g) {
+  for (int64_t g = 0; !grouped && g < G; ++g) {
     if (quant_once) {
       CUDA_CHECK(cudaMemcpy2DAsync(og_q, gw, a_gen.q + g * gw, H * d, gw, N,
                                    cudaMemcpyDeviceToDevice, stream));

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "base/error.h"
 #include "cuda/cluster_launch.h"
@@ -780,28 +781,29 @@ void moe_experts_w4a8_cuda(cudaStream_t stream, const MoeExpertsShape& s, int64_
   up.split = g_split_up;
   down.split = g_split_down;
   const int64_t up_cols = ip / kCtaRows, down_cols = ceil_div(D, kCtaRows);
+  // The up and the down projection of one kernel family, for either activation block.
+  auto run = [&](auto up_depth, auto down_depth, auto fast, auto nt) {
+    constexpr int kU = decltype(up_depth)::value, kD = decltype(down_depth)::value;
+    constexpr bool kF = decltype(fast)::value;
+    constexpr int kN = decltype(nt)::value;
+    if (act_block == 128) {
+      launch_gemm<2, 128, kU, kF, kN>(stream, up, tiles, up_cols);
+      launch_gemm<1, 128, kD, kF, kN>(stream, down, tiles, down_cols);
+    } else {
+      launch_gemm<2, 32, kU, kF, kN>(stream, up, tiles, up_cols);
+      launch_gemm<1, 32, kD, kF, kN>(stream, down, tiles, down_cols);
+    }
+  };
+  using std::integral_constant;
   if (narrow) {
-    if (act_block == 128) {
-      launch_gemm<2, 128, kNarrowUpDepth, false, 1>(stream, up, tiles, up_cols);
-      launch_gemm<1, 128, kDownDepth, false, 1>(stream, down, tiles, down_cols);
-    } else {
-      launch_gemm<2, 32, kNarrowUpDepth, false, 1>(stream, up, tiles, up_cols);
-      launch_gemm<1, 32, kDownDepth, false, 1>(stream, down, tiles, down_cols);
-    }
+    run(integral_constant<int, kNarrowUpDepth>{}, integral_constant<int, kDownDepth>{},
+        std::false_type{}, integral_constant<int, 1>{});
   } else if (kernel == MoeW4a8Kernel::kPlain) {
-    if (act_block == 128) {
-      launch_gemm<2, 128, kUpDepth, false>(stream, up, tiles, up_cols);
-      launch_gemm<1, 128, kDownDepth, false>(stream, down, tiles, down_cols);
-    } else {
-      launch_gemm<2, 32, kUpDepth, false>(stream, up, tiles, up_cols);
-      launch_gemm<1, 32, kDownDepth, false>(stream, down, tiles, down_cols);
-    }
-  } else if (act_block == 128) {
-    launch_gemm<2, 128, kFastUpStages, true>(stream, up, tiles, up_cols);
-    launch_gemm<1, 128, kFastDownStages, true>(stream, down, tiles, down_cols);
+    run(integral_constant<int, kUpDepth>{}, integral_constant<int, kDownDepth>{},
+        std::false_type{}, integral_constant<int, kNtMax>{});
   } else {
-    launch_gemm<2, 32, kFastUpStages, true>(stream, up, tiles, up_cols);
-    launch_gemm<1, 32, kFastDownStages, true>(stream, down, tiles, down_cols);
+    run(integral_constant<int, kFastUpStages>{}, integral_constant<int, kFastDownStages>{},
+        std::true_type{}, integral_constant<int, kNtMax>{});
   }
   constexpr int kBlock = 256;
   w4a8_combine_kernel<<<static_cast<unsigned>(ceil_div(T * D, kBlock)), kBlock, 0, stream>>>(
