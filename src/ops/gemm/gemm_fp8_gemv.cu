@@ -275,10 +275,9 @@ void run_gemv(cudaStream_t stream, const void* xq, int64_t x_ld, const float* sx
       << "fp8 gemv: row strides x " << x_ld << ", y " << y_ld << " below " << groups << " x (K "
       << k << ", N " << n << ")";
   if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t r = 0; r < m; ++r)
-      CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(y) + r * y_ld * dtype_size(y_dtype), 0,
-                                 groups * n * dtype_size(y_dtype), stream));
+  if (k == 0) {  // every group's columns of every row are zero
+    const size_t es = dtype_size(y_dtype);
+    CUDA_CHECK(cudaMemset2DAsync(y, y_ld * es, 0, groups * n * es, m, stream));
     return;
   }
   CHECK_KIND(kUnsupported, k % 16 == 0) << "fp8 gemv: K=" << k << " is not a multiple of 16";
