@@ -181,7 +181,7 @@ def train(args):
         if args.deadline > 0 and time.time() - t_train >= budget:  # N steps, or auto running slow
             print(f"[drafter] --deadline: stopped at step {step} of {total}", flush=True)
             break
-        if not fixed_steps and budget is not None and step == 13:
+        if not fixed_steps and step == 13:  # auto: the step count from the first steps' time
             if device.type == "cuda":
                 torch.cuda.synchronize()
             dt = (time.time() - t_timing) / 10
@@ -192,7 +192,7 @@ def train(args):
                 torch.cuda.synchronize()
             t_timing = time.time()
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
-        if fixed_steps or budget is None or step >= 13:
+        if fixed_steps or step >= 13:  # cosine once the step count is known
             lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, total))))
         for gp in opt.param_groups:
             gp["lr"] = lr
@@ -220,7 +220,8 @@ def train(args):
     info = dict(seed=args.seed, steps=step, steps_arg=str(args.steps), batch=Bsz, seq_len=T, anchors=args.anchors,
                 lr=args.lr, warmup=args.warmup, weight_decay=args.weight_decay, clip=args.clip,
                 distill=args.distill, pos_decay=args.pos_decay, conf_weight=args.conf_weight,
-                bias_update=args.bias_update, cache_windows=args.cache_windows, self_windows=args.self_windows, self_windows_file=args.self_windows_file,
+                bias_update=args.bias_update, cache_windows=args.cache_windows, self_windows=args.self_windows,
+                self_windows_file=args.self_windows_file,
                 self_prompt=args.self_prompt, self_temperatures=args.self_temperatures, self_mix=args.self_mix,
                 qat=args.qat, amp=args.amp, init=args.init,
                 device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
@@ -695,8 +696,8 @@ def main():
     ap.add_argument("--self-mix", type=float, default=0.75,
                     help="with --self-windows: the share of training batches drawn from the generated windows")
     ap.add_argument("--deadline", type=float, default=0,
-                    help="seconds from start by which the whole run must have exported (0: none); "
-                         "the training budget shrinks to fit")
+                    help="seconds from the checkpoint load by which the whole run must have exported "
+                         "(0: none); the training budget shrinks to fit")
     ap.add_argument("--deadline-reserve", type=float, default=60,
                     help="with --deadline: seconds kept for evaluation and export after training")
     ap.add_argument("--lr", type=float, default=2e-3)
