@@ -3,7 +3,7 @@
 # carry [".carry/debs"] after scripts/prepare-device-carry here. Session 14 (2026-12-04) ran
 # w4a8, bench and narrow (bench/results/*-2026-12-04-*); left for the next session:
 #
-#   bash bench/session/pending_h200.sh wo_a     # grouped wo_a (one gemv launch for the G groups)
+#   (session 15 ran wo_a: grouped is the default now, bench/results/gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md)
 #
 # wo_a:  test_gemm_fp8_gemv_cuda (GroupedMatchesReferencePerGroup: every group vs
 #        gemm_fp8_block_ref, row 0 alone bitwise; and the ungrouped tests, whose kernel gained

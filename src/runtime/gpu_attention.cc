@@ -47,15 +47,15 @@ bool fast_decode_enabled() {
   return on;
 }
 
-// DEEPINFER_WO_A=grouped runs a decode step's grouped output projection (FP8, M <=
-// kFp8GemvMaxM) as one gemm_fp8_gemv_grouped_cuda launch instead of G copies + GEMMs + copies
-// (3 G launches). Off by default: written 2026-12-04 without a GPU, to be measured
-// (bench_gpu_forward with and without it) and tested (test_gemm_fp8_gemv_cuda's
-// GroupedMatchesReferencePerGroup) before it becomes the default.
+// A decode step's grouped output projection (FP8, M <= kFp8GemvMaxM, not batch-invariant)
+// runs as one gemm_fp8_gemv_grouped_cuda launch instead of G copies + GEMMs + copies (3 G
+// launches): on the H200 it took V4.1 B=64 32K from 24.68 to 23.42 ms a step (attention 7.86 ->
+// 6.57 ms; bench/results/gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md). DEEPINFER_WO_A=loop
+// keeps the per-group loop (read once per process), for A/B runs.
 bool grouped_wo_a_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("DEEPINFER_WO_A");
-    return v != nullptr && std::string(v) == "grouped";
+    return v == nullptr || std::string(v) != "loop";
   }();
   return on;
 }
