@@ -4,6 +4,13 @@
 # w4a8, bench and narrow (bench/results/*-2026-12-04-*); left for the next session:
 #
 #   (session 15 ran wo_a: grouped is the default now, bench/results/gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md)
+#   bash bench/session/pending_h200.sh wgmma    # the native FP8 (wgmma) block-scaled GEMM
+#
+# wgmma: test_gemm_fp8_mma_cuda (Wgmma*: vs the reference at awkward sizes in both
+#        configurations, V4.1 shapes vs SIMT at M 64 / 4096, rows independent of M; the
+#        decode table gains a wgmma column, PrefillShapesBenchmark: M 4096 mma / cuBLASLt /
+#        wgmma), the V4.1 FP8 GPU golden with DEEPINFER_FP8_GEMM=wgmma (every block-32 kAuto
+#        GEMM on wgmma), then bench_gpu_forward --model v41 --quick without and with it.
 #
 # wo_a:  test_gemm_fp8_gemv_cuda (GroupedMatchesReferencePerGroup: every group vs
 #        gemm_fp8_block_ref, row 0 alone bitwise; and the ungrouped tests, whose kernel gained
@@ -70,5 +77,22 @@ case "$what" in
     done
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
-  *) echo "pending_h200.sh: w4a8, bench, narrow or wo_a, not $what" >&2; exit 2 ;;
+  wgmma)
+    TARGETS="bench_gpu_forward test_gemm_fp8_mma_cuda test_golden_v41_fp8_cuda" \
+      QUICK=1 CTEST_ARGS="-R ^test_gemm_fp8_mma_cuda$" timeout 330 scripts/gpu-check >/dev/null 2>&1
+    echo "gpu-check rc $?"
+    grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED|Failure|error:" "${OUT:-gpu-check-out}/ctest.log" | head -20
+    grep -E "^[0-9]+: \| (wq_|wkv|wo_|shared|shape)" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //'
+    grep -E "wgmma .*nmse" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //' | sort -t' ' -k2 | awk '{print}' | tail -8
+    (cd build-gpu && DEEPINFER_FP8_GEMM=wgmma timeout 60 ctest -R "^test_golden_v41_fp8_cuda$" 2>&1 | grep -E "Test +#|tests passed")
+    lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
+    export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for mode in auto wgmma; do
+      DEEPINFER_FP8_GEMM=$mode timeout 110 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
+        --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "${OUT:-.}/gpu-forward-v41-$mode.md" >/dev/null 2>&1
+      echo "fp8 $mode rc $?"; grep -E "^\| (decode|prefill)" "${OUT:-.}/gpu-forward-v41-$mode.md" | grep -v graph | cut -d'|' -f2,3,11,12 | head -16
+    done
+    rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
+    ;;
+  *) echo "pending_h200.sh: w4a8, bench, narrow, wo_a or wgmma, not $what" >&2; exit 2 ;;
 esac

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <unordered_map>
 
@@ -18,6 +20,16 @@
 
 namespace deepinfer {
 namespace {
+
+// DEEPINFER_FP8_GEMM=wgmma sends kAuto's block-32 problems to kWgmma (read once per process):
+// the A/B switch for the wgmma kernel until the H200 measurements route it in fp8_auto_impl.
+bool wgmma_for_block32() {
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_FP8_GEMM");
+    return v != nullptr && std::strcmp(v, "wgmma") == 0;
+  }();
+  return on;
+}
 
 enum class Kind : int { kBf16, kFp8Block, kF32 };
 
@@ -178,7 +190,8 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kFp8Block, m, n, k, y_dtype};
   if (impl == Fp8GemmImpl::kAuto) {
     const bool lt = block == kFp8GemmBlock && find_plan(key, sw_padded, sx_block_major) != nullptr;
-    impl = fp8_auto_impl(m, n, k, block, lt);
+    impl = block == kFp8GemmBlockV41 && wgmma_for_block32() ? Fp8GemmImpl::kWgmma
+                                                            : fp8_auto_impl(m, n, k, block, lt);
   }
   switch (impl) {
     case Fp8GemmImpl::kSimt:
@@ -201,6 +214,10 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
           << block << ", M=" << m << ")";
       gemm_detail::fp8_block_mma_decode(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
                                         y_bf16);
+      return;
+    case Fp8GemmImpl::kWgmma:
+      gemm_detail::fp8_block_wgmma(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
+                                   y_bf16, block);
       return;
     case Fp8GemmImpl::kCublasLt:
     case Fp8GemmImpl::kAuto:
@@ -233,6 +250,7 @@ const char* fp8_impl_name(Fp8GemmImpl impl) {
     case Fp8GemmImpl::kMma: return "mma";
     case Fp8GemmImpl::kGemv: return "gemv";
     case Fp8GemmImpl::kMmaSplit: return "mma-split";
+    case Fp8GemmImpl::kWgmma: return "wgmma";
   }
   return "?";
 }

@@ -96,7 +96,10 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    wins everywhere, M 17..32 was not measured, hence the threshold 32); kMma past 64
 //    (20-23x SIMT at M = 4096, 150-190 TFLOP/s).
 // The batch-invariant forward asks for kSimt explicitly (runtime/device_linear.cc).
-enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit };
+//  * kWgmma: native FP8 tensor cores (wgmma, sm_90a; ops/gemm/gemm_fp8_wgmma.cu), block 32 and
+//    128, any M: 128 x 128 tiles past M 64, 64 x 64 tiles with a K split (warpgroups + cluster,
+//    from N and K only) up to M 64. Not in kAuto until measured on the H200 (2026-12-04).
+enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit, kWgmma };
 constexpr int64_t kFp8MmaWideN = 16384;
 constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit: one 64-row tile
 constexpr int64_t kFp8MmaSplitMinM = 32;   // kAuto: kMmaSplit for M above this (block 32)
@@ -116,7 +119,7 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
 // The kernel kAuto runs for this problem (never kAuto); cublaslt_ok: whether cuBLASLt has an
 // algorithm (fp8_block_cublaslt_supported), consulted for block 128 only.
 Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t k, int64_t block, bool cublaslt_ok);
-const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv", "mma-split"
+const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv", "mma-split", "wgmma"
 // Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
                                   DType y_dtype);

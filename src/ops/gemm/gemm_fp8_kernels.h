@@ -32,4 +32,11 @@ void fp8_block_mma(cudaStream_t stream, const void* xq, const float* sx, const v
 void fp8_block_mma_decode(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
                           const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16);
 
+// Native FP8 tensor-core kernel (gemm_fp8_wgmma.cu, sm_90a wgmma): block 32 or 128, any M;
+// M <= kFp8MmaDecodeMaxM at block 32 runs the decode configuration (64 x 64 CTAs, K split over
+// warpgroups and a cluster, chosen from N and K). Needs 16-byte aligned xq, wq.
+void fp8_block_wgmma(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
+                     const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16,
+                     int64_t block);
+
 }  // namespace deepinfer::gemm_detail
