@@ -231,6 +231,10 @@ TEST(GemmFp8MmaCuda, WgmmaAwkwardSizes) {
   }
   check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41, wg);  // wo_b at M = 64
   check_ref(rng, 2, 512, 5120, kFp8GemmBlockV41, wg);    // wkv
+  // The tiny golden checkpoints' projections (tests/data/golden_v41: K 32 / 64, N 32..256).
+  const int64_t tiny[][2] = {{32, 32}, {64, 32}, {64, 64}, {32, 64}, {128, 32}, {256, 32}};
+  for (const auto& t : tiny)
+    for (int64_t m : {1, 2, 80, 160}) check_ref(rng, m, t[0], t[1], kFp8GemmBlockV41, wg);
 }
 
 TEST(GemmFp8MmaCuda, WgmmaV41FlashShapesMatchSimt) {

@@ -79,4 +79,6 @@ def test_the_drafter_is_where_the_engine_loads_it_and_small(name):
     assert all(f == "model.safetensors" for n, f in index.items() if not n.startswith("mtp."))
     assert set(safetensors_names(model / "drafter.safetensors")) >= drafter
     assert not any(n.startswith("mtp.") for n in safetensors_names(model / "model.safetensors"))
-    assert (model / "drafter.safetensors").stat().st_size <= 2 * 2 ** 20
+    # 2.6 MiB: V4.1's drafter has 8 experts and Markov rank 32 since 2026-12-04 (greedy
+    # acceptance 2.01 -> 2.21 on the 16 recorded prompts); the bound keeps test data small
+    assert (model / "drafter.safetensors").stat().st_size <= 3 * 2 ** 20

@@ -21,8 +21,9 @@
 namespace deepinfer {
 namespace {
 
-// DEEPINFER_FP8_GEMM=wgmma sends kAuto's block-32 problems to kWgmma (read once per process):
-// the A/B switch for the wgmma kernel until the H200 measurements route it in fp8_auto_impl.
+// DEEPINFER_FP8_GEMM=wgmma sends kAuto's block-32 problems to kWgmma (read once per process),
+// for A/B runs. Off by default: the FP8 tensor cores' reduced-precision sums (gemm.h, kWgmma)
+// fail the V4.1 official-numerics GPU golden (bench/results/gemm-fp8-wgmma-h200-2026-12-04-e6ee1a3.md).
 bool wgmma_for_block32() {
   static const bool on = [] {
     const char* v = std::getenv("DEEPINFER_FP8_GEMM");

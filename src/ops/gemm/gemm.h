@@ -98,7 +98,12 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 // The batch-invariant forward asks for kSimt explicitly (runtime/device_linear.cc).
 //  * kWgmma: native FP8 tensor cores (wgmma, sm_90a; ops/gemm/gemm_fp8_wgmma.cu), block 32 and
 //    128, any M: 128 x 128 tiles past M 64, 64 x 64 tiles with a K split (warpgroups + cluster,
-//    from N and K only) up to M 64. Not in kAuto until measured on the H200 (2026-12-04).
+//    from N and K only) up to M 64. Not in kAuto: Hopper's FP8 wgmma adds a block's 32 products
+//    with fewer than fp32's bits (measured on the H200 2026-12-04: NMSE 1.1e-8 against kSimt,
+//    where the other kernels give ~1e-13), enough to fail the V4.1 official-numerics GPU golden
+//    (min cosine 0.38-0.83 against the CPU); an exact variant (e4m3 -> f16 operands on f16
+//    wgmma, fp32 sums) is the next step. It won at decode M 48-64 (wo_b 96 us vs mma-split 119)
+//    and at prefill (234 vs mma's 189 TFLOP/s, block 32, M 4096).
 enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit, kWgmma };
 constexpr int64_t kFp8MmaWideN = 16384;
 constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit: one 64-row tile
