@@ -4,7 +4,14 @@
 # w4a8, bench and narrow (bench/results/*-2026-12-04-*); left for the next session:
 #
 #   (session 15 ran wo_a: grouped is the default now, bench/results/gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md)
-#   bash bench/session/pending_h200.sh wgmma    # the native FP8 (wgmma) block-scaled GEMM
+#   bash bench/session/pending_h200.sh wgmma    # the native FP8 (wgmma) block-scaled GEMM (ran)
+#   bash bench/session/pending_h200.sh wgmma16  # its exact twin on f16 wgmma (kWgmmaF16)
+#
+# wgmma16: the V4.1 FP8 GPU golden with DEEPINFER_FP8_GEMM=wgmma-f16 first (the question:
+#        does f16 wgmma sum in fp32, so the official golden passes where FP8 wgmma failed?),
+#        then test_gemm_fp8_mma_cuda's Wgmma* / refusal tests (kWgmmaF16 at the 1e-9 bound),
+#        then its decode and prefill tables. Short (a ~3 min call); then, if it passes,
+#        bench_gpu_forward --model v41 --quick with DEEPINFER_FP8_GEMM=auto / wgmma-f16.
 #
 # wgmma: test_gemm_fp8_mma_cuda (Wgmma*: vs the reference at awkward sizes in both
 #        configurations, V4.1 shapes vs SIMT at M 64 / 4096, rows independent of M; the
@@ -94,5 +101,18 @@ case "$what" in
     done
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
-  *) echo "pending_h200.sh: w4a8, bench, narrow, wo_a or wgmma, not $what" >&2; exit 2 ;;
+  wgmma16)
+    TARGETS="test_gemm_fp8_mma_cuda test_golden_v41_fp8_cuda" QUICK=1 CTEST_ARGS="-R ^none$" \
+      timeout 150 scripts/gpu-check >/dev/null 2>&1
+    echo "build rc $?"; grep -E "error" "${OUT:-gpu-check-out}/build.log" | head -5
+    T=$(find build-gpu -name test_gemm_fp8_mma_cuda -type f | head -1)
+    G=$(find build-gpu -name test_golden_v41_fp8_cuda -type f | head -1)
+    lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
+    export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    DEEPINFER_FP8_GEMM=wgmma-f16 timeout 40 ./$G 2>&1 | grep -E "argmax|FAILED|OK \]|PASSED" | head -24
+    timeout 60 ./$T --gtest_filter='*Wgmma*:*Refuses*' 2>&1 | grep -E "Failure|FAILED|OK \]|wgmma-f16 V4.1" | head -30
+    timeout 40 ./$T --gtest_filter='*ShapesBenchmark*' 2>&1 | grep -E "^\| "
+    rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
+    ;;
+  *) echo "pending_h200.sh: w4a8, bench, narrow, wo_a, wgmma or wgmma16, not $what" >&2; exit 2 ;;
 esac

@@ -19,8 +19,9 @@
 //    row's result bitwise independent of M (a row alone equals its row in a batch of 64: the
 //    K split comes from N and K only), two runs bitwise equal (fixed reduction order), the
 //    refusals; and a report-only timing of gemv / mma / mma-split at V4.1 decode shapes.
-//  * kWgmma (native FP8 wgmma, block 32 and 128): the same bounds at awkward sizes in both of
-//    its configurations (M <= 64 at block 32: the decode tiles with a K split; otherwise 128 x
+//  * kWgmma (native FP8 wgmma, block 32 and 128; its F32 bound is 1e-6, see f32_bound) and
+//    kWgmmaF16 (f16 wgmma, fp32 sums, block 32; bound 1e-9): the same checks at awkward sizes in
+//    both configurations (M <= 64 at block 32: the decode tiles with a K split; otherwise 128 x
 //    128 tiles), V4.1 shapes at M 64 and 4096, a row's result bitwise independent of M within a
 //    configuration and two runs bitwise equal; report-only timings next to gemv / mma /
 //    mma-split at decode and next to mma / cuBLASLt at M 4096.
@@ -61,6 +62,7 @@ std::vector<float> run(const Problem& p, const DeviceProblem& d, DType y_dtype,
 // DeepSeek-V3 technical report, "Increasing Accumulation Precision"), which is why every kernel here promotes per K block; relative error per
 // output ~2^-14, NMSE ~1e-8 at worst. 1e-6 still fails at once on a wrong scale or element
 // (O(1) relative).
+// kWgmmaF16 sums in fp32 like the others (1e-9).
 double f32_bound(Fp8GemmImpl impl) { return impl == Fp8GemmImpl::kWgmma ? 1e-6 : 1e-9; }
 
 void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b,
@@ -76,7 +78,9 @@ void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b,
   const double bound = f32_bound(impl);
   const double e = test::nmse(y.data(), ref.data(), m * n);
   EXPECT_LT(e, bound) << "F32 nmse vs ref " << e;
-  if (impl == Fp8GemmImpl::kWgmma) std::printf("wgmma block %lld M=%lld N=%lld K=%lld: F32 nmse vs ref %.3g\n", (long long)b, (long long)m, (long long)n, (long long)k, e);
+  if (impl == Fp8GemmImpl::kWgmma || impl == Fp8GemmImpl::kWgmmaF16)
+    std::printf("%s block %lld M=%lld N=%lld K=%lld: F32 nmse vs ref %.3g\n", fp8_impl_name(impl),
+                (long long)b, (long long)m, (long long)n, (long long)k, e);
   const auto ys = run(p, d, DType::F32, Fp8GemmImpl::kSimt);
   const double es = test::nmse(y.data(), ys.data(), m * n);
   EXPECT_LT(es, bound) << "F32 nmse vs simt " << es;
@@ -168,6 +172,8 @@ TEST(GemmFp8MmaCuda, MmaSplitRefusesWhatItDoesNotServe) {
   const DeviceProblem d128(b128);
   EXPECT_THROW(run(b128, d128, DType::F32, Fp8GemmImpl::kMmaSplit), Error);  // block 128
   EXPECT_STREQ(fp8_impl_name(Fp8GemmImpl::kMmaSplit), "mma-split");
+  EXPECT_THROW(run(b128, d128, DType::F32, Fp8GemmImpl::kWgmmaF16), Error);  // block 128
+  EXPECT_STREQ(fp8_impl_name(Fp8GemmImpl::kWgmmaF16), "wgmma-f16");
 }
 
 // Report only (no timing is asserted): the decode-sized V4.1 projections under the three
@@ -179,16 +185,16 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
   const struct { const char* name; int64_t n, k; } shapes[] = {
       {"wq_a", 1280, 5120}, {"wq_b", 32768, 1280}, {"wkv", 512, 5120}, {"wo_a group", 1024, 4096},
       {"wo_b", 5120, 8192}, {"shared w1", 2304, 5120}, {"shared w2", 5120, 2304}};
-  std::printf("| shape | N | K | M | gemv us | mma us | mma-split us | wgmma us | mma-split GB/s | wgmma GB/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | N | K | M | gemv us | mma us | mma-split us | wgmma us | wgmma-f16 us | gemv GB/s | wgmma-f16 GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& sh : shapes) {
     for (int64_t m : {1, 4, 16, 32, 48, 64}) {
       const Problem p = make(rng, m, sh.n, sh.k, kFp8GemmBlockV41);
       const DeviceProblem d(p);
       Tensor y = cuda::device_empty(DType::BF16, {m, sh.n});
-      double us[4];
-      const Fp8GemmImpl impls[4] = {Fp8GemmImpl::kGemv, Fp8GemmImpl::kMma, Fp8GemmImpl::kMmaSplit,
-                                    Fp8GemmImpl::kWgmma};
-      for (int i = 0; i < 4; ++i) {
+      double us[5];
+      const Fp8GemmImpl impls[5] = {Fp8GemmImpl::kGemv, Fp8GemmImpl::kMma, Fp8GemmImpl::kMmaSplit,
+                                    Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16};
+      for (int i = 0; i < 5; ++i) {
         auto call = [&] {
           gemm_fp8_block_cuda(ctx(), d.xq.raw(), d.sx.data<float>(), d.wq.raw(), d.sw.data<float>(), m, sh.n,
                               sh.k, y.raw(), DType::BF16, impls[i], kFp8GemmBlockV41);
@@ -208,33 +214,36 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
         us[i] = ts[ts.size() / 2];
       }
       const double bytes = double(sh.n) * sh.k + 4.0 * ceil_div64(sh.n, 32) * ceil_div64(sh.k, 32);
-      std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f |\n", sh.name,
-                  (long long)sh.n, (long long)sh.k, (long long)m, us[0], us[1], us[2], us[3],
-                  bytes / us[2] * 1e-3, bytes / us[3] * 1e-3);
+      std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f |\n", sh.name,
+                  (long long)sh.n, (long long)sh.k, (long long)m, us[0], us[1], us[2], us[3], us[4],
+                  bytes / us[0] * 1e-3, bytes / us[4] * 1e-3);
     }
   }
 }
 
+// kWgmma (block 32 and 128) and kWgmmaF16 (block 32) at awkward sizes in both configurations.
 TEST(GemmFp8MmaCuda, WgmmaAwkwardSizes) {
   auto rng = test::fresh_rng();
-  const Fp8GemmImpl wg = Fp8GemmImpl::kWgmma;
-  for (int64_t b : {32, 128}) {
-    for (int64_t m : {1, 3, 16, 17, 64, 65, 100, 300}) {
-      check_ref(rng, m, 8, 32, b, wg);
-      check_ref(rng, m, 100, 48, b, wg);     // partial last K block
-      check_ref(rng, m, 77, 1040, b, wg);    // ragged N tile, partial last block
-      check_ref(rng, m, 1280, 1280, b, wg);
+  for (const Fp8GemmImpl wg : {Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16}) {
+    for (int64_t b : {32, 128}) {
+      if (wg == Fp8GemmImpl::kWgmmaF16 && b != kFp8GemmBlockV41) continue;
+      for (int64_t m : {1, 3, 16, 17, 64, 65, 100, 300}) {
+        check_ref(rng, m, 8, 32, b, wg);
+        check_ref(rng, m, 100, 48, b, wg);     // partial last K block
+        check_ref(rng, m, 77, 1040, b, wg);    // ragged N tile, partial last block
+        check_ref(rng, m, 1280, 1280, b, wg);
+      }
+      check_ref(rng, 100, 333, 5120, b, wg);
+      check_ref(rng, 1024, 100, 8192, b, wg);
+      check_ref(rng, 33, 333, 5120, b, wg);    // decode tiles, a K split
     }
-    check_ref(rng, 100, 333, 5120, b, wg);
-    check_ref(rng, 1024, 100, 8192, b, wg);
-    check_ref(rng, 33, 333, 5120, b, wg);    // decode tiles, a split over 40 stages
+    check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41, wg);  // wo_b at M = 64
+    check_ref(rng, 2, 512, 5120, kFp8GemmBlockV41, wg);    // wkv
+    // The tiny golden checkpoints' projections (tests/data/golden_v41: K 32 / 64, N 32..256).
+    const int64_t tiny[][2] = {{32, 32}, {64, 32}, {64, 64}, {32, 64}, {128, 32}, {256, 32}};
+    for (const auto& t : tiny)
+      for (int64_t m : {1, 2, 80, 160}) check_ref(rng, m, t[0], t[1], kFp8GemmBlockV41, wg);
   }
-  check_ref(rng, 64, 5120, 8192, kFp8GemmBlockV41, wg);  // wo_b at M = 64
-  check_ref(rng, 2, 512, 5120, kFp8GemmBlockV41, wg);    // wkv
-  // The tiny golden checkpoints' projections (tests/data/golden_v41: K 32 / 64, N 32..256).
-  const int64_t tiny[][2] = {{32, 32}, {64, 32}, {64, 64}, {32, 64}, {128, 32}, {256, 32}};
-  for (const auto& t : tiny)
-    for (int64_t m : {1, 2, 80, 160}) check_ref(rng, m, t[0], t[1], kFp8GemmBlockV41, wg);
 }
 
 TEST(GemmFp8MmaCuda, WgmmaV41FlashShapesMatchSimt) {
@@ -246,11 +255,14 @@ TEST(GemmFp8MmaCuda, WgmmaV41FlashShapesMatchSimt) {
     for (int64_t m : {64, 4096}) {
       const Problem p = make(rng, m, s[0], s[1], kFp8GemmBlockV41);
       const DeviceProblem d(p);
-      const auto y = run(p, d, DType::F32, Fp8GemmImpl::kWgmma);
       const auto ys = run(p, d, DType::F32, Fp8GemmImpl::kSimt);
-      const double e = test::nmse(y.data(), ys.data(), y.size());
-      EXPECT_LT(e, f32_bound(Fp8GemmImpl::kWgmma)) << "M=" << m << " F32 nmse vs simt " << e;
-      std::printf("wgmma V4.1 N=%lld K=%lld M=%lld: F32 nmse vs simt %.3g\n", (long long)s[0], (long long)s[1], (long long)m, e);
+      for (const Fp8GemmImpl wg : {Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16}) {
+        const auto y = run(p, d, DType::F32, wg);
+        const double e = test::nmse(y.data(), ys.data(), y.size());
+        EXPECT_LT(e, f32_bound(wg)) << fp8_impl_name(wg) << " M=" << m << " F32 nmse vs simt " << e;
+        std::printf("%s V4.1 N=%lld K=%lld M=%lld: F32 nmse vs simt %.3g\n", fp8_impl_name(wg), (long long)s[0],
+                    (long long)s[1], (long long)m, e);
+      }
     }
   }
 }
@@ -262,12 +274,15 @@ TEST(GemmFp8MmaCuda, WgmmaRowsDoNotDependOnTheBatch) {
   struct Case { int64_t m_big, m_small, n, k, b; };
   const Case cases[] = {{64, 1, 1280, 5120, 32}, {64, 1, 5120, 8192, 32}, {64, 1, 77, 1040, 32},
                         {300, 65, 1280, 5120, 32}, {300, 1, 333, 2064, 128}};
+  for (const Fp8GemmImpl wg : {Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16})
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << "M=" << c.m_big << " N=" << c.n << " K=" << c.k << " block " << c.b);
+    if (wg == Fp8GemmImpl::kWgmmaF16 && c.b != kFp8GemmBlockV41) continue;
+    SCOPED_TRACE(testing::Message() << fp8_impl_name(wg) << " M=" << c.m_big << " N=" << c.n << " K=" << c.k
+                                    << " block " << c.b);
     const Problem p = make(rng, c.m_big, c.n, c.k, c.b);
     const DeviceProblem d(p);
-    const auto y = run(p, d, DType::F32, Fp8GemmImpl::kWgmma);
-    const auto y2 = run(p, d, DType::F32, Fp8GemmImpl::kWgmma);
+    const auto y = run(p, d, DType::F32, wg);
+    const auto y2 = run(p, d, DType::F32, wg);
     EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float))) << "two runs differ";
     const int64_t n_kb = ceil_div64(c.k, c.b);
     // The first m_small rows of the batch, as a batch of their own (block-major scales rebuilt).
@@ -279,7 +294,7 @@ TEST(GemmFp8MmaCuda, WgmmaRowsDoNotDependOnTheBatch) {
     for (int64_t r = 0; r < c.m_small; ++r)
       for (int64_t kb = 0; kb < n_kb; ++kb) few.sx_blk[kb * c.m_small + r] = few.sx_row[r * n_kb + kb];
     const DeviceProblem d1(few);
-    const auto y1 = run(few, d1, DType::F32, Fp8GemmImpl::kWgmma);
+    const auto y1 = run(few, d1, DType::F32, wg);
     EXPECT_EQ(0, std::memcmp(y1.data(), y.data(), y1.size() * sizeof(float)));
   }
 }
@@ -289,17 +304,19 @@ TEST(GemmFp8MmaCuda, PrefillShapesBenchmark) {
   auto rng = test::fresh_rng();
   const struct { const char* name; int64_t n, k; } shapes[] = {
       {"wq_a", 1280, 5120}, {"wq_b", 32768, 1280}, {"wo_b", 5120, 8192}, {"shared w1", 2304, 5120}};
-  std::printf("| shape | N | K | M | block | mma TFLOP/s | cublaslt TFLOP/s | wgmma TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | N | K | M | block | mma TFLOP/s | cublaslt TFLOP/s | wgmma TFLOP/s | wgmma-f16 TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& sh : shapes) {
     for (int64_t b : {32, 128}) {
       const int64_t m = 4096;
       const Problem p = make(rng, m, sh.n, sh.k, b);
       const DeviceProblem d(p);
       Tensor y = cuda::device_empty(DType::BF16, {m, sh.n});
-      double tf[3] = {0, 0, 0};
-      const Fp8GemmImpl impls[3] = {Fp8GemmImpl::kMma, Fp8GemmImpl::kCublasLt, Fp8GemmImpl::kWgmma};
-      for (int i = 0; i < 3; ++i) {
+      double tf[4] = {0, 0, 0, 0};
+      const Fp8GemmImpl impls[4] = {Fp8GemmImpl::kMma, Fp8GemmImpl::kCublasLt, Fp8GemmImpl::kWgmma,
+                                    Fp8GemmImpl::kWgmmaF16};
+      for (int i = 0; i < 4; ++i) {
         if (impls[i] == Fp8GemmImpl::kCublasLt && b != 128) continue;
+        if (impls[i] == Fp8GemmImpl::kWgmmaF16 && b != 32) continue;
         auto call = [&] {
           gemm_fp8_block_cuda(ctx(), d.xq.raw(), d.sx.data<float>(), d.wq.raw(), d.sw.data<float>(), m, sh.n,
                               sh.k, y.raw(), DType::BF16, impls[i], b);
@@ -317,8 +334,8 @@ TEST(GemmFp8MmaCuda, PrefillShapesBenchmark) {
         std::sort(ts.begin(), ts.end());
         tf[i] = 2.0 * m * sh.n * sh.k / (ts[ts.size() / 2] * 1e-3) * 1e-12;
       }
-      std::printf("| %s | %lld | %lld | %lld | %lld | %.0f | %.0f | %.0f |\n", sh.name, (long long)sh.n,
-                  (long long)sh.k, (long long)m, (long long)b, tf[0], tf[1], tf[2]);
+      std::printf("| %s | %lld | %lld | %lld | %lld | %.0f | %.0f | %.0f | %.0f |\n", sh.name, (long long)sh.n,
+                  (long long)sh.k, (long long)m, (long long)b, tf[0], tf[1], tf[2], tf[3]);
     }
   }
 }

@@ -21,15 +21,17 @@
 namespace deepinfer {
 namespace {
 
-// DEEPINFER_FP8_GEMM=wgmma sends kAuto's block-32 problems to kWgmma (read once per process),
-// for A/B runs. Off by default: the FP8 tensor cores' reduced-precision sums (gemm.h, kWgmma)
+// DEEPINFER_FP8_GEMM=wgmma (or wgmma-f16) sends kAuto's block-32 problems to kWgmma (or
+// kWgmmaF16; read once per process), for A/B runs. Off by default: the FP8 tensor cores' reduced-precision sums (gemm.h, kWgmma)
 // fail the V4.1 official-numerics GPU golden (bench/results/gemm-fp8-wgmma-h200-2026-12-04-e6ee1a3.md).
-bool wgmma_for_block32() {
-  static const bool on = [] {
+Fp8GemmImpl block32_override() {
+  static const Fp8GemmImpl impl = [] {
     const char* v = std::getenv("DEEPINFER_FP8_GEMM");
-    return v != nullptr && std::strcmp(v, "wgmma") == 0;
+    if (v != nullptr && std::strcmp(v, "wgmma") == 0) return Fp8GemmImpl::kWgmma;
+    if (v != nullptr && std::strcmp(v, "wgmma-f16") == 0) return Fp8GemmImpl::kWgmmaF16;
+    return Fp8GemmImpl::kAuto;
   }();
-  return on;
+  return impl;
 }
 
 enum class Kind : int { kBf16, kFp8Block, kF32 };
@@ -191,8 +193,8 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   const PlanKey key{ctx.cublaslt(), ctx.workspace_bytes(), Kind::kFp8Block, m, n, k, y_dtype};
   if (impl == Fp8GemmImpl::kAuto) {
     const bool lt = block == kFp8GemmBlock && find_plan(key, sw_padded, sx_block_major) != nullptr;
-    impl = block == kFp8GemmBlockV41 && wgmma_for_block32() ? Fp8GemmImpl::kWgmma
-                                                            : fp8_auto_impl(m, n, k, block, lt);
+    const Fp8GemmImpl forced = block == kFp8GemmBlockV41 ? block32_override() : Fp8GemmImpl::kAuto;
+    impl = forced != Fp8GemmImpl::kAuto ? forced : fp8_auto_impl(m, n, k, block, lt);
   }
   switch (impl) {
     case Fp8GemmImpl::kSimt:
@@ -219,6 +221,12 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
     case Fp8GemmImpl::kWgmma:
       gemm_detail::fp8_block_wgmma(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
                                    y_bf16, block);
+      return;
+    case Fp8GemmImpl::kWgmmaF16:
+      CHECK_KIND(kUnsupported, block == kFp8GemmBlockV41)
+          << "fp8 gemm: kWgmmaF16 serves block 32 (block " << block << ")";
+      gemm_detail::fp8_block_wgmma_f16(ctx.stream(), xq, sx_block_major, wq, sw_padded, m, n, k, y,
+                                       y_bf16);
       return;
     case Fp8GemmImpl::kCublasLt:
     case Fp8GemmImpl::kAuto:
@@ -252,6 +260,7 @@ const char* fp8_impl_name(Fp8GemmImpl impl) {
     case Fp8GemmImpl::kGemv: return "gemv";
     case Fp8GemmImpl::kMmaSplit: return "mma-split";
     case Fp8GemmImpl::kWgmma: return "wgmma";
+    case Fp8GemmImpl::kWgmmaF16: return "wgmma-f16";
   }
   return "?";
 }

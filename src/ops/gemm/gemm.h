@@ -104,7 +104,10 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //    (min cosine 0.38-0.83 against the CPU); an exact variant (e4m3 -> f16 operands on f16
 //    wgmma, fp32 sums) is the next step. It won at decode M 48-64 (wo_b 96 us vs mma-split 119)
 //    and at prefill (234 vs mma's 189 TFLOP/s, block 32, M 4096).
-enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit, kWgmma };
+//  * kWgmmaF16: kWgmma's tiles on f16 wgmma (ops/gemm/gemm_fp8_wgmma_f16.cu): e4m3 codes
+//    converted to f16 on chip, fp32 sums (the mma.sync kernels' arithmetic); block 32 only.
+//    Written 2026-12-04, not yet run on a GPU; not in kAuto.
+enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit, kWgmma, kWgmmaF16 };
 constexpr int64_t kFp8MmaWideN = 16384;
 constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit: one 64-row tile
 constexpr int64_t kFp8MmaSplitMinM = 32;   // kAuto: kMmaSplit for M above this (block 32)
@@ -124,7 +127,7 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
 // The kernel kAuto runs for this problem (never kAuto); cublaslt_ok: whether cuBLASLt has an
 // algorithm (fp8_block_cublaslt_supported), consulted for block 128 only.
 Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t k, int64_t block, bool cublaslt_ok);
-const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv", "mma-split", "wgmma"
+const char* fp8_impl_name(Fp8GemmImpl impl);  // "auto", "cublaslt", "simt", "mma", "gemv", "mma-split", "wgmma", "wgmma-f16"
 // Whether cuBLASLt has a block-scaled FP8 algorithm for this problem (cached per thread).
 bool fp8_block_cublaslt_supported(cuda::DeviceContext& ctx, int64_t m, int64_t n, int64_t k,
                                   DType y_dtype);

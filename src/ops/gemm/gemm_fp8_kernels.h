@@ -39,4 +39,9 @@ void fp8_block_wgmma(cudaStream_t stream, const void* xq, const float* sx, const
                      const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16,
                      int64_t block);
 
+// The same tiles on f16 wgmma (gemm_fp8_wgmma_f16.cu): e4m3 codes converted to f16 on chip,
+// fp32 sums (the mma.sync kernels' arithmetic); block 32 only. Needs 16-byte aligned xq, wq.
+void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
+                         const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16);
+
 }  // namespace deepinfer::gemm_detail

@@ -57,9 +57,12 @@
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_fp8_kernels.h"
+#include "ops/gemm/sm90_wgmma.cuh"
 
 namespace deepinfer::gemm_detail {
 namespace {
+
+using namespace sm90;
 
 constexpr int kTileK = 128;  // K bytes per stage: one 128-byte swizzle row
 
@@ -101,48 +104,6 @@ struct WgCfg {
                 "the reduction buffers fit in the stages");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-// This thread's generic-proxy shared-memory writes (cp.async) become visible to the async
-// proxy (wgmma's operand reads).
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from touching d across a wgmma boundary (reads hoisted above a wait).
-template <int kN>
-__device__ __forceinline__ void fence_regs(float (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// K-major operand, 128-byte swizzle, 8-row atoms 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
 
 // d (+)= A[64 x 32] . B[64 x 32]^T, e4m3 in, fp32 out; scale_d 0 overwrites d.
 __device__ __forceinline__ void wgmma_m64n64k32(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
@@ -407,28 +368,9 @@ using PrefillB32 = WgCfg<4, 2, 1, 128, 4>;
 using PrefillB128 = WgCfg<1, 2, 1, 128, 4>;
 using DecodeB32 = WgCfg<4, 1, 4, 64, 6>;
 
-// K-stage split of the decode configuration, from N, K and the device only (never M): the
-// split (1..8, at least 2 stages per CTA) that wastes the least of the last wave of one CTA
-// per SM, the smaller on a tie.
+// K-stage split of the decode configuration (one CTA per SM: 512 threads x 125 registers).
 int wgmma_decode_split(int64_t n, int64_t k) {
-  static const int sms = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  const int64_t tiles = ceil_div64(n, DecodeB32::kBN), stages = ceil_div64(k, kTileK);
-  int best = 1;
-  double best_use = 0.0;
-  for (int s = 1; s <= 8 && (s == 1 || stages >= 2 * s); ++s) {
-    const int64_t ctas = tiles * s;
-    const double use = static_cast<double>(ctas) / static_cast<double>(ceil_div64(ctas, sms) * sms);
-    if (use > best_use + 1e-9) {
-      best_use = use;
-      best = s;
-    }
-  }
-  return best;
+  return k_split(ceil_div64(n, DecodeB32::kBN), ceil_div64(k, kTileK), 1);
 }
 
 }  // namespace
