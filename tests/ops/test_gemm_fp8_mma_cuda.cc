@@ -26,8 +26,9 @@
 //    configuration and two runs bitwise equal; report-only timings next to gemv / mma /
 //    mma-split at decode and next to mma / cuBLASLt at M 4096.
 //  * Dispatch: kAuto gives the bits of the kernel fp8_auto_impl names (gemm.h), and
-//    fp8_auto_impl follows the measured policy: block 32 M 1 -> kSimt, 2..64 -> kGemv (kMma for
-//    N >= kFp8MmaWideN past M 16; kMmaSplit for K >= 4096 past M 32), beyond -> kMma;
+//    fp8_auto_impl follows the measured policy: block 32 M 1 -> kSimt, 2..32 -> kGemv (kMma for
+//    N >= kFp8MmaWideN past M 16), 33..64 -> kWgmmaF16 (kMma for N >= kFp8MmaWideN), beyond ->
+//    kMma;
 //    block 128 -> kCublasLt when it has one.
 #include <gtest/gtest.h>
 
@@ -347,15 +348,16 @@ TEST(GemmFp8MmaCuda, AutoRunsTheKernelThePolicyNames) {
   EXPECT_EQ(fp8_auto_impl(1, 1280, kLongK, kFp8GemmBlockV41, false), I::kSimt);
   EXPECT_EQ(fp8_auto_impl(2, 1280, kLongK, kFp8GemmBlockV41, false), I::kGemv);
   EXPECT_EQ(fp8_auto_impl(32, 5120, kLongK, kFp8GemmBlockV41, false), I::kGemv);
-  EXPECT_EQ(fp8_auto_impl(33, 5120, kLongK, kFp8GemmBlockV41, false), I::kMmaSplit);
-  EXPECT_EQ(fp8_auto_impl(64, 5120, kLongK, kFp8GemmBlockV41, false), I::kMmaSplit);
-  EXPECT_EQ(fp8_auto_impl(64, 5120, kShortK, kFp8GemmBlockV41, false), I::kGemv);
-  EXPECT_EQ(fp8_auto_impl(64, 5120, kLongK, kFp8GemmBlock, false), I::kGemv);  // split: block 32
+  EXPECT_EQ(fp8_auto_impl(33, 5120, kLongK, kFp8GemmBlockV41, false), I::kWgmmaF16);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kLongK, kFp8GemmBlockV41, false), I::kWgmmaF16);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kShortK, kFp8GemmBlockV41, false), I::kWgmmaF16);
+  EXPECT_EQ(fp8_auto_impl(64, 5120, kLongK, kFp8GemmBlock, false), I::kGemv);  // wgmma-f16: block 32
   EXPECT_EQ(fp8_auto_impl(16, 32768, kShortK, kFp8GemmBlockV41, false), I::kGemv);
   EXPECT_EQ(fp8_auto_impl(17, 32768, kShortK, kFp8GemmBlockV41, false), I::kMma);
   EXPECT_EQ(fp8_auto_impl(64, 32768, kLongK, kFp8GemmBlockV41, false), I::kMma);
   EXPECT_EQ(fp8_auto_impl(65, 1280, kLongK, kFp8GemmBlockV41, false), I::kMma);
-  EXPECT_EQ(fp8_auto_impl(64, 1280, kShortK, kFp8GemmBlockV41, true), I::kGemv);  // no cuBLASLt at 32
+  EXPECT_EQ(fp8_auto_impl(64, 1280, kShortK, kFp8GemmBlockV41, true), I::kWgmmaF16);  // no cuBLASLt at 32
+  EXPECT_EQ(fp8_auto_impl(16, 1280, kShortK, kFp8GemmBlockV41, true), I::kGemv);
   EXPECT_EQ(fp8_auto_impl(64, 1280, kLongK, kFp8GemmBlock, true), I::kCublasLt);
   EXPECT_EQ(fp8_auto_impl(5, 1280, kLongK, kFp8GemmBlock, false), I::kGemv);
   EXPECT_EQ(fp8_auto_impl(4097, 1280, kLongK, kFp8GemmBlock, false), I::kMma);
@@ -363,8 +365,8 @@ TEST(GemmFp8MmaCuda, AutoRunsTheKernelThePolicyNames) {
   for (int64_t block : {kFp8GemmBlockV41, kFp8GemmBlock}) {
     for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}, int64_t{65}, int64_t{200}}) {
       for (int64_t n : {int64_t{96}, kFp8MmaWideN}) {
-        for (int64_t k : {int64_t{1040}, kFp8MmaSplitMinK}) {
-          if (n == kFp8MmaWideN && k == kFp8MmaSplitMinK && m > 64) continue;  // kMma: covered
+        for (int64_t k : {int64_t{1040}, int64_t{4096}}) {
+          if (n == kFp8MmaWideN && k == 4096 && m > 64) continue;  // kMma: covered
           const Problem p = make(rng, m, n, k, block);
           const DeviceProblem d(p);
           const bool lt = fp8_block_cublaslt_supported(ctx(), m, n, k, DType::F32);

@@ -240,12 +240,13 @@ void gemm_fp8_block_cuda(cuda::DeviceContext& ctx, const void* xq, const float* 
   run_plan(ctx, plan, wq, xq, y);
 }
 
-Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, int64_t k, int64_t block, bool cublaslt_ok) {
+// K is not consulted since kWgmmaF16 replaced kMmaSplit (K >= 4096) in the policy; the callers
+// keep passing it (the policy is measured per shape and may need it again).
+Fp8GemmImpl fp8_auto_impl(int64_t m, int64_t n, [[maybe_unused]] int64_t k, int64_t block, bool cublaslt_ok) {
   if (block == kFp8GemmBlock && cublaslt_ok) return Fp8GemmImpl::kCublasLt;
   if (m <= 1) return Fp8GemmImpl::kSimt;
-  if (block != kFp8GemmBlock && m > kFp8MmaSplitMinM && m <= kFp8MmaDecodeMaxM &&
-      k >= kFp8MmaSplitMinK && n < kFp8MmaWideN)
-    return Fp8GemmImpl::kMmaSplit;
+  if (block != kFp8GemmBlock && m > kFp8DecodeTileMinM && m <= kFp8MmaDecodeMaxM && n < kFp8MmaWideN)
+    return Fp8GemmImpl::kWgmmaF16;
   if (m <= kFp8GemvMaxM && !(block != kFp8GemmBlock && n >= kFp8MmaWideN && m > 16))
     return Fp8GemmImpl::kGemv;
   return Fp8GemmImpl::kMma;

@@ -88,30 +88,29 @@ std::vector<float> expand_weight_scales_f32(const float* s, int64_t n, int64_t k
 //  * block 128: cuBLASLt where it has an algorithm (M a multiple of 4); else kSimt for M = 1
 //    (faster than kGemv on wo_b / wq_a, slower on wq_b), kGemv for 2 <= M <= 64, kMma beyond
 //    (178-222 TFLOP/s at M = 4096, where SIMT gives 7-9).
-//  * block 32: kSimt at M = 1; kGemv up to M = 64 (1.3-5.6x SIMT), except N >= kFp8MmaWideN
-//    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64), and K >=
-//    kFp8MmaSplitMinK with kFp8MmaSplitMinM < M <= 64, where kMmaSplit wins (M = 64, H200
-//    2026-12-04, w4a8-tiled-mmasplit-h200-2026-12-04-a94dad4.md: wo_b 120 us vs gemv 207,
-//    wkv 18 vs 38, shared w1 49 vs 69, wq_a 35 vs 38, wo_a group 29 vs 32; at M = 16 gemv
-//    wins everywhere, M 17..32 was not measured, hence the threshold 32); kMma past 64
-//    (20-23x SIMT at M = 4096, 150-190 TFLOP/s).
+//  * block 32: kSimt at M = 1; kGemv up to M = 32 (1.3-5.6x SIMT), except N >= kFp8MmaWideN
+//    with M > 16, where kMma wins (wq_b N 32768: 42 us vs 123 us at M = 64); for
+//    kFp8DecodeTileMinM < M <= 64, kWgmmaF16 (N < kFp8MmaWideN; H200 2026-12-04,
+//    gemm-fp8-wgmma-f16-h200-2026-12-04-6488545.md, us at M = 64 against the kernel kAuto ran
+//    before: wo_b 101 vs mma-split 119, wq_a 24 vs 35, shared w1 39 vs 49, shared w2 37 vs gemv
+//    51, wo_a group 21 vs 29; wkv 18.6 vs 17.6 is the one loss; at M = 32 gemv still wins on
+//    wq_a / wo_a / shared w2), kMma for N >= kFp8MmaWideN; kMma past 64 (20-23x SIMT at
+//    M = 4096, 150-190 TFLOP/s; kWgmmaF16's tiles give 110-141 there).
 // The batch-invariant forward asks for kSimt explicitly (runtime/device_linear.cc).
 //  * kWgmma: native FP8 tensor cores (wgmma, sm_90a; ops/gemm/gemm_fp8_wgmma.cu), block 32 and
 //    128, any M: 128 x 128 tiles past M 64, 64 x 64 tiles with a K split (warpgroups + cluster,
 //    from N and K only) up to M 64. Not in kAuto: Hopper's FP8 wgmma adds a block's 32 products
 //    with fewer than fp32's bits (measured on the H200 2026-12-04: NMSE 1.1e-8 against kSimt,
 //    where the other kernels give ~1e-13), enough to fail the V4.1 official-numerics GPU golden
-//    (min cosine 0.38-0.83 against the CPU); an exact variant (e4m3 -> f16 operands on f16
-//    wgmma, fp32 sums) is the next step. It won at decode M 48-64 (wo_b 96 us vs mma-split 119)
-//    and at prefill (234 vs mma's 189 TFLOP/s, block 32, M 4096).
+//    (min cosine 0.38-0.83 against the CPU). Faster than kMma at prefill (234 vs 189 TFLOP/s,
+//    block 32, M 4096), but still 5x behind cuBLASLt's block-128 FP8.
 //  * kWgmmaF16: kWgmma's tiles on f16 wgmma (ops/gemm/gemm_fp8_wgmma_f16.cu): e4m3 codes
-//    converted to f16 on chip, fp32 sums (the mma.sync kernels' arithmetic); block 32 only.
-//    Written 2026-12-04, not yet run on a GPU; not in kAuto.
+//    converted to f16 on chip, fp32 sums (NMSE 2e-14..1e-13 against kSimt; the V4.1 FP8
+//    golden passes with every block-32 GEMM on it); block 32 only.
 enum class Fp8GemmImpl { kAuto, kCublasLt, kSimt, kMma, kGemv, kMmaSplit, kWgmma, kWgmmaF16 };
 constexpr int64_t kFp8MmaWideN = 16384;
-constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit: one 64-row tile
-constexpr int64_t kFp8MmaSplitMinM = 32;   // kAuto: kMmaSplit for M above this (block 32)
-constexpr int64_t kFp8MmaSplitMinK = 4096; // ... and K at least this (short K: gemv / mma)
+constexpr int64_t kFp8MmaDecodeMaxM = 64;  // kMmaSplit, the wgmma decode tiles: one 64-row tile
+constexpr int64_t kFp8DecodeTileMinM = 32;  // kAuto: kWgmmaF16 for M above this (block 32)
 
 // Raw entries; all pointers are device pointers. y_dtype is BF16 or F32.
 void gemm_bf16_cuda(cuda::DeviceContext& ctx, const void* x, const void* w, int64_t m, int64_t n,
