@@ -4,8 +4,9 @@
 # w4a8, bench and narrow (bench/results/*-2026-12-04-*); left for the next session:
 #
 #   (session 15 ran wo_a: grouped is the default now, bench/results/gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md)
-#   bash bench/session/pending_h200.sh wgmma    # the native FP8 (wgmma) block-scaled GEMM (ran)
-#   bash bench/session/pending_h200.sh wgmma16  # its exact twin on f16 wgmma (kWgmmaF16)
+#   (session 15 also ran wgmma and wgmma16: bench/results/gemm-fp8-wgmma-*-2026-12-04-*.md.
+#   kAuto now sends block-32 32 < M <= 64 to kWgmmaF16; its decode-step effect is unmeasured:)
+#   bash bench/session/pending_h200.sh bench    # bench_gpu_forward v41 (+ test_gemm_fp8_mma_cuda)
 #
 # wgmma16: the V4.1 FP8 GPU golden with DEEPINFER_FP8_GEMM=wgmma-f16 first (the question:
 #        does f16 wgmma sum in fp32, so the official golden passes where FP8 wgmma failed?),
