@@ -7,6 +7,9 @@
 #   (session 15 also ran wgmma and wgmma16: bench/results/gemm-fp8-wgmma-*-2026-12-04-*.md.
 #   kAuto now sends block-32 32 < M <= 64 to kWgmmaF16; its decode-step effect is unmeasured:)
 #   bash bench/session/pending_h200.sh bench    # bench_gpu_forward v41 (+ test_gemm_fp8_mma_cuda)
+#   bash bench/gemm_fp8/ncu_wgmma_h200.sh        # why the wgmma decode tiles are latency-bound
+#   (kWgmmaF16's decode split now assumes 2 CTAs per SM instead of asking the occupancy API,
+#   which is not capture-safe: same split as measured if the API said 2; unverified on a GPU.)
 #
 # wgmma16: the V4.1 FP8 GPU golden with DEEPINFER_FP8_GEMM=wgmma-f16 first (the question:
 #        does f16 wgmma sum in fp32, so the official golden passes where FP8 wgmma failed?),

@@ -355,18 +355,13 @@ void launch_f16(const F16Params& p, cudaStream_t stream) {
 using Prefill16 = F16Cfg<2, 1, 128, 4>;
 using Decode16 = F16Cfg<1, 2, 64, 8>;
 
-// CTAs of the decode configuration one SM holds (registers and shared memory), for the split.
-int decode16_ctas_per_sm() {
-  static const int v = [] {
-    int n = 0;
-    CUDA_CHECK(cudaFuncSetAttribute(fp8_block_wgmma_f16_kernel<Decode16>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, Decode16::kSmemBytes));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fp8_block_wgmma_f16_kernel<Decode16>,
-                                                             Decode16::kThreads, Decode16::kSmemBytes));
-    return std::max(n, 1);
-  }();
-  return v;
-}
+// CTAs of the decode configuration one SM holds, for the split: 2 (shared memory ~87 KB each of
+// the SM's 228; ptxas gives the kernel 110 registers x 256 threads). A constant rather than
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor: the first call may come inside a CUDA-graph
+// capture, where only capture-safe API calls are allowed.
+constexpr int kDecode16CtasPerSm = 2;
+static_assert(kDecode16CtasPerSm * (Decode16::kSmemBytes + 1024) <= 228 * 1024,
+              "two decode CTAs fit one SM's shared memory");
 
 }  // namespace
 
@@ -381,7 +376,7 @@ void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, c
               m, n, k, ceil_div64(k, kBlock), ceil_div64(n, kBlock),
               fp8_weight_scale_ld(k, kBlock), y, y_bf16};
   if (m <= kFp8MmaDecodeMaxM) {
-    p.split = k_split(ceil_div64(n, Decode16::kBN), ceil_div64(k, kStageK), decode16_ctas_per_sm());
+    p.split = k_split(ceil_div64(n, Decode16::kBN), ceil_div64(k, kStageK), kDecode16CtasPerSm);
     launch_f16<Decode16>(p, stream);
   } else {
     launch_f16<Prefill16>(p, stream);
