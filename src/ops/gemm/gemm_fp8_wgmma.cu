@@ -45,15 +45,12 @@
 // Rows of one M tile never mix with another's, and the K order depends on N and K only: a
 // row's result does not depend on M (deterministic, batch independent). Ragged M / N rows and
 // K chunks past K are zero-filled; K blocks past n_kb have zero scales.
-#include <cooperative_groups.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "base/error.h"
-#include "cuda/cluster_launch.h"
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_fp8_kernels.h"
@@ -66,16 +63,6 @@ using namespace sm90;
 
 constexpr int kTileK = 128;  // K bytes per stage: one 128-byte swizzle row
 
-struct WgParams {
-  const uint8_t* xq;
-  const float* sx;  // [n_kb, m]
-  const uint8_t* wq;
-  const float* sw;  // [n_nb, sw_ld]
-  int64_t m, n, k, n_kb, n_nb, sw_ld;
-  void* y;
-  bool y_bf16;
-  int split = 1;  // CTAs per cluster along z (decode)
-};
 
 template <int kKbPerTile_, int kWgM_, int kWgK_, int kBN_, int kStages_>
 struct WgCfg {
@@ -140,10 +127,9 @@ __device__ __forceinline__ void wgmma_k32(float (&d)[kBN / 2], uint64_t a, uint6
 
 // Issues the cp.asyncs of K stage kt; tile rows go to their swizzled chunks.
 template <class C>
-__device__ __forceinline__ void load_stage(const WgParams& p, uint8_t* stage, int64_t m0,
+__device__ __forceinline__ void load_stage(const TileParams& p, uint8_t* stage, int64_t m0,
                                            int64_t n0, int64_t kt) {
   const uint32_t a = smem_addr(stage);
-  const uint32_t b = a + C::kABytes;
   float* sx = reinterpret_cast<float*>(stage + C::kABytes + C::kBBytes);
   float* sw = sx + C::kSxFloats;
   const int64_t k0 = kt * kTileK;
@@ -158,10 +144,9 @@ __device__ __forceinline__ void load_stage(const WgParams& p, uint8_t* stage, in
     } else {
       const int64_t n = n0 + (r - C::kBM);
       const bool ok = n < p.n && k < p.k;
-      cp_async_16(a + off, ok ? p.wq + n * p.k + k : p.wq, ok);  // b = a + kABytes: r >= kBM
+      cp_async_16(a + off, ok ? p.wq + n * p.k + k : p.wq, ok);  // the B tile: a + kABytes
     }
   }
-  (void)b;
   for (int i = threadIdx.x; i < C::kSxFloats + C::kSwFloats; i += C::kThreads) {
     if (i < C::kSxFloats) {
       const int q = i / C::kBM, r = i % C::kBM;
@@ -178,24 +163,8 @@ __device__ __forceinline__ void load_stage(const WgParams& p, uint8_t* stage, in
   }
 }
 
-// acc = fma(part, sx[row] · sw[col block], acc) for K block q of the stage.
 template <class C>
-__device__ __forceinline__ void promote(float (&acc)[C::kAcc], const float (&part)[C::kAcc],
-                                        const float* sxs, const float* sws, int q, int row) {
-  const float x_lo = sxs[q * C::kBM + row], x_hi = sxs[q * C::kBM + row + 8];
-#pragma unroll
-  for (int j = 0; j < C::kBN / 8; ++j) {
-    const float w = sws[q * C::kNbPerTile + (j * 8) / C::kBlock];
-    const float s_lo = x_lo * w, s_hi = x_hi * w;
-    acc[4 * j + 0] = fmaf(part[4 * j + 0], s_lo, acc[4 * j + 0]);
-    acc[4 * j + 1] = fmaf(part[4 * j + 1], s_lo, acc[4 * j + 1]);
-    acc[4 * j + 2] = fmaf(part[4 * j + 2], s_hi, acc[4 * j + 2]);
-    acc[4 * j + 3] = fmaf(part[4 * j + 3], s_hi, acc[4 * j + 3]);
-  }
-}
-
-template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_kernel(WgParams p) {
+__global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_kernel(TileParams p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
@@ -282,87 +251,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_kernel(WgParam
   }
   cp_async_wait<0>();
 
-  // Accumulator e of thread tid at buffer [slot][e][tid]: conflict-free.
-  float* red = reinterpret_cast<float*>(smem);
-  if constexpr (C::kWgK > 1) {
-    __syncthreads();  // every warpgroup is done with the stages
-    if (wk > 0) {
-      float* dst = red + ((wk - 1) * C::kWgM + wm) * (C::kRedBytes / 4) + tid;
-#pragma unroll
-      for (int e = 0; e < C::kAcc; ++e) dst[e * 128] = acc[e];
-    }
-    __syncthreads();
-    if (wk == 0) {
-      for (int w = 1; w < C::kWgK; ++w) {
-        const float* src = red + ((w - 1) * C::kWgM + wm) * (C::kRedBytes / 4) + tid;
-#pragma unroll
-        for (int e = 0; e < C::kAcc; ++e) acc[e] += src[e * 128];
-      }
-    }
-  }
-  if (p.split > 1) {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    __syncthreads();  // the warpgroup buffers (same bytes) have been read
-    float* mine = red + wm * (C::kRedBytes / 4) + tid;
-    if (rank != 0 && wk == 0) {
-#pragma unroll
-      for (int e = 0; e < C::kAcc; ++e) mine[e * 128] = acc[e];
-    }
-    cluster.sync();
-    if (rank == 0 && wk == 0) {
-      for (int r = 1; r < p.split; ++r) {
-        const float* src = cluster.map_shared_rank(mine, static_cast<unsigned>(r));
-#pragma unroll
-        for (int e = 0; e < C::kAcc; ++e) acc[e] += src[e * 128];
-      }
-    }
-    cluster.sync();  // rank 0 has read every rank's buffer
-    if (rank != 0) return;
-  }
-  if (wk != 0) return;
-
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t m = m0 + row + half * 8;
-    if (m >= p.m) continue;
-#pragma unroll
-    for (int j = 0; j < C::kBN / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t n = n0 + j * 8 + 2 * (lane % 4) + e;
-        if (n >= p.n) continue;
-        const float v = acc[4 * j + half * 2 + e];
-        if (p.y_bf16) {
-          static_cast<__nv_bfloat16*>(p.y)[m * p.n + n] = __float2bfloat16(v);
-        } else {
-          static_cast<float*>(p.y)[m * p.n + n] = v;
-        }
-      }
-    }
-  }
+  reduce_and_store<C>(acc, reinterpret_cast<float*>(smem), p, wk, wm, tid, row, m0, n0);
 }
 
-template <class C>
-void launch_wgmma(const WgParams& p, cudaStream_t stream) {
-  static const bool attr_set = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(fp8_block_wgmma_kernel<C>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)attr_set;
-  CHECK_KIND(kUnsupported, ceil_div64(p.m, C::kBM) <= 65535) << "fp8 gemm (wgmma): M=" << p.m << " too large";
-  const dim3 grid(static_cast<unsigned>(ceil_div64(p.n, C::kBN)),
-                  static_cast<unsigned>(ceil_div64(p.m, C::kBM)), static_cast<unsigned>(p.split));
-  if (p.split == 1) {
-    fp8_block_wgmma_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
-  } else {
-    ICHECK(p.split >= 2 && p.split <= 8) << "fp8 gemm (wgmma): split " << p.split;
-    cuda::launch_clustered(fp8_block_wgmma_kernel<C>, grid, dim3(C::kThreads), C::kSmemBytes, stream,
-                           dim3(1, 1, static_cast<unsigned>(p.split)), p);
-  }
-  CUDA_CHECK_LAUNCH();
-}
 
 using PrefillB32 = WgCfg<4, 2, 1, 128, 4>;
 using PrefillB128 = WgCfg<1, 2, 1, 128, 4>;
@@ -384,16 +275,16 @@ void fp8_block_wgmma(cudaStream_t stream, const void* xq, const float* sx, const
                                reinterpret_cast<uintptr_t>(wq) % 16 == 0)
       << "fp8 gemm (wgmma): xq and wq must be 16-byte aligned";
   if (m == 0 || n == 0 || k == 0) return;
-  WgParams p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
+  TileParams p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
              m, n, k, ceil_div64(k, block), ceil_div64(n, block),
              fp8_weight_scale_ld(k, block), y, y_bf16};
   if (block == 128) {
-    launch_wgmma<PrefillB128>(p, stream);
+    launch_tiles<PrefillB128>(fp8_block_wgmma_kernel<PrefillB128>, p, stream, "wgmma");
   } else if (m <= kFp8MmaDecodeMaxM) {
     p.split = wgmma_decode_split(n, k);
-    launch_wgmma<DecodeB32>(p, stream);
+    launch_tiles<DecodeB32>(fp8_block_wgmma_kernel<DecodeB32>, p, stream, "wgmma");
   } else {
-    launch_wgmma<PrefillB32>(p, stream);
+    launch_tiles<PrefillB32>(fp8_block_wgmma_kernel<PrefillB32>, p, stream, "wgmma");
   }
 }
 

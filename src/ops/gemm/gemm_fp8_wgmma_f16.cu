@@ -23,8 +23,6 @@
 // 64 x 64 tiles of 2 warpgroups along K (one K block each) and a cluster split of the K stages
 // from N and K only (never M); partials added in one fixed order. A row's result does not
 // depend on M within a configuration.
-#include <cooperative_groups.h>
-#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -32,7 +30,6 @@
 #include <cstdint>
 
 #include "base/error.h"
-#include "cuda/cluster_launch.h"
 #include "cuda/cuda_check.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_fp8_kernels.h"
@@ -44,18 +41,8 @@ namespace {
 using namespace sm90;
 
 constexpr int kStageK = 64;  // K per stage: one 128-byte row of f16
-constexpr int kBlock = 32;
+constexpr int kBlock = 32;   // block 32 only
 
-struct F16Params {
-  const uint8_t* xq;
-  const float* sx;  // [n_kb, m]
-  const uint8_t* wq;
-  const float* sw;  // [n_nb, sw_ld]
-  int64_t m, n, k, n_kb, n_nb, sw_ld;
-  void* y;
-  bool y_bf16;
-  int split = 1;  // CTAs per cluster along z (decode)
-};
 
 template <int kWgM_, int kWgK_, int kBN_, int kStages_>
 struct F16Cfg {
@@ -66,6 +53,7 @@ struct F16Cfg {
   static constexpr int kThreads = 128 * kWgM * kWgK;
   static constexpr int kBM = 64 * kWgM;
   static constexpr int kAcc = kBN / 2;
+  static constexpr int kBlock = 32;
   static constexpr int kKbPerStage = kStageK / kBlock;  // 2
   static constexpr int kNbPerTile = kBN / kBlock;
   static constexpr int kRawRows = kBM + kBN;
@@ -119,7 +107,7 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[kBN / 2], uint64_t a, uint6
 }
 
 template <class C>
-__device__ __forceinline__ void load_raw(const F16Params& p, uint8_t* raw, int64_t m0, int64_t n0,
+__device__ __forceinline__ void load_raw(const TileParams& p, uint8_t* raw, int64_t m0, int64_t n0,
                                          int64_t kt) {
   const int64_t k0 = kt * kStageK;
   for (int i = threadIdx.x; i < C::kRawRows * (kStageK / 16); i += C::kThreads) {
@@ -178,21 +166,6 @@ __device__ __forceinline__ void convert_stage(const uint8_t* raw, uint8_t* op) {
   }
 }
 
-template <class C>
-__device__ __forceinline__ void promote(float (&acc)[C::kAcc], const float (&part)[C::kAcc],
-                                        const float* sxs, const float* sws, int q, int row) {
-  const float x_lo = sxs[q * C::kBM + row], x_hi = sxs[q * C::kBM + row + 8];
-#pragma unroll
-  for (int j = 0; j < C::kBN / 8; ++j) {
-    const float w = sws[q * C::kNbPerTile + (j * 8) / kBlock];
-    const float s_lo = x_lo * w, s_hi = x_hi * w;
-    acc[4 * j + 0] = fmaf(part[4 * j + 0], s_lo, acc[4 * j + 0]);
-    acc[4 * j + 1] = fmaf(part[4 * j + 1], s_lo, acc[4 * j + 1]);
-    acc[4 * j + 2] = fmaf(part[4 * j + 2], s_hi, acc[4 * j + 2]);
-    acc[4 * j + 3] = fmaf(part[4 * j + 3], s_hi, acc[4 * j + 3]);
-  }
-}
-
 // K block q of the stage (two k16 instructions, chained) into part.
 template <class C>
 __device__ __forceinline__ void issue_block(float (&part)[C::kAcc], uint32_t a_addr, uint32_t b_addr, int q) {
@@ -203,7 +176,7 @@ __device__ __forceinline__ void issue_block(float (&part)[C::kAcc], uint32_t a_a
 }
 
 template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(F16Params p) {
+__global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(TileParams p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint8_t* op = smem;                    // f16 operand tile: A rows, then B rows
@@ -271,86 +244,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(F16
   }
   cp_async_wait<0>();
 
-  float* red = reinterpret_cast<float*>(smem);
-  if constexpr (C::kWgK > 1) {
-    __syncthreads();
-    if (wk > 0) {
-      float* dst = red + ((wk - 1) * C::kWgM + wm) * (C::kRedBytes / 4) + tid;
-#pragma unroll
-      for (int e = 0; e < C::kAcc; ++e) dst[e * 128] = acc[e];
-    }
-    __syncthreads();
-    if (wk == 0) {
-      for (int w = 1; w < C::kWgK; ++w) {
-        const float* src = red + ((w - 1) * C::kWgM + wm) * (C::kRedBytes / 4) + tid;
-#pragma unroll
-        for (int e = 0; e < C::kAcc; ++e) acc[e] += src[e * 128];
-      }
-    }
-  }
-  if (p.split > 1) {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    __syncthreads();
-    float* mine = red + wm * (C::kRedBytes / 4) + tid;
-    if (rank != 0 && wk == 0) {
-#pragma unroll
-      for (int e = 0; e < C::kAcc; ++e) mine[e * 128] = acc[e];
-    }
-    cluster.sync();
-    if (rank == 0 && wk == 0) {
-      for (int r = 1; r < p.split; ++r) {
-        const float* src = cluster.map_shared_rank(mine, static_cast<unsigned>(r));
-#pragma unroll
-        for (int e = 0; e < C::kAcc; ++e) acc[e] += src[e * 128];
-      }
-    }
-    cluster.sync();
-    if (rank != 0) return;
-  }
-  if (wk != 0) return;
-
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t m = m0 + row + half * 8;
-    if (m >= p.m) continue;
-#pragma unroll
-    for (int j = 0; j < C::kBN / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t n = n0 + j * 8 + 2 * (lane % 4) + e;
-        if (n >= p.n) continue;
-        const float v = acc[4 * j + half * 2 + e];
-        if (p.y_bf16) {
-          static_cast<__nv_bfloat16*>(p.y)[m * p.n + n] = __float2bfloat16(v);
-        } else {
-          static_cast<float*>(p.y)[m * p.n + n] = v;
-        }
-      }
-    }
-  }
+  reduce_and_store<C>(acc, reinterpret_cast<float*>(smem), p, wk, wm, tid, row, m0, n0);
 }
 
-template <class C>
-void launch_f16(const F16Params& p, cudaStream_t stream) {
-  static const bool attr_set = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(fp8_block_wgmma_f16_kernel<C>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)attr_set;
-  CHECK_KIND(kUnsupported, ceil_div64(p.m, C::kBM) <= 65535) << "fp8 gemm (wgmma-f16): M=" << p.m << " too large";
-  const dim3 grid(static_cast<unsigned>(ceil_div64(p.n, C::kBN)),
-                  static_cast<unsigned>(ceil_div64(p.m, C::kBM)), static_cast<unsigned>(p.split));
-  if (p.split == 1) {
-    fp8_block_wgmma_f16_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
-  } else {
-    ICHECK(p.split >= 2 && p.split <= 8) << "fp8 gemm (wgmma-f16): split " << p.split;
-    cuda::launch_clustered(fp8_block_wgmma_f16_kernel<C>, grid, dim3(C::kThreads), C::kSmemBytes, stream,
-                           dim3(1, 1, static_cast<unsigned>(p.split)), p);
-  }
-  CUDA_CHECK_LAUNCH();
-}
 
 using Prefill16 = F16Cfg<2, 1, 128, 4>;
 using Decode16 = F16Cfg<1, 2, 64, 8>;
@@ -372,14 +268,14 @@ void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, c
                                reinterpret_cast<uintptr_t>(wq) % 16 == 0)
       << "fp8 gemm (wgmma-f16): xq and wq must be 16-byte aligned";
   if (m == 0 || n == 0 || k == 0) return;
-  F16Params p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
+  TileParams p{static_cast<const uint8_t*>(xq), sx, static_cast<const uint8_t*>(wq), sw,
               m, n, k, ceil_div64(k, kBlock), ceil_div64(n, kBlock),
               fp8_weight_scale_ld(k, kBlock), y, y_bf16};
   if (m <= kFp8MmaDecodeMaxM) {
     p.split = k_split(ceil_div64(n, Decode16::kBN), ceil_div64(k, kStageK), kDecode16CtasPerSm);
-    launch_f16<Decode16>(p, stream);
+    launch_tiles<Decode16>(fp8_block_wgmma_f16_kernel<Decode16>, p, stream, "wgmma-f16");
   } else {
-    launch_f16<Prefill16>(p, stream);
+    launch_tiles<Prefill16>(fp8_block_wgmma_f16_kernel<Prefill16>, p, stream, "wgmma-f16");
   }
 }
 
