@@ -8,6 +8,10 @@
 #   kAuto now sends block-32 32 < M <= 64 to kWgmmaF16; its decode-step effect is unmeasured:)
 #   bash bench/session/pending_h200.sh bench    # bench_gpu_forward v41 (+ test_gemm_fp8_mma_cuda)
 #   bash bench/gemm_fp8/ncu_wgmma_h200.sh        # why the wgmma decode tiles are latency-bound
+#   The lean decode loader of kWgmmaF16 (DEEPINFER_WGMMA_F16=lean; written after the run,
+#   2224 instructions of code against 7312): test_gemm_fp8_mma_cuda runs every wgmma test with
+#   it too (WgmmaF16LeanLoaderGivesTheSameBits: bitwise the measured loader's y) and its decode
+#   table gains a lean column; if it wins, make it the default (gemm_fp8_wgmma_f16.cu lean_decode).
 #   FIRST: test_gemm_fp8_mma_cuda and test_golden_v41_fp8_cuda (in `bench` below, + the golden):
 #   after the run, both wgmma kernels' epilogue / promotion / launcher moved into sm90_wgmma.cuh
 #   (a verbatim move; SASS differs in scheduling and 1-2 registers, so it is unverified).

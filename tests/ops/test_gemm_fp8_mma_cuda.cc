@@ -20,9 +20,10 @@
 //    K split comes from N and K only), two runs bitwise equal (fixed reduction order), the
 //    refusals; and a report-only timing of gemv / mma / mma-split at V4.1 decode shapes.
 //  * kWgmma (native FP8 wgmma, block 32 and 128; its F32 bound is 1e-6, see f32_bound) and
-//    kWgmmaF16 (f16 wgmma, fp32 sums, block 32; bound 1e-9): the same checks at awkward sizes in
-//    both configurations (M <= 64 at block 32: the decode tiles with a K split; otherwise 128 x
-//    128 tiles), V4.1 shapes at M 64 and 4096, a row's result bitwise independent of M within a
+//    kWgmmaF16 (f16 wgmma, fp32 sums, block 32; bound 1e-9; with each of its two decode
+//    loaders, the lean one also bitwise against the measured one): the same checks at awkward
+//    sizes in both configurations (M <= 64 at block 32: the decode tiles with a K split;
+//    otherwise 128 x 128 tiles), V4.1 shapes at M 64 and 4096, a row's result bitwise independent of M within a
 //    configuration and two runs bitwise equal; report-only timings next to gemv / mma /
 //    mma-split at decode and next to mma / cuBLASLt at M 4096.
 //  * Dispatch: kAuto gives the bits of the kernel fp8_auto_impl names (gemm.h), and
@@ -44,6 +45,7 @@
 #include "op_test_util.h"
 #include "gemm_fp8_test_util.h"
 #include "ops/gemm/gemm.h"
+#include "ops/gemm/gemm_fp8_kernels.h"
 
 namespace deepinfer {
 namespace {
@@ -65,6 +67,19 @@ std::vector<float> run(const Problem& p, const DeviceProblem& d, DType y_dtype,
 // (O(1) relative).
 // kWgmmaF16 sums in fp32 like the others (1e-9).
 double f32_bound(Fp8GemmImpl impl) { return impl == Fp8GemmImpl::kWgmma ? 1e-6 : 1e-9; }
+
+// The wgmma kernels under test: FP8 wgmma, and f16 wgmma with each decode loader (the lean one
+// is process-wide state: set for the variant, reset after).
+struct WgVariant {
+  Fp8GemmImpl impl;
+  bool lean;
+};
+constexpr WgVariant kWgVariants[] = {
+    {Fp8GemmImpl::kWgmma, false}, {Fp8GemmImpl::kWgmmaF16, false}, {Fp8GemmImpl::kWgmmaF16, true}};
+struct LeanScope {
+  explicit LeanScope(bool on) { gemm_detail::fp8_wgmma_f16_set_lean(on); }
+  ~LeanScope() { gemm_detail::fp8_wgmma_f16_set_lean(false); }
+};
 
 void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b,
                Fp8GemmImpl impl = Fp8GemmImpl::kMma) {
@@ -186,16 +201,17 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
   const struct { const char* name; int64_t n, k; } shapes[] = {
       {"wq_a", 1280, 5120}, {"wq_b", 32768, 1280}, {"wkv", 512, 5120}, {"wo_a group", 1024, 4096},
       {"wo_b", 5120, 8192}, {"shared w1", 2304, 5120}, {"shared w2", 5120, 2304}};
-  std::printf("| shape | N | K | M | gemv us | mma us | mma-split us | wgmma us | wgmma-f16 us | gemv GB/s | wgmma-f16 GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | N | K | M | gemv us | mma us | mma-split us | wgmma us | wgmma-f16 us | wgmma-f16 lean us | gemv GB/s | wgmma-f16 GB/s | lean GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& sh : shapes) {
     for (int64_t m : {1, 4, 16, 32, 48, 64}) {
       const Problem p = make(rng, m, sh.n, sh.k, kFp8GemmBlockV41);
       const DeviceProblem d(p);
       Tensor y = cuda::device_empty(DType::BF16, {m, sh.n});
-      double us[5];
-      const Fp8GemmImpl impls[5] = {Fp8GemmImpl::kGemv, Fp8GemmImpl::kMma, Fp8GemmImpl::kMmaSplit,
-                                    Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16};
-      for (int i = 0; i < 5; ++i) {
+      double us[6];
+      const Fp8GemmImpl impls[6] = {Fp8GemmImpl::kGemv,  Fp8GemmImpl::kMma,      Fp8GemmImpl::kMmaSplit,
+                                    Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16, Fp8GemmImpl::kWgmmaF16};
+      for (int i = 0; i < 6; ++i) {
+        const LeanScope lean(i == 5);
         auto call = [&] {
           gemm_fp8_block_cuda(ctx(), d.xq.raw(), d.sx.data<float>(), d.wq.raw(), d.sw.data<float>(), m, sh.n,
                               sh.k, y.raw(), DType::BF16, impls[i], kFp8GemmBlockV41);
@@ -215,9 +231,9 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
         us[i] = ts[ts.size() / 2];
       }
       const double bytes = double(sh.n) * sh.k + 4.0 * ceil_div64(sh.n, 32) * ceil_div64(sh.k, 32);
-      std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f |\n", sh.name,
-                  (long long)sh.n, (long long)sh.k, (long long)m, us[0], us[1], us[2], us[3], us[4],
-                  bytes / us[0] * 1e-3, bytes / us[4] * 1e-3);
+      std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f |\n",
+                  sh.name, (long long)sh.n, (long long)sh.k, (long long)m, us[0], us[1], us[2], us[3], us[4],
+                  us[5], bytes / us[0] * 1e-3, bytes / us[4] * 1e-3, bytes / us[5] * 1e-3);
     }
   }
 }
@@ -225,7 +241,10 @@ TEST(GemmFp8MmaCuda, DecodeShapesBenchmark) {
 // kWgmma (block 32 and 128) and kWgmmaF16 (block 32) at awkward sizes in both configurations.
 TEST(GemmFp8MmaCuda, WgmmaAwkwardSizes) {
   auto rng = test::fresh_rng();
-  for (const Fp8GemmImpl wg : {Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16}) {
+  for (const WgVariant v : kWgVariants) {
+    const Fp8GemmImpl wg = v.impl;
+    const LeanScope lean(v.lean);
+    SCOPED_TRACE(testing::Message() << "lean loader " << v.lean);
     for (int64_t b : {32, 128}) {
       if (wg == Fp8GemmImpl::kWgmmaF16 && b != kFp8GemmBlockV41) continue;
       for (int64_t m : {1, 3, 16, 17, 64, 65, 100, 300}) {
@@ -257,10 +276,13 @@ TEST(GemmFp8MmaCuda, WgmmaV41FlashShapesMatchSimt) {
       const Problem p = make(rng, m, s[0], s[1], kFp8GemmBlockV41);
       const DeviceProblem d(p);
       const auto ys = run(p, d, DType::F32, Fp8GemmImpl::kSimt);
-      for (const Fp8GemmImpl wg : {Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16}) {
+      for (const WgVariant v : kWgVariants) {
+        const Fp8GemmImpl wg = v.impl;
+        const LeanScope lean(v.lean);
         const auto y = run(p, d, DType::F32, wg);
         const double e = test::nmse(y.data(), ys.data(), y.size());
-        EXPECT_LT(e, f32_bound(wg)) << fp8_impl_name(wg) << " M=" << m << " F32 nmse vs simt " << e;
+        EXPECT_LT(e, f32_bound(wg)) << fp8_impl_name(wg) << (v.lean ? " lean" : "") << " M=" << m
+                                    << " F32 nmse vs simt " << e;
         std::printf("%s V4.1 N=%lld K=%lld M=%lld: F32 nmse vs simt %.3g\n", fp8_impl_name(wg), (long long)s[0],
                     (long long)s[1], (long long)m, e);
       }
@@ -275,10 +297,12 @@ TEST(GemmFp8MmaCuda, WgmmaRowsDoNotDependOnTheBatch) {
   struct Case { int64_t m_big, m_small, n, k, b; };
   const Case cases[] = {{64, 1, 1280, 5120, 32}, {64, 1, 5120, 8192, 32}, {64, 1, 77, 1040, 32},
                         {300, 65, 1280, 5120, 32}, {300, 1, 333, 2064, 128}};
-  for (const Fp8GemmImpl wg : {Fp8GemmImpl::kWgmma, Fp8GemmImpl::kWgmmaF16})
+  for (const WgVariant v : kWgVariants)
   for (const Case& c : cases) {
+    const Fp8GemmImpl wg = v.impl;
+    const LeanScope lean(v.lean);
     if (wg == Fp8GemmImpl::kWgmmaF16 && c.b != kFp8GemmBlockV41) continue;
-    SCOPED_TRACE(testing::Message() << fp8_impl_name(wg) << " M=" << c.m_big << " N=" << c.n << " K=" << c.k
+    SCOPED_TRACE(testing::Message() << fp8_impl_name(wg) << (v.lean ? " lean" : "") << " M=" << c.m_big << " N=" << c.n << " K=" << c.k
                                     << " block " << c.b);
     const Problem p = make(rng, c.m_big, c.n, c.k, c.b);
     const DeviceProblem d(p);
@@ -297,6 +321,26 @@ TEST(GemmFp8MmaCuda, WgmmaRowsDoNotDependOnTheBatch) {
     const DeviceProblem d1(few);
     const auto y1 = run(few, d1, DType::F32, wg);
     EXPECT_EQ(0, std::memcmp(y1.data(), y.data(), y1.size() * sizeof(float)));
+  }
+}
+
+// The lean decode loader feeds the same operand values as the measured one: bitwise the same
+// y at every decode M, ragged N / K included.
+TEST(GemmFp8MmaCuda, WgmmaF16LeanLoaderGivesTheSameBits) {
+  auto rng = test::fresh_rng();
+  const int64_t shapes[][2] = {{5120, 8192}, {1280, 5120}, {77, 1040}, {100, 48}, {32, 64}, {2304, 5120}};
+  for (const auto& sh : shapes) {
+    for (int64_t m : {1, 2, 17, 33, 64}) {
+      SCOPED_TRACE(testing::Message() << "M=" << m << " N=" << sh[0] << " K=" << sh[1]);
+      const Problem p = make(rng, m, sh[0], sh[1], kFp8GemmBlockV41);
+      const DeviceProblem d(p);
+      std::vector<float> y[2];
+      for (int lean = 0; lean < 2; ++lean) {
+        const LeanScope scope(lean == 1);
+        y[lean] = run(p, d, DType::F32, Fp8GemmImpl::kWgmmaF16);
+      }
+      EXPECT_EQ(0, std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)));
+    }
   }
 }
 

@@ -27,7 +27,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "base/error.h"
 #include "cuda/cuda_check.h"
@@ -44,8 +47,9 @@ constexpr int kStageK = 64;  // K per stage: one 128-byte row of f16
 constexpr int kBlock = 32;   // block 32 only
 
 
-template <int kWgM_, int kWgK_, int kBN_, int kStages_>
+template <int kWgM_, int kWgK_, int kBN_, int kStages_, bool kLean_ = false>
 struct F16Cfg {
+  static constexpr bool kLean = kLean_;  // LeanLoader: sources once, dead rows never touched
   static constexpr int kWgM = kWgM_;  // warpgroups along M (64 rows each)
   static constexpr int kWgK = kWgK_;  // warpgroups splitting a stage's 2 K blocks (1 or 2)
   static constexpr int kBN = kBN_;
@@ -167,6 +171,101 @@ __device__ __forceinline__ void convert_stage(const uint8_t* raw, uint8_t* op) {
 }
 
 // K block q of the stage (two k16 instructions, chained) into part.
+// The lean decode loader (kLean): each thread's rows and chunks are the same every stage, so
+// their sources, shared-memory offsets and liveness are computed once; rows past M or N
+// ("dead") are never loaded nor converted (their operand-tile rows are zeroed once), which at
+// decode M = 1 skips 63 of the 64 A rows. Scales keep their zero fill. Same operand values as
+// load_raw + convert_stage, so the same bits.
+template <class C>
+struct LeanLoader {
+  static constexpr int kItems = C::kRawRows * (kStageK / 16) / C::kThreads;
+  static constexpr int kScaleItems = (C::kSxFloats + C::kSwFloats + C::kThreads - 1) / C::kThreads;
+  static_assert(C::kRawRows * (kStageK / 16) % C::kThreads == 0, "whole items per thread");
+  const uint8_t* src[kItems];
+  uint32_t off[kItems];   // byte offset of the chunk in a raw stage (row r * 64 + c * 16)
+  int kbyte[kItems];      // the chunk's K offset in the stage (c * 16)
+  bool live[kItems];
+  const float* ssrc[kScaleItems];
+  int sidx[kScaleItems];  // float index in the stage's scale block, -1: none
+  int sq[kScaleItems];    // K block of the stage (0, 1)
+  bool slive[kScaleItems];
+  int64_t sstep[kScaleItems];  // source floats per stage
+
+  __device__ __forceinline__ void init(const TileParams& p, int64_t m0, int64_t n0) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = threadIdx.x + j * C::kThreads;
+      const int r = i / (kStageK / 16), c = i % (kStageK / 16);
+      off[j] = static_cast<uint32_t>(r * kStageK + c * 16);
+      kbyte[j] = c * 16;
+      if (r < C::kBM) {
+        live[j] = m0 + r < p.m;
+        src[j] = p.xq + (live[j] ? (m0 + r) * p.k : 0) + c * 16;
+      } else {
+        live[j] = n0 + (r - C::kBM) < p.n;
+        src[j] = p.wq + (live[j] ? (n0 + r - C::kBM) * p.k : 0) + c * 16;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kScaleItems; ++j) {
+      const int i = threadIdx.x + j * C::kThreads;
+      sidx[j] = i < C::kSxFloats + C::kSwFloats ? i : -1;
+      if (i < C::kSxFloats) {
+        const int q = i / C::kBM, r = i % C::kBM;
+        sq[j] = q;
+        slive[j] = m0 + r < p.m;
+        ssrc[j] = p.sx + q * p.m + (slive[j] ? m0 + r : 0);
+        sstep[j] = C::kKbPerStage * p.m;
+      } else {
+        const int t = i - C::kSxFloats;
+        const int q = t / C::kNbPerTile, c = t % C::kNbPerTile;
+        sq[j] = q;
+        slive[j] = sidx[j] >= 0 && n0 / kBlock + c < p.n_nb;
+        ssrc[j] = p.sw + (slive[j] ? (n0 / kBlock + c) * p.sw_ld : 0) + q;
+        sstep[j] = C::kKbPerStage;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void load(const TileParams& p, uint8_t* raw, int64_t kt) const {
+    const uint32_t base = smem_addr(raw);
+    const int64_t k0 = kt * kStageK;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (!live[j]) continue;
+      const bool ok = k0 + kbyte[j] < p.k;
+      cp_async_16(base + off[j], ok ? src[j] + k0 : p.xq, ok);
+    }
+    float* scales = reinterpret_cast<float*>(raw + C::kRawBytes);
+#pragma unroll
+    for (int j = 0; j < kScaleItems; ++j) {
+      if (sidx[j] < 0) continue;
+      const bool ok = slive[j] && kt * C::kKbPerStage + sq[j] < p.n_kb;
+      cp_async_4(scales + sidx[j], ok ? ssrc[j] + kt * sstep[j] : p.sx, ok);
+    }
+  }
+
+  // convert_stage for the live rows only.
+  __device__ __forceinline__ void convert(const uint8_t* raw, uint8_t* op) const {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (!live[j]) continue;
+      const int i = threadIdx.x + j * C::kThreads;
+      const int r = i / (kStageK / 16), c = i % (kStageK / 16);
+      const uint4 v = *reinterpret_cast<const uint4*>(raw + off[j]);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint32_t h[8];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        h[2 * e] = e4m3x2_to_f16x2(w[e] & 0xffffu);
+        h[2 * e + 1] = e4m3x2_to_f16x2(w[e] >> 16);
+      }
+      *reinterpret_cast<uint4*>(op + sw128_offset(r, 2 * c)) = make_uint4(h[0], h[1], h[2], h[3]);
+      *reinterpret_cast<uint4*>(op + sw128_offset(r, 2 * c + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
+    }
+  }
+};
+
 template <class C>
 __device__ __forceinline__ void issue_block(float (&part)[C::kAcc], uint32_t a_addr, uint32_t b_addr, int q) {
   wgmma_fence();
@@ -198,9 +297,24 @@ __global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(Til
 #pragma unroll
   for (int i = 0; i < C::kAcc; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
 
+  LeanLoader<C> lean;
+  if constexpr (C::kLean) {
+    lean.init(p, m0, n0);
+    // Dead rows' operand-tile rows stay zero (the per-stage fence publishes these writes too).
+    for (int i = threadIdx.x; i < C::kOpBytes / 16; i += C::kThreads)
+      reinterpret_cast<uint4*>(op)[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  auto load = [&](int64_t kt, uint8_t* raw) {
+    if constexpr (C::kLean) {
+      lean.load(p, raw, kt);
+    } else {
+      load_raw<C>(p, raw, m0, n0, kt);
+    }
+  };
+
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (kt0 + s < n_kt) load_raw<C>(p, ring + s * C::kRawStageBytes, m0, n0, kt0 + s);
+    if (kt0 + s < n_kt) load(kt0 + s, ring + s * C::kRawStageBytes);
     cp_async_commit();
   }
 
@@ -208,11 +322,15 @@ __global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(Til
     cp_async_wait<C::kStages - 2>();
     __syncthreads();  // raw stage kt is visible; every warpgroup is done with the operand tile
     const int64_t next = kt + C::kStages - 1;
-    if (next < n_kt) load_raw<C>(p, ring + ((next - kt0) % C::kStages) * C::kRawStageBytes, m0, n0, next);
+    if (next < n_kt) load(next, ring + ((next - kt0) % C::kStages) * C::kRawStageBytes);
     cp_async_commit();
 
     const uint8_t* raw = ring + ((kt - kt0) % C::kStages) * C::kRawStageBytes;
-    convert_stage<C>(raw, op);
+    if constexpr (C::kLean) {
+      lean.convert(raw, op);
+    } else {
+      convert_stage<C>(raw, op);
+    }
     fence_proxy_async();
     __syncthreads();  // the operand tile is complete
     const float* sxs = reinterpret_cast<const float*>(raw + C::kRawBytes);
@@ -250,6 +368,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(Til
 
 using Prefill16 = F16Cfg<2, 1, 128, 4>;
 using Decode16 = F16Cfg<1, 2, 64, 8>;
+using Decode16Lean = F16Cfg<1, 2, 64, 8, true>;
+
+// The decode tiles' loader: load_raw + convert_stage (measured 2026-12-04) or LeanLoader
+// (DEEPINFER_WGMMA_F16=lean, or gemm_fp8_wgmma_f16_set_lean; written 2026-12-04 after the run).
+std::atomic<int> g_lean{-1};  // -1: not read from the environment yet
+bool lean_decode() {
+  int v = g_lean.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("DEEPINFER_WGMMA_F16");
+    v = e != nullptr && std::strcmp(e, "lean") == 0 ? 1 : 0;
+    int expected = -1;
+    g_lean.compare_exchange_strong(expected, v);
+    v = g_lean.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
 
 // CTAs of the decode configuration one SM holds, for the split: 2 (shared memory ~87 KB each of
 // the SM's 228; ptxas gives the kernel 110 registers x 256 threads). A constant rather than
@@ -260,6 +394,8 @@ static_assert(kDecode16CtasPerSm * (Decode16::kSmemBytes + 1024) <= 228 * 1024,
               "two decode CTAs fit one SM's shared memory");
 
 }  // namespace
+
+void fp8_wgmma_f16_set_lean(bool on) { g_lean.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
                          const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16) {
@@ -273,7 +409,11 @@ void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, c
               fp8_weight_scale_ld(k, kBlock), y, y_bf16};
   if (m <= kFp8MmaDecodeMaxM) {
     p.split = k_split(ceil_div64(n, Decode16::kBN), ceil_div64(k, kStageK), kDecode16CtasPerSm);
-    launch_tiles<Decode16>(fp8_block_wgmma_f16_kernel<Decode16>, p, stream, "wgmma-f16");
+    if (lean_decode()) {
+      launch_tiles<Decode16Lean>(fp8_block_wgmma_f16_kernel<Decode16Lean>, p, stream, "wgmma-f16");
+    } else {
+      launch_tiles<Decode16>(fp8_block_wgmma_f16_kernel<Decode16>, p, stream, "wgmma-f16");
+    }
   } else {
     launch_tiles<Prefill16>(fp8_block_wgmma_f16_kernel<Prefill16>, p, stream, "wgmma-f16");
   }
