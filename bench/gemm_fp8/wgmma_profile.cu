@@ -3,7 +3,7 @@
 // wgmma kernels' decode tiles take nearly the same time at M 1 and M 64 (wo_b ~90-100 us for
 // 42 MB, 420-480 GB/s; gemv streams 1.2 TB/s at M 1: bench/results/gemm-fp8-wgmma-*-2026-12-04-*),
 // so something other than bytes bounds them; ncu's warp-state and memory sections say what.
-//   wgmma_profile <wgmma|wgmma-f16|mma-split> M N K [reps]
+//   wgmma_profile <wgmma|wgmma-f16|wgmma-f16-lean|mma-split> M N K [reps]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -29,7 +29,7 @@ namespace gd = deepinfer::gemm_detail;
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s <wgmma|wgmma-f16|mma-split> M N K [reps]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <wgmma|wgmma-f16|wgmma-f16-lean|mma-split> M N K [reps]\n", argv[0]);
     return 2;
   }
   const std::string impl = argv[1];
@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
     CK(cudaEventRecord(e0));
     if (impl == "wgmma") {
       gd::fp8_block_wgmma(nullptr, dx, dsx, dw, dsw, m, n, k, dy, false, b);
-    } else if (impl == "wgmma-f16") {
+    } else if (impl == "wgmma-f16" || impl == "wgmma-f16-lean") {
+      gd::fp8_wgmma_f16_set_lean(impl == "wgmma-f16-lean");
       gd::fp8_block_wgmma_f16(nullptr, dx, dsx, dw, dsw, m, n, k, dy, false);
     } else if (impl == "mma-split") {
       gd::fp8_block_mma_decode(nullptr, dx, dsx, dw, dsw, m, n, k, dy, false);
