@@ -58,18 +58,24 @@ case "$what" in
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
   bench)
-    # Also test_gemm_fp8_mma_cuda: kAuto now routes block-32 M 33..64 with K >= 4096 to
-    # kMmaSplit (its policy test and DecodeShapesBenchmark, now with M 32 and 48).
+    # Session 15's leftovers in one call (~5 min): test_gemm_fp8_mma_cuda (both wgmma kernels,
+    # the lean loader, the kAuto policy with kWgmmaF16) and the V4.1 FP8 golden as built; the
+    # golden again with every block-32 GEMM on kWgmmaF16 and its lean loader; then the V4.1
+    # decode step with kAuto as committed and with the lean loader (compare
+    # gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md: B=64 32K 23.42 ms).
     TARGETS="bench_gpu_forward test_gemm_fp8_mma_cuda test_golden_v41_fp8_cuda" QUICK=1 \
       CTEST_ARGS="-R ^(test_gemm_fp8_mma_cuda|test_golden_v41_fp8_cuda)$" timeout 300 scripts/gpu-check >/dev/null 2>&1
     echo "gpu-check rc $?"
     grep -E "tests passed|\*\*\*Failed|Passed|\[  FAILED" "${OUT:-gpu-check-out}/ctest.log" | head -20
     grep -E "^[0-9]+: \| (wq_|wkv|wo_|shared|shape)" "${OUT:-gpu-check-out}/ctest.log" | sed 's/^[0-9]*: //'
+    (cd build-gpu && DEEPINFER_FP8_GEMM=wgmma-f16 DEEPINFER_WGMMA_F16=lean timeout 60 ctest -R "^test_golden_v41_fp8_cuda$" 2>&1 | grep -E "Test +#|tests passed")
     lib=/tmp/deepinfer-carry/usr/lib/x86_64-linux-gnu
     export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    timeout 240 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
-      --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "${OUT:-.}/gpu-forward-v41.md" >/dev/null 2>&1
-    echo "rc $?"; grep -E "^\| decode|^\| prefill" "${OUT:-.}/gpu-forward-v41.md" | head -30
+    for mode in measured lean; do
+      DEEPINFER_WGMMA_F16=$mode timeout 110 build-gpu/bench/gpu_forward/bench_gpu_forward --model v41 --quick --no-verify \
+        --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "${OUT:-.}/gpu-forward-v41-$mode.md" >/dev/null 2>&1
+      echo "loader $mode rc $?"; grep -E "^\| (decode|prefill)" "${OUT:-.}/gpu-forward-v41-$mode.md" | grep -v graph | cut -d'|' -f2,3,11,12 | head -16
+    done
     rm -f "${OUT:-gpu-check-out}"/cmake.log "${OUT:-gpu-check-out}"/gpu-check.log "${OUT:-gpu-check-out}"/bench.md
     ;;
   narrow)
