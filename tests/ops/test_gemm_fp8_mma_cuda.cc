@@ -324,13 +324,13 @@ TEST(GemmFp8MmaCuda, WgmmaRowsDoNotDependOnTheBatch) {
   }
 }
 
-// The lean decode loader feeds the same operand values as the measured one: bitwise the same
-// y at every decode M, ragged N / K included.
+// The lean loader feeds the same operand values as the measured one: bitwise the same y at
+// decode M and in the 128 x 128 tiles, ragged M / N / K included.
 TEST(GemmFp8MmaCuda, WgmmaF16LeanLoaderGivesTheSameBits) {
   auto rng = test::fresh_rng();
   const int64_t shapes[][2] = {{5120, 8192}, {1280, 5120}, {77, 1040}, {100, 48}, {32, 64}, {2304, 5120}};
   for (const auto& sh : shapes) {
-    for (int64_t m : {1, 2, 17, 33, 64}) {
+    for (int64_t m : {1, 2, 17, 33, 64, 65, 300}) {
       SCOPED_TRACE(testing::Message() << "M=" << m << " N=" << sh[0] << " K=" << sh[1]);
       const Problem p = make(rng, m, sh[0], sh[1], kFp8GemmBlockV41);
       const DeviceProblem d(p);

@@ -171,7 +171,7 @@ __device__ __forceinline__ void convert_stage(const uint8_t* raw, uint8_t* op) {
 }
 
 // K block q of the stage (two k16 instructions, chained) into part.
-// The lean decode loader (kLean): each thread's rows and chunks are the same every stage, so
+// The lean loader (kLean): each thread's rows and chunks are the same every stage, so
 // their sources, shared-memory offsets and liveness are computed once; rows past M or N
 // ("dead") are never loaded nor converted (their operand-tile rows are zeroed once), which at
 // decode M = 1 skips 63 of the 64 A rows. Scales keep their zero fill. Same operand values as
@@ -367,13 +367,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) fp8_block_wgmma_f16_kernel(Til
 
 
 using Prefill16 = F16Cfg<2, 1, 128, 4>;
+using Prefill16Lean = F16Cfg<2, 1, 128, 4, true>;
 using Decode16 = F16Cfg<1, 2, 64, 8>;
 using Decode16Lean = F16Cfg<1, 2, 64, 8, true>;
 
-// The decode tiles' loader: load_raw + convert_stage (measured 2026-12-04) or LeanLoader
+// The tiles' loader: load_raw + convert_stage (measured 2026-12-04) or LeanLoader
 // (DEEPINFER_WGMMA_F16=lean, or gemm_fp8_wgmma_f16_set_lean; written 2026-12-04 after the run).
 std::atomic<int> g_lean{-1};  // -1: not read from the environment yet
-bool lean_decode() {
+bool lean_loader() {
   int v = g_lean.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("DEEPINFER_WGMMA_F16");
@@ -409,11 +410,13 @@ void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, c
               fp8_weight_scale_ld(k, kBlock), y, y_bf16};
   if (m <= kFp8MmaDecodeMaxM) {
     p.split = k_split(ceil_div64(n, Decode16::kBN), ceil_div64(k, kStageK), kDecode16CtasPerSm);
-    if (lean_decode()) {
+    if (lean_loader()) {
       launch_tiles<Decode16Lean>(fp8_block_wgmma_f16_kernel<Decode16Lean>, p, stream, "wgmma-f16");
     } else {
       launch_tiles<Decode16>(fp8_block_wgmma_f16_kernel<Decode16>, p, stream, "wgmma-f16");
     }
+  } else if (lean_loader()) {
+    launch_tiles<Prefill16Lean>(fp8_block_wgmma_f16_kernel<Prefill16Lean>, p, stream, "wgmma-f16");
   } else {
     launch_tiles<Prefill16>(fp8_block_wgmma_f16_kernel<Prefill16>, p, stream, "wgmma-f16");
   }
