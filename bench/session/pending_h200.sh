@@ -4,19 +4,10 @@
 # w4a8, bench and narrow (bench/results/*-2026-12-04-*); left for the next session:
 #
 #   (session 15 ran wo_a: grouped is the default now, bench/results/gpu-v41-wo-a-grouped-h200-2026-12-04-7bd3a57.md)
-#   (session 15 also ran wgmma and wgmma16: bench/results/gemm-fp8-wgmma-*-2026-12-04-*.md.
-#   kAuto now sends block-32 32 < M <= 64 to kWgmmaF16; its decode-step effect is unmeasured:)
-#   bash bench/session/pending_h200.sh bench    # bench_gpu_forward v41 (+ test_gemm_fp8_mma_cuda)
+#   (session 15 also ran wgmma and wgmma16: bench/results/gemm-fp8-wgmma-*-2026-12-04-*.md)
+#   (session 16 ran bench: gpu-v41-wgmma-f16-lean-h200-2026-12-04-0eac4af.md; the refactor into
+#   sm90_wgmma.cuh passes, the lean loader is the default since: DEEPINFER_WGMMA_F16=measured opts out)
 #   bash bench/gemm_fp8/ncu_wgmma_h200.sh        # why the wgmma decode tiles are latency-bound
-#   The lean decode loader of kWgmmaF16 (DEEPINFER_WGMMA_F16=lean; written after the run,
-#   2224 instructions of code against 7312): test_gemm_fp8_mma_cuda runs every wgmma test with
-#   it too (WgmmaF16LeanLoaderGivesTheSameBits: bitwise the measured loader's y) and its decode
-#   table gains a lean column; if it wins, make it the default (gemm_fp8_wgmma_f16.cu lean_decode).
-#   FIRST: test_gemm_fp8_mma_cuda and test_golden_v41_fp8_cuda (in `bench` below, + the golden):
-#   after the run, both wgmma kernels' epilogue / promotion / launcher moved into sm90_wgmma.cuh
-#   (a verbatim move; SASS differs in scheduling and 1-2 registers, so it is unverified).
-#   (kWgmmaF16's decode split now assumes 2 CTAs per SM instead of asking the occupancy API,
-#   which is not capture-safe: same split as measured if the API said 2; unverified on a GPU.)
 #
 # wgmma16: the V4.1 FP8 GPU golden with DEEPINFER_FP8_GEMM=wgmma-f16 first (the question:
 #        does f16 wgmma sum in fp32, so the official golden passes where FP8 wgmma failed?),

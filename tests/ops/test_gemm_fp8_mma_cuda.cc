@@ -69,7 +69,7 @@ std::vector<float> run(const Problem& p, const DeviceProblem& d, DType y_dtype,
 double f32_bound(Fp8GemmImpl impl) { return impl == Fp8GemmImpl::kWgmma ? 1e-6 : 1e-9; }
 
 // The wgmma kernels under test: FP8 wgmma, and f16 wgmma with each decode loader (the lean one
-// is process-wide state: set for the variant, reset after).
+// is process-wide state: set for the variant, back to the default lean one after).
 struct WgVariant {
   Fp8GemmImpl impl;
   bool lean;
@@ -78,7 +78,7 @@ constexpr WgVariant kWgVariants[] = {
     {Fp8GemmImpl::kWgmma, false}, {Fp8GemmImpl::kWgmmaF16, false}, {Fp8GemmImpl::kWgmmaF16, true}};
 struct LeanScope {
   explicit LeanScope(bool on) { gemm_detail::fp8_wgmma_f16_set_lean(on); }
-  ~LeanScope() { gemm_detail::fp8_wgmma_f16_set_lean(false); }
+  ~LeanScope() { gemm_detail::fp8_wgmma_f16_set_lean(true); }
 };
 
 void check_ref(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t b,

@@ -43,9 +43,9 @@ void fp8_block_wgmma(cudaStream_t stream, const void* xq, const float* sx, const
 // fp32 sums (the mma.sync kernels' arithmetic); block 32 only. Needs 16-byte aligned xq, wq.
 void fp8_block_wgmma_f16(cudaStream_t stream, const void* xq, const float* sx, const void* wq,
                          const float* sw, int64_t m, int64_t n, int64_t k, void* y, bool y_bf16);
-// Its tiles' loader: false (default; DEEPINFER_WGMMA_F16=lean sets true) the measured one,
-// true the lean one (per-thread sources computed once, rows past M / N never loaded nor
-// converted). Same bits either way; process-wide, for tests and A/B runs.
+// Its tiles' loader: true (default; DEEPINFER_WGMMA_F16=measured sets false) the lean one
+// (per-thread sources computed once, rows past M / N never loaded nor converted), false the
+// first (measured) one. Same bits either way; process-wide, for tests and A/B runs.
 void fp8_wgmma_f16_set_lean(bool on);
 
 }  // namespace deepinfer::gemm_detail
